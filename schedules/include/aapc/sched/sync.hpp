@@ -1,0 +1,24 @@
+// Synchronisation planning for phased schedules (Faraj/Yuan/Patarasuk section 5).
+#pragma once
+
+#include "aapc/sched/schedule.hpp"
+#include "aapc/sched/topology.hpp"
+
+namespace aapc::sched {
+
+// Returns `schedule` with the synchronisation of `spec`: the programs are rebuilt from the
+// phases and carry, for each round, the tokens it waits for and emits (and, for
+// receiver-based tokens, what each node emits when a block is complete). Barriers become
+// dissemination barriers made of tokens (ceil(log2 N) stages of empty rounds), so the engine
+// only ever executes tokens.
+//
+// Only the orderings that matter are computed: two messages need ordering only when they
+// share a directed edge, and it is enough to order consecutive users of each edge (the rest
+// follows transitively). A token is then dropped when vector clocks over the plan built so
+// far show that its ordering already holds (a redundant synchronisation), so the plan costs
+// about O(|M|^3) instead of the paper's O(|M|^6).
+//
+// Throws std::invalid_argument for a packet-level schedule with a sync other than none.
+Schedule plan_sync(const Topology& topology, const Schedule& schedule, const SyncSpec& spec);
+
+}  // namespace aapc::sched

@@ -1,0 +1,63 @@
+// The tree model of Faraj/Yuan section 3 and 4.1: per-link AAPC load, bottleneck links, the
+// root, the subtrees of the root, and the peak aggregate throughput.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "aapc/sched/topology.hpp"
+
+namespace aapc::sched {
+
+struct Subtree {
+  int attach = -1;             // the node of the subtree adjacent to the root
+  std::vector<Rank> machines;  // m_{i,0}, m_{i,1}, ...: ascending rank
+};
+
+class TreeModel {
+ public:
+  explicit TreeModel(const Topology& topology);
+
+  const Topology& topology() const { return *topology_; }
+  int machines() const { return n_; }
+
+  // Machines on the far side of `link` seen from `from_node`.
+  int machines_beyond(int link, int from_node) const;
+  // AAPC load of a link (both directions carry it): |Mu| x |Mv|.
+  std::int64_t link_load(int link) const;
+  // Load of the AAPC pattern: the load of a bottleneck edge. Equals the number of phases of a
+  // contention-free schedule.
+  std::int64_t load() const { return load_; }
+  const std::vector<int>& bottleneck_links() const { return bottlenecks_; }
+
+  // Root switch (section 4.1): on a bottleneck link, every subtree has at most |M|/2 machines.
+  // -1 only for two machines cabled to each other.
+  int root() const { return root_; }
+  // Subtrees of the root that hold machines, |M0| >= |M1| >= ... (ties: lowest rank first).
+  const std::vector<Subtree>& subtrees() const { return subtrees_; }
+  int subtree_of(Rank r) const { return subtree_of_[static_cast<std::size_t>(r)]; }
+
+  // Peak aggregate throughput |M|(|M|-1)B/(|Mu||Mv|), taking each link's own rate: the
+  // minimum over links of |M|(|M|-1) rate / load. In bits per second.
+  double peak_aggregate_bps() const { return peak_bps_; }
+  // The link that sets the peak (a bottleneck when all rates are equal).
+  int limiting_link() const { return limiting_link_; }
+  // Best-case time of one exchange of `block_bytes` per pair, in seconds.
+  double best_time_s(std::uint64_t block_bytes) const;
+
+ private:
+  const Topology* topology_;
+  int n_ = 0;
+  std::vector<int> parent_link_;  // rooted at node 0
+  std::vector<int> below_;        // machines in the subtree of each node (rooted at node 0)
+  std::vector<int> child_of_link_;
+  std::int64_t load_ = 0;
+  std::vector<int> bottlenecks_;
+  int root_ = -1;
+  std::vector<Subtree> subtrees_;
+  std::vector<int> subtree_of_;
+  double peak_bps_ = 0;
+  int limiting_link_ = -1;
+};
+
+}  // namespace aapc::sched

@@ -1,0 +1,143 @@
+// Helpers shared by the sync planner and the verifier (not installed).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "aapc/sched/schedule.hpp"
+#include "aapc/sched/topology.hpp"
+
+namespace aapc::sched::detail {
+
+// The messages of a schedule numbered 0.. in phase order.
+struct FlatMessages {
+  std::vector<Message> msg;
+  std::vector<int> phase;
+
+  explicit FlatMessages(const std::vector<Phase>& phases) {
+    for (std::size_t p = 0; p < phases.size(); ++p) {
+      for (const Message& m : phases[p]) {
+        msg.push_back(m);
+        phase.push_back(static_cast<int>(p));
+      }
+    }
+  }
+  int size() const { return static_cast<int>(msg.size()); }
+};
+
+// For every directed edge, the messages whose path uses it, in phase order (message ids are
+// already in phase order).
+inline std::vector<std::vector<int>> edge_users(const Topology& topo, const FlatMessages& flat) {
+  std::vector<std::vector<int>> users(static_cast<std::size_t>(topo.directed_edge_count()));
+  std::vector<int> path;
+  for (int id = 0; id < flat.size(); ++id) {
+    const Message& m = flat.msg[static_cast<std::size_t>(id)];
+    if (m.src == m.dst) continue;
+    topo.path(topo.machine_node(m.src), topo.machine_node(m.dst), path);
+    for (int e : path) users[static_cast<std::size_t>(e)].push_back(id);
+  }
+  return users;
+}
+
+// Vector clocks over the "sends done" events of each node: clock[k] = number of rounds of node
+// k whose sends are known to be done. A round's clock is kept only while some later event
+// still needs it (reference counted), in a flat arena of N-wide slots.
+class ClockStore {
+ public:
+  ClockStore(int nodes, const std::vector<std::size_t>& rounds_per_node) : n_(static_cast<std::size_t>(nodes)) {
+    std::size_t total = 0;
+    for (std::size_t r : rounds_per_node) {
+      offset_.push_back(total);
+      total += r;
+    }
+    refs_.assign(total, 0);
+    slot_.assign(total, -1);
+  }
+
+  void add_ref(int node, int round) { ++refs_[at(node, round)]; }
+  // Keeps a copy of the clock of (node, round) if anything references it.
+  void put(int node, int round, const std::uint32_t* clock) {
+    std::size_t i = at(node, round);
+    if (refs_[i] == 0) return;
+    int slot;
+    if (!free_.empty()) {
+      slot = free_.back();
+      free_.pop_back();
+    } else {
+      slot = static_cast<int>(arena_.size() / n_);
+      arena_.resize(arena_.size() + n_);
+    }
+    std::copy(clock, clock + n_, arena_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(slot) * n_));
+    slot_[i] = slot;
+  }
+  const std::uint32_t* get(int node, int round) const {
+    return arena_.data() + static_cast<std::size_t>(slot_[at(node, round)]) * n_;
+  }
+  void release(int node, int round) {
+    std::size_t i = at(node, round);
+    if (--refs_[i] == 0 && slot_[i] >= 0) {
+      free_.push_back(slot_[i]);
+      slot_[i] = -1;
+    }
+  }
+
+  void merge(std::uint32_t* into, int node, int round) const {
+    const std::uint32_t* from = get(node, round);
+    for (std::size_t i = 0; i < n_; ++i) into[i] = std::max(into[i], from[i]);
+  }
+
+ private:
+  std::size_t at(int node, int round) const { return offset_[static_cast<std::size_t>(node)] + static_cast<std::size_t>(round); }
+
+  std::size_t n_;
+  std::vector<std::size_t> offset_;
+  std::vector<int> refs_;
+  std::vector<int> slot_;
+  std::vector<std::uint32_t> arena_;
+  std::vector<int> free_;
+};
+
+// Counts the contending pairs of messages that a variant must order, without listing them:
+// pairs sharing at least one directed edge = sum over edges of pairs on that edge minus, for
+// each two consecutive edges of a path, the pairs using both (the edges two tree paths share
+// form one contiguous sub-path, so each pair is counted once). Two messages need ordering
+// when `group(phase)` differs (the phase itself, or its block for the partial variants).
+template <typename Group>
+std::int64_t count_contending_pairs(const Topology& topo, const FlatMessages& flat, const std::vector<std::vector<int>>& users,
+                                    Group group) {
+  auto pairs_in = [&](std::vector<int> groups) {
+    std::sort(groups.begin(), groups.end());
+    auto n = static_cast<std::int64_t>(groups.size());
+    std::int64_t count = n * (n - 1) / 2;
+    for (std::size_t i = 0; i < groups.size();) {
+      std::size_t j = i;
+      while (j < groups.size() && groups[j] == groups[i]) ++j;
+      auto same = static_cast<std::int64_t>(j - i);
+      count -= same * (same - 1) / 2;
+      i = j;
+    }
+    return count;
+  };
+  std::int64_t total = 0;
+  for (const auto& list : users) {
+    std::vector<int> groups;
+    for (int id : list) groups.push_back(group(flat.phase[static_cast<std::size_t>(id)]));
+    total += pairs_in(std::move(groups));
+  }
+  std::unordered_map<std::uint64_t, std::vector<int>> both;
+  std::vector<int> path;
+  for (int id = 0; id < flat.size(); ++id) {
+    const Message& m = flat.msg[static_cast<std::size_t>(id)];
+    if (m.src == m.dst) continue;
+    topo.path(topo.machine_node(m.src), topo.machine_node(m.dst), path);
+    for (std::size_t i = 0; i + 1 < path.size(); ++i)
+      both[(static_cast<std::uint64_t>(path[i]) << 32) | static_cast<std::uint32_t>(path[i + 1])].push_back(
+          group(flat.phase[static_cast<std::size_t>(id)]));
+  }
+  for (auto& entry : both) total -= pairs_in(std::move(entry.second));
+  return total;
+}
+
+}  // namespace aapc::sched::detail

@@ -1,0 +1,145 @@
+#include "aapc/sched/tree.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace aapc::sched {
+
+TreeModel::TreeModel(const Topology& topology) : topology_(&topology), n_(topology.machine_count()) {
+  const auto& nodes = topology.nodes();
+  const auto& links = topology.links();
+  std::size_t count = nodes.size();
+  parent_link_.assign(count, -1);
+  below_.assign(count, 0);
+  child_of_link_.assign(links.size(), -1);
+
+  // Iterative DFS from node 0; machines below each node counted in post-order.
+  std::vector<int> order;
+  order.reserve(count);
+  std::vector<int> stack{0};
+  std::vector<bool> seen(count, false);
+  seen[0] = true;
+  while (!stack.empty()) {
+    int u = stack.back();
+    stack.pop_back();
+    order.push_back(u);
+    for (int l : nodes[static_cast<std::size_t>(u)].links) {
+      int v = links[static_cast<std::size_t>(l)].other(u);
+      if (seen[static_cast<std::size_t>(v)]) continue;
+      seen[static_cast<std::size_t>(v)] = true;
+      parent_link_[static_cast<std::size_t>(v)] = l;
+      child_of_link_[static_cast<std::size_t>(l)] = v;
+      stack.push_back(v);
+    }
+  }
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    int u = *it;
+    if (nodes[static_cast<std::size_t>(u)].kind == NodeKind::kMachine) below_[static_cast<std::size_t>(u)] += 1;
+    int l = parent_link_[static_cast<std::size_t>(u)];
+    if (l >= 0) below_[static_cast<std::size_t>(links[static_cast<std::size_t>(l)].other(u))] += below_[static_cast<std::size_t>(u)];
+  }
+
+  // Loads, bottlenecks, peak throughput.
+  double pairs = static_cast<double>(n_) * static_cast<double>(n_ - 1);
+  peak_bps_ = std::numeric_limits<double>::infinity();
+  for (std::size_t l = 0; l < links.size(); ++l) {
+    std::int64_t load = link_load(static_cast<int>(l));
+    if (load > load_) {
+      load_ = load;
+      bottlenecks_.clear();
+    }
+    if (load == load_ && load > 0) bottlenecks_.push_back(static_cast<int>(l));
+    if (load > 0) {
+      double peak = pairs * static_cast<double>(links[l].rate_bps) / static_cast<double>(load);
+      if (peak < peak_bps_) {
+        peak_bps_ = peak;
+        limiting_link_ = static_cast<int>(l);
+      }
+    }
+  }
+
+  // Root (section 4.1): start on a bottleneck link (u,v) with |Mu| >= |Mv| and walk towards
+  // the machines while u has a single branch holding machines.
+  if (n_ == 2) {
+    for (int e : topology.path_between(0, 1)) {
+      int node = topology.edge_to(e);
+      if (nodes[static_cast<std::size_t>(node)].kind == NodeKind::kSwitch) {
+        root_ = node;
+        break;
+      }
+    }
+  } else {
+    int l = bottlenecks_.front();
+    int u = links[static_cast<std::size_t>(l)].a;
+    int v = links[static_cast<std::size_t>(l)].b;
+    if (machines_beyond(l, v) < machines_beyond(l, u)) std::swap(u, v);  // |Mu| >= |Mv|
+    for (;;) {
+      int branches = 0;
+      int next_link = -1;
+      for (int b : nodes[static_cast<std::size_t>(u)].links) {
+        if (b == l || machines_beyond(b, u) == 0) continue;
+        ++branches;
+        next_link = b;
+      }
+      if (branches != 1) break;
+      l = next_link;
+      v = u;
+      u = links[static_cast<std::size_t>(l)].other(u);
+    }
+    root_ = u;
+  }
+
+  subtree_of_.assign(static_cast<std::size_t>(n_), -1);
+  if (root_ >= 0) {
+    for (int l : nodes[static_cast<std::size_t>(root_)].links) {
+      if (machines_beyond(l, root_) == 0) continue;
+      Subtree st;
+      st.attach = links[static_cast<std::size_t>(l)].other(root_);
+      // Collect machines beyond the link.
+      std::vector<int> todo{st.attach};
+      std::vector<int> from{root_};
+      while (!todo.empty()) {
+        int x = todo.back(), p = from.back();
+        todo.pop_back();
+        from.pop_back();
+        if (nodes[static_cast<std::size_t>(x)].kind == NodeKind::kMachine) st.machines.push_back(nodes[static_cast<std::size_t>(x)].rank);
+        for (int b : nodes[static_cast<std::size_t>(x)].links) {
+          int y = links[static_cast<std::size_t>(b)].other(x);
+          if (y == p) continue;
+          todo.push_back(y);
+          from.push_back(x);
+        }
+      }
+      std::sort(st.machines.begin(), st.machines.end());
+      subtrees_.push_back(std::move(st));
+    }
+  } else {
+    // Two machines on one cable: each is its own subtree.
+    subtrees_.push_back({topology.machine_node(0), {0}});
+    subtrees_.push_back({topology.machine_node(1), {1}});
+  }
+  std::stable_sort(subtrees_.begin(), subtrees_.end(), [](const Subtree& a, const Subtree& b) {
+    if (a.machines.size() != b.machines.size()) return a.machines.size() > b.machines.size();
+    return a.machines.front() < b.machines.front();
+  });
+  for (std::size_t i = 0; i < subtrees_.size(); ++i)
+    for (Rank r : subtrees_[i].machines) subtree_of_[static_cast<std::size_t>(r)] = static_cast<int>(i);
+}
+
+int TreeModel::machines_beyond(int link, int from_node) const {
+  int child = child_of_link_[static_cast<std::size_t>(link)];
+  int below = below_[static_cast<std::size_t>(child)];
+  return from_node == child ? n_ - below : below;
+}
+
+std::int64_t TreeModel::link_load(int link) const {
+  std::int64_t a = machines_beyond(link, child_of_link_[static_cast<std::size_t>(link)]);
+  return a * (n_ - a);
+}
+
+double TreeModel::best_time_s(std::uint64_t block_bytes) const {
+  double bits = static_cast<double>(n_) * static_cast<double>(n_ - 1) * static_cast<double>(block_bytes) * 8.0;
+  return bits / peak_bps_;
+}
+
+}  // namespace aapc::sched

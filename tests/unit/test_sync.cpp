@@ -1,0 +1,186 @@
+// Sync planning (Faraj/Yuan/Patarasuk section 5) and the verifier's sync checks.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/dot.hpp"
+#include "aapc/sched/generate.hpp"
+#include "aapc/sched/sync.hpp"
+#include "aapc/sched/verify.hpp"
+#include "paths.hpp"
+
+using namespace aapc::sched;
+
+namespace {
+
+Schedule tree_of(const Topology& t) { return make_schedule(t, {Algorithm::kTree, 0}); }
+
+// Removes sync `id` from the plan, keeping ids dense.
+Schedule without_sync(Schedule s, std::uint32_t id) {
+  auto drop = [&](std::vector<std::uint32_t>& ids) {
+    ids.erase(std::remove(ids.begin(), ids.end(), id), ids.end());
+    for (auto& x : ids)
+      if (x > id) --x;
+  };
+  for (auto& prog : s.programs) {
+    for (auto& round : prog.rounds) {
+      drop(round.waits);
+      drop(round.emits);
+    }
+    for (auto& entry : prog.on_receive) drop(entry.second);
+  }
+  s.syncs.erase(s.syncs.begin() + id);
+  for (std::uint32_t i = 0; i < s.syncs.size(); ++i) s.syncs[i].id = i;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("sync names parse and print") {
+  for (const auto& name : SyncSpec::names()) {
+    auto spec = SyncSpec::parse(name);
+    REQUIRE(spec);
+    CHECK(spec->name() == name);
+  }
+  CHECK(SyncSpec::parse("sender-partial(8)")->block == 8);
+  CHECK(SyncSpec::parse("sender-partial")->block == 4);
+  CHECK(!SyncSpec::parse("sender-all:3"));
+  CHECK(!SyncSpec::parse("sideways"));
+}
+
+TEST_CASE("sender all on the paper's example: every token is needed, and the verifier catches a missing one") {
+  Topology t = load_topology(aapc::test::topology_path("fyp-sync-fig1"));
+  Schedule s = plan_sync(t, tree_of(t), {SyncKind::kSenderAll, 1});
+  auto report = verify(t, s);
+  INFO(report.summary());
+  REQUIRE(report.ok());
+  CHECK(s.sync_stats.contending_pairs > s.sync_stats.consecutive_pairs);
+  CHECK(s.sync_stats.consecutive_pairs >= s.sync_stats.tokens + s.sync_stats.local_waits);
+  REQUIRE(!s.syncs.empty());
+  for (std::uint32_t id = 0; id < s.syncs.size(); ++id) {
+    INFO("without sync " << id);
+    auto broken = verify(t, without_sync(s, id));
+    CHECK(!broken.ok());
+    CHECK_THAT(broken.errors.front(), Catch::Contains("not synchronised"));
+  }
+}
+
+TEST_CASE("no redundant synchronisation survives, for every pair-wise variant on small trees") {
+  std::mt19937_64 rng(99);
+  for (int trial = 0; trial < 40; ++trial) {
+    RandomTreeOptions o;
+    o.machines = 3 + trial % 8;
+    o.switches = 1 + trial % 4;
+    Topology t = random_tree(o, rng);
+    Schedule base = tree_of(t);
+    for (SyncSpec spec : {SyncSpec{SyncKind::kSenderAll, 1}, SyncSpec{SyncKind::kReceiverAll, 1}, SyncSpec{SyncKind::kSenderPartial, 2},
+                          SyncSpec{SyncKind::kReceiverPartial, 3}}) {
+      Schedule s = plan_sync(t, base, spec);
+      REQUIRE(verify(t, s).ok());
+      for (std::uint32_t id = 0; id < s.syncs.size(); ++id) {
+        INFO("trial " << trial << ", " << spec.name() << ", sync " << id);
+        CHECK(!verify(t, without_sync(s, id)).ok());
+      }
+    }
+  }
+}
+
+TEST_CASE("receiver-based tokens come from the receiver after the receipt") {
+  Topology t = load_topology(aapc::test::topology_path("8-two-switch"));
+  Schedule s = plan_sync(t, tree_of(t), {SyncKind::kReceiverAll, 1});
+  REQUIRE(verify(t, s).ok());
+  REQUIRE(!s.syncs.empty());
+  for (const Sync& sy : s.syncs) {
+    REQUIRE(sy.trigger == SyncTrigger::kAfterReceive);
+    const auto* ids = s.programs[static_cast<std::size_t>(sy.from)].emits_on_receive(sy.after_src);
+    REQUIRE(ids != nullptr);
+    CHECK(std::count(ids->begin(), ids->end(), sy.id) == 1);
+  }
+  // A sender-based plan on the same schedule orders less strictly: it does not pass as
+  // receiver-based.
+  Schedule sender = plan_sync(t, tree_of(t), {SyncKind::kSenderAll, 1});
+  sender.sync = {SyncKind::kReceiverAll, 1};
+  CHECK(!verify(t, sender).ok());
+}
+
+TEST_CASE("barriers are dissemination barriers of tokens") {
+  Topology t = load_topology(aapc::test::topology_path("8-one-switch"));
+  Schedule base = tree_of(t);
+  Schedule all = plan_sync(t, base, {SyncKind::kBarrierAll, 1});
+  REQUIRE(verify(t, all).ok());
+  CHECK(all.sync_stats.barriers == 6);  // between 7 phases
+  // 3 stages of 8 tokens per barrier.
+  CHECK(all.sync_stats.barrier_tokens == 6 * 3 * 8);
+  Schedule partial = plan_sync(t, base, {SyncKind::kBarrierPartialNone, 3});
+  REQUIRE(verify(t, partial).ok());
+  CHECK(partial.sync_stats.barriers == 2);
+  // Partial with no sync inside blocks does not pass as fully synchronised.
+  partial.sync = {SyncKind::kBarrierAll, 1};
+  CHECK(!verify(t, partial).ok());
+}
+
+TEST_CASE("dummy messages keep idle machines busy without contention") {
+  Topology t = load_topology(aapc::test::topology_path("12-three-level"));
+  Schedule s = plan_sync(t, tree_of(t), {SyncKind::kDummy, 1});
+  auto report = verify(t, s);
+  INFO(report.summary());
+  REQUIRE(report.ok());
+  CHECK(s.sync_stats.dummy_messages > 0);
+  // Every machine now has a round in every phase.
+  for (const auto& prog : s.programs) CHECK(prog.rounds.size() == s.phases.size());
+}
+
+TEST_CASE("sync on the single-switch phased algorithms; packet-level ones refuse") {
+  Topology t = single_switch_topology(9);
+  for (const char* name : {"ring", "pairwise", "lp", "tree"}) {
+    INFO(name);
+    Schedule s = plan_sync(t, make_schedule(t, *AlgorithmSpec::parse(name)), {SyncKind::kSenderAll, 1});
+    CHECK(verify(t, s).ok());
+  }
+  CHECK_THROWS_WITH(plan_sync(t, sync_shuffle_schedule(9), {SyncKind::kSenderAll, 1}), Catch::Contains("--sync none"));
+  CHECK_NOTHROW(plan_sync(t, sync_shuffle_schedule(9), {SyncKind::kNone, 1}));
+}
+
+TEST_CASE("the verifier reports deadlocks and malformed plans") {
+  Topology t = load_topology(aapc::test::topology_path("8-one-switch"));
+  Schedule s = plan_sync(t, tree_of(t), {SyncKind::kSenderAll, 1});
+  REQUIRE(s.syncs.size() >= 2);
+  // Make node 0's first round wait for a token that node 1 emits only after a round that
+  // itself waits for node 0: a cycle.
+  Schedule cyc = s;
+  std::uint32_t a = static_cast<std::uint32_t>(cyc.syncs.size()), b = a + 1;
+  cyc.syncs.push_back({a, 1, 0, SyncTrigger::kAfterSend, 0, -1, 0});
+  cyc.syncs.push_back({b, 0, 1, SyncTrigger::kAfterSend, 0, -1, 0});
+  cyc.programs[1].rounds[0].emits.push_back(a);
+  cyc.programs[0].rounds[0].waits.push_back(a);
+  cyc.programs[0].rounds[0].emits.push_back(b);
+  cyc.programs[1].rounds[0].waits.push_back(b);
+  auto report = verify(t, cyc);
+  CHECK(!report.ok());
+  CHECK_THAT(report.errors.front(), Catch::Contains("deadlock"));
+  // A token nobody emits.
+  Schedule orphan = s;
+  orphan.programs[orphan.syncs[0].from].rounds[static_cast<std::size_t>(orphan.syncs[0].from_round)].emits.clear();
+  CHECK(!verify(t, orphan).ok());
+  // A message sent twice / never.
+  Schedule dup = tree_of(t);
+  dup.phases[0].push_back(dup.phases[1].front());
+  CHECK(!verify(t, dup).ok());
+  // Contention within a phase.
+  Schedule clash = tree_of(t);
+  std::swap(clash.phases[0][0].dst, clash.phases[0][1].dst);
+  auto r = verify(t, clash);
+  CHECK(!r.ok());
+}
+
+TEST_CASE("tree schedule fails verification when it is not contention-free on a tree of switches") {
+  Topology t = load_topology(aapc::test::topology_path("8-two-switch"));
+  Schedule ring = make_schedule(t, {Algorithm::kRing, 0});
+  CHECK(!ring.contention_free);
+  CHECK(verify(t, ring).ok());  // a correct exchange, only not claimed contention-free
+  ring.contention_free = true;
+  auto report = verify(t, ring);
+  CHECK(!report.ok());
+  CHECK_THAT(report.errors.front(), Catch::Contains("both use edge"));
+}

@@ -1,0 +1,120 @@
+// aapc-sched-bench: how long the schedule library takes, and how it grows with the cluster.
+//
+// Targets (issue 2): `tree` plus verification for 1,024 machines on a random tree of 32
+// switches under 1 s; a sender-all sync plan for 256 machines under 5 s; CGM for n = 1,024,
+// d = 64 under 100 ms. Each figure is the best of --repeat runs.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+
+#include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/alltomany.hpp"
+#include "aapc/sched/generate.hpp"
+#include "aapc/sched/sync.hpp"
+#include "aapc/sched/verify.hpp"
+
+using namespace aapc::sched;
+
+namespace {
+
+double best_of(int repeat, const std::function<void()>& fn) {
+  double best = 1e30;
+  for (int i = 0; i < repeat; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+Topology tree_of_32_switches(int machines, std::uint64_t seed) {
+  RandomTreeOptions o;
+  o.machines = machines;
+  o.switches = 32;
+  o.leave_switches_empty = false;
+  std::mt19937_64 rng(seed);
+  return random_tree(o, rng);
+}
+
+void row(const std::string& what, int n, double seconds, double base, const std::string& extra, double target) {
+  std::cout << "  " << std::left << std::setw(28) << what << std::right << std::setw(6) << n << std::setw(12) << std::fixed << std::setprecision(4)
+            << seconds << " s" << std::setw(9) << std::setprecision(1) << seconds / base << "x   " << extra;
+  if (target > 0) std::cout << (seconds <= target ? "   [target < " : "   [MISSED target < ") << target << " s]";
+  std::cout << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"aapc-sched-bench: time the schedule library from 64 to 1,024 machines"};
+  int repeat = 3, max_sync = 256;
+  std::uint64_t seed = 1;
+  app.add_option("--repeat", repeat, "runs per figure (best is reported)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--max-sync", max_sync, "largest cluster for the sync plan (256 is the target; 512 and 1024 take long)")
+      ->check(CLI::IsMember({64, 128, 256, 512, 1024}))
+      ->capture_default_str();
+  app.add_option("--seed", seed, "random tree seed")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  const std::vector<int> sizes = {64, 128, 256, 512, 1024};
+  std::cout << "tree schedule + verification, random tree of 32 switches (growth relative to 64 machines)\n";
+  double base = 0;
+  for (int n : sizes) {
+    Topology t = tree_of_32_switches(n, seed);
+    std::int64_t phases = 0;
+    bool ok = true;
+    double secs = best_of(repeat, [&] {
+      Schedule s = make_schedule(t, {Algorithm::kTree, 0});
+      VerifyReport r = verify(t, s);
+      phases = r.phases;
+      ok = ok && r.ok() && r.phases == r.load;
+    });
+    if (base == 0) base = secs;
+    row("tree + verify", n, secs, base, std::to_string(phases) + " phases" + (ok ? "" : " VERIFY FAILED"), n == 1024 ? 1.0 : 0);
+  }
+
+  std::cout << "\nsender-all sync plan (and, separately, its verification), same trees\n";
+  base = 0;
+  for (int n : sizes) {
+    if (n > max_sync) break;
+    Topology t = tree_of_32_switches(n, seed);
+    Schedule s = make_schedule(t, {Algorithm::kTree, 0});
+    Schedule synced;
+    double secs = best_of(repeat, [&] { synced = plan_sync(t, s, {SyncKind::kSenderAll, 1}); });
+    double vsecs = best_of(1, [&] {
+      if (!verify(t, synced).ok()) std::cout << "  VERIFY FAILED\n";
+    });
+    if (base == 0) base = secs;
+    std::ostringstream extra;
+    extra << synced.sync_stats.contending_pairs << " pairs -> " << synced.sync_stats.tokens << " tokens + " << synced.sync_stats.local_waits
+          << " local; verify " << std::setprecision(3) << vsecs << " s";
+    row("plan sender-all", n, secs, base, extra.str(), n == 256 ? 5.0 : 0);
+  }
+
+  std::cout << "\nsender-all sync plan on one switch (every pair of messages to a node contends)\n";
+  base = 0;
+  for (int n : sizes) {
+    if (n > max_sync) break;
+    Topology t = single_switch_topology(n);
+    Schedule s = make_schedule(t, {Algorithm::kTree, 0});
+    Schedule synced;
+    double secs = best_of(repeat, [&] { synced = plan_sync(t, s, {SyncKind::kSenderAll, 1}); });
+    if (base == 0) base = secs;
+    row("plan sender-all", n, secs, base, std::to_string(synced.sync_stats.tokens) + " tokens", n == 256 ? 5.0 : 0);
+  }
+
+  std::cout << "\nCGM (compact global masking), Figure 7 pattern, d = 64\n";
+  base = 0;
+  for (int n : sizes) {
+    std::mt19937_64 rng(seed);
+    auto pattern = SparsePattern::figure7(n, 64, rng);
+    std::size_t perms = 0;
+    double secs = best_of(repeat, [&] { perms = compact_global_masking(pattern, rng).size(); });
+    if (base == 0) base = secs;
+    row("cgm d=64", n, secs, base, std::to_string(perms) + " permutations", n == 1024 ? 0.1 : 0);
+  }
+  return 0;
+}
