@@ -379,19 +379,29 @@ Schedule plan_sync(const Topology& topology, const Schedule& schedule, const Syn
     throw std::invalid_argument("schedule is for " + std::to_string(schedule.machines) + " machines, topology has " +
                                 std::to_string(topology.machine_count()));
   if (spec.block < 1) throw std::invalid_argument("sync block size must be at least 1");
-  Schedule s = schedule;
-  s.sync = spec;
-  s.syncs.clear();
-  s.sync_stats = {};
-  if (spec.kind == SyncKind::kNone) return s;
-  if (s.packet_level)
-    throw std::invalid_argument(s.algorithm + " interleaves all its destinations packet by packet inside rounds; sync variant '" +
+  if (spec.kind == SyncKind::kNone) {
+    Schedule s = schedule;
+    s.sync = spec;
+    s.syncs.clear();
+    s.sync_stats = {};
+    return s;
+  }
+  if (schedule.packet_level)
+    throw std::invalid_argument(schedule.algorithm + " interleaves all its destinations packet by packet inside rounds; sync variant '" +
                                 spec.name() + "' orders phases and applies only to phased schedules (use --sync none)");
-  s.programs = programs_from_phases(s.machines, s.phases);
+  // The programs are rebuilt from the phases, so only the phases are copied.
+  Schedule s;
+  s.algorithm = schedule.algorithm;
+  s.machines = schedule.machines;
+  s.contention_free = schedule.contention_free;
+  s.phases = schedule.phases;
+  s.sync = spec;
   if (spec.kind == SyncKind::kDummy) {
+    s.programs = programs_from_phases(s.machines, s.phases);
     add_dummies(topology, s);
     return s;
   }
+  s.programs.resize(static_cast<std::size_t>(s.machines));
   Planner(topology, s, variant_of(spec)).run();
   return s;
 }

@@ -7,6 +7,7 @@
 #include "aapc/sched/generate.hpp"
 #include "aapc/sched/sync.hpp"
 #include "aapc/sched/verify.hpp"
+#include "paths.hpp"
 
 using namespace aapc::sched;
 
@@ -35,7 +36,8 @@ TEST_CASE("tree schedules of 10,000 random trees verify in exactly load phases")
       {SyncKind::kBarrierPartialNone, 4}, {SyncKind::kBarrierPartialSender, 3}, {SyncKind::kBarrierPartialReceiver, 5},
   };
   std::int64_t phases = 0, orderings = 0;
-  for (int trial = 0; trial < 10000; ++trial) {
+  const int trials = aapc::test::scaled(10000);
+  for (int trial = 0; trial < trials; ++trial) {
     RandomTreeOptions o = random_options(rng);
     Topology t = random_tree(o, rng);
     INFO("trial " << trial << ": " << o.machines << " machines, " << o.switches << " switches, shape " << static_cast<int>(o.shape));
@@ -62,7 +64,8 @@ TEST_CASE("tree schedules of 10,000 random trees verify in exactly load phases")
 
 TEST_CASE("every sync variant verifies on 500 random trees") {
   std::mt19937_64 rng(4242);
-  for (int trial = 0; trial < 500; ++trial) {
+  const int trials = aapc::test::scaled(500);
+  for (int trial = 0; trial < trials; ++trial) {
     RandomTreeOptions o = random_options(rng);
     o.machines = std::min(o.machines, 24);
     Topology t = random_tree(o, rng);
