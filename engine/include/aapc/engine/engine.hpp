@@ -1,0 +1,198 @@
+// The per-node packet engine: executes a node's program (schedules/) as raw Ethernet frames
+// on a port (nic/), reassembles what peers send straight into the receive buffer, and recovers
+// from loss. One poll loop drives everything; an Engine is used by one thread.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "aapc/engine/wire.hpp"
+#include "aapc/nic/port.hpp"
+#include "aapc/result.hpp"
+#include "aapc/sched/schedule.hpp"
+
+namespace aapc::engine {
+
+using Clock = std::chrono::steady_clock;
+
+struct EngineConfig {
+  Rank rank = 0;
+  std::vector<MacAddr> peers;  // MAC of every rank, ours included
+  std::uint16_t ethertype = kDefaultEtherType;
+  int mtu = 1500;              // bytes of Ethernet payload per frame: header + chunk
+  // Pacing: a token bucket at this rate (bit/s) decides what leaves when, so that the
+  // schedule rather than a switch queue orders the frames. 0 = as fast as the port takes.
+  std::uint64_t pace_bps = 0;
+  std::uint32_t pace_burst_bytes = 4 * 1514;
+  std::uint32_t pace_overhead_bytes = 0;  // counted per frame on top of its length (24 on a real wire)
+  std::chrono::microseconds rto{20'000};        // first retransmission timeout
+  std::chrono::microseconds rto_max{500'000};   // backoff cap
+  int max_retries = 40;                         // per block, token or READY
+  std::chrono::milliseconds peer_deadline{5'000};  // a peer silent this long fails the exchange
+  std::chrono::milliseconds linger{15'000};     // finished exchanges still answer late frames
+  std::uint32_t epoch = 0;                      // 0: derived from the clock (later is newer)
+  std::size_t max_live_exchanges = 16;
+  std::uint16_t rx_burst = 32;
+};
+
+struct SendBlock {
+  const std::uint8_t* data = nullptr;
+  std::uint64_t len = 0;
+};
+struct RecvBlock {
+  std::uint8_t* data = nullptr;
+  std::uint64_t len = 0;
+};
+
+// One exchange as this node sees it. Buffers belong to the caller and must stay valid until
+// the exchange is reported finished; the engine reads `send` and writes `recv` directly.
+struct ExchangeSpec {
+  std::uint32_t id = 0;     // larger than every id started before on this engine
+  sched::Program program;   // this node's rounds and tokens
+  std::uint32_t sync_count = 0;  // sync ids of the plan are below this
+  // Where each token this node emits goes: (sync id, rank), sorted by id.
+  std::vector<std::pair<std::uint32_t, Rank>> sync_targets;
+  std::vector<SendBlock> send;   // by destination rank (size = cluster size)
+  std::vector<RecvBlock> recv;   // by source rank
+  std::uint64_t dummy_len = 0;   // size of a dummy message (0: the largest send block)
+  std::chrono::milliseconds timeout{0};  // whole exchange; 0 = no limit
+};
+
+// The spec of node `me` in a planned schedule: its program, the plan's token targets, and
+// room for the buffers (send and recv sized to the cluster, empty).
+ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32_t id);
+
+enum class ExchangeState : std::uint8_t { kRunning, kDone, kFailed };
+
+struct RoundTime {
+  std::int64_t start_ns = -1;  // since the exchange started
+  std::int64_t end_ns = -1;    // when its sends were done
+};
+
+struct ExchangeCounters {
+  std::uint64_t data_frames_sent = 0, data_bytes_sent = 0, retransmitted_frames = 0, dummy_frames_sent = 0;
+  std::uint64_t data_frames_received = 0, data_bytes_received = 0;
+  std::uint64_t control_frames_sent = 0, control_frames_received = 0;
+  std::uint64_t syncs_sent = 0, syncs_resent = 0, readies_resent = 0, polls_sent = 0, pings_sent = 0;
+  std::uint64_t nacks_sent = 0, nacks_received = 0;
+  std::array<std::uint64_t, kDropReasons> drops{};  // frames of this exchange dropped, by reason
+  std::vector<RoundTime> rounds;
+  std::int64_t wait_ns = 0;  // time rounds spent waiting for tokens and READY
+};
+
+struct ExchangeReport {
+  std::uint32_t id = 0;
+  ExchangeState state = ExchangeState::kRunning;
+  Errc code = Errc::kOk;
+  std::string error;   // names the peer when one is at fault
+  Rank peer = -1;      // the peer at fault, if any
+  std::int64_t duration_ns = 0;
+  ExchangeCounters counters;
+};
+
+struct EngineCounters {
+  std::uint64_t frames_received = 0, bytes_received = 0, frames_sent = 0, bytes_sent = 0;
+  std::uint64_t tx_refused = 0;       // offers the port did not take at once (backpressure)
+  std::uint64_t alloc_failures = 0;   // no mbuf available
+  std::uint64_t early_frames = 0;     // READY/SYNC kept for an exchange not started yet
+  std::array<std::uint64_t, kDropReasons> drops{};
+};
+
+class Exchange;
+
+class Engine final : private ParseContext {
+ public:
+  Engine(nic::Port& port, EngineConfig config);
+  ~Engine() override;
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Posts the buffers and starts the exchange (READY goes to every peer that will send).
+  Result<void> start(ExchangeSpec spec);
+  // One iteration of the loop: receive a burst, run timers, send what pacing allows.
+  // Returns true when it did any work.
+  bool poll();
+  // Aborts a running exchange here and tells the peers (ABORT frames).
+  void abort(std::uint32_t id, const std::string& reason);
+  // State of a running or recently finished exchange.
+  std::optional<ExchangeReport> report(std::uint32_t id) const;
+  // Exchanges that finished (done or failed) since the last call.
+  std::vector<ExchangeReport> take_finished();
+  // True when nothing is running and nothing waits to be sent.
+  bool quiet() const;
+
+  const EngineCounters& counters() const { return counters_; }
+  std::uint32_t epoch() const { return epoch_; }
+  Rank rank() const { return config_.rank; }
+  std::uint32_t chunk() const { return chunk_; }
+  const EngineConfig& config() const { return config_; }
+
+ private:
+  friend class Exchange;
+
+  // ParseContext
+  Rank rank_of(const MacAddr& mac) const override;
+  Expected expect_data(std::uint32_t exchange, std::uint32_t epoch, Rank src) const override;
+
+  // Frame building: returns false when no mbuf was available.
+  bool send_frame(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len);
+  bool send_control(Rank dst, FrameType type, std::uint32_t exchange, std::uint32_t seq, std::uint32_t aux,
+                    std::uint64_t block_len = 0, const std::uint8_t* payload = nullptr, std::size_t len = 0);
+  void receive(Clock::time_point now);
+  void handle(const Parsed& f, Clock::time_point now);
+  void timers(Clock::time_point now);
+  void transmit(Clock::time_point now);
+  void flush();
+  bool note_epoch(Rank src, std::uint32_t epoch);  // false: stale
+  Exchange* find(std::uint32_t id) const;
+  void finish(Exchange& ex, Clock::time_point now);
+
+  struct Early {  // READY and SYNC for an exchange not started yet
+    std::vector<bool> ready_from;
+    std::vector<std::uint32_t> syncs;
+    Clock::time_point seen;
+  };
+
+  nic::Port& port_;
+  EngineConfig config_;
+  std::uint32_t epoch_;
+  std::uint32_t chunk_;
+  MacAddr mac_;
+  std::vector<std::pair<MacAddr, Rank>> mac_index_;  // sorted by MAC
+  std::vector<std::uint32_t> peer_epoch_;
+  std::vector<bool> peer_epoch_known_;
+  std::vector<Clock::time_point> last_heard_;
+  std::map<std::uint32_t, std::unique_ptr<Exchange>> exchanges_;  // running and lingering
+  std::map<std::uint32_t, Early> early_;
+  std::vector<ExchangeReport> finished_;
+  std::uint32_t last_started_ = 0;
+  bool started_any_ = false;
+  std::vector<struct rte_mbuf*> txq_;
+  std::vector<struct rte_mbuf*> rx_;
+  EngineCounters counters_;
+  // Pacing
+  double tokens_ = 0;
+  Clock::time_point pace_last_{};
+  Clock::time_point next_timers_{};
+  std::size_t rr_ = 0;  // round-robin over exchanges
+  Clock::time_point last_log_{};
+};
+
+// Backs a poll loop off when it has nothing to do: spin, then pause, then short sleeps, so
+// that many engines can share two cores.
+class Idler {
+ public:
+  void busy() { idle_ = 0; }
+  void idle();
+
+ private:
+  unsigned idle_ = 0;
+};
+
+}  // namespace aapc::engine

@@ -1,0 +1,163 @@
+// The wire format (DESIGN.md): an Ethernet frame of EtherType 0x88B5 (IEEE local
+// experimental, configurable) carrying a fixed 44-byte header and a payload. Multi-byte
+// fields are big-endian.
+//
+//   offset size field
+//    0     2   magic 0xAA9C
+//    2     1   version (1)
+//    3     1   type: DATA, SYNC, READY, NACK, ACK, ABORT, POLL, PING
+//    4     1   flags: RETRANSMIT, DUMMY, LAST
+//    5     1   header length (44)
+//    6     2   phase (of DATA, for traces; 0xFFFF when none)
+//    8     4   exchange id
+//   12     4   epoch of the sender
+//   16     2   source rank
+//   18     2   destination rank
+//   20     4   seq: DATA frame index; SYNC/ACK-of-SYNC sync id; NACK number of ranges
+//   24     8   block length in bytes (DATA, POLL, NACK, ACK of a block)
+//   32     2   payload length
+//   34     2   chunk: payload bytes of every full DATA frame of the block
+//   36     4   aux: for ACK, the type acknowledged; for ABORT, a reason code
+//   40     4   CRC32C of the header (this field zero) and the payload
+//
+// parse() is the only way in: it checks everything, including DATA offsets against the
+// block the receiver posted, before a single byte is written anywhere. It does not depend
+// on DPDK, so it can be fuzzed alone.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <utility>
+
+namespace aapc::engine {
+
+using Rank = int;
+using MacAddr = std::array<std::uint8_t, 6>;
+
+inline constexpr std::uint16_t kDefaultEtherType = 0x88B5;
+inline constexpr std::uint16_t kMagic = 0xAA9C;
+inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::size_t kEthHeaderLen = 14;
+inline constexpr std::size_t kHeaderLen = 44;
+inline constexpr std::size_t kFrameOverhead = kEthHeaderLen + kHeaderLen;
+inline constexpr std::uint16_t kNoPhase = 0xFFFF;
+inline constexpr std::size_t kMaxRanks = 0xFFFF;
+
+enum class FrameType : std::uint8_t {
+  kData = 1,
+  kSync = 2,   // a sync token
+  kReady = 3,  // the sender has posted its receive buffer for the exchange
+  kNack = 4,   // payload: (first frame, count) ranges missing from a block
+  kAck = 5,    // aux says what: a complete block, a sync token, a READY, a PING
+  kAbort = 6,  // payload: reason text
+  kPoll = 7,   // the sender of a block asks for its state (answered by ACK or NACK)
+  kPing = 8,   // is the engine there (answered by ACK)
+};
+inline constexpr int kFrameTypes = 9;
+std::string_view frame_type_name(FrameType type);
+
+enum Flags : std::uint8_t {
+  kFlagRetransmit = 1,
+  kFlagDummy = 2,  // Faraj/Yuan 'dummy' traffic: counted and dropped by the receiver
+  kFlagLast = 4,   // the last frame of a block's first transmission
+};
+
+// Why a frame was dropped. Everything that is not kOk is counted per reason.
+enum class DropReason : std::uint8_t {
+  kOk = 0,
+  kRunt,             // shorter than the headers
+  kEtherType,        // another protocol
+  kNotForUs,         // destination MAC is not ours
+  kUnknownSource,    // source MAC is not in the cluster
+  kBadMagic,
+  kBadVersion,
+  kBadType,
+  kBadLength,        // header/payload lengths inconsistent with the frame or the block
+  kBadCrc,
+  kRankMismatch,     // source rank is not the rank of the source MAC, or not for our rank
+  kNotLive,          // exchange id not live here (finished, forgotten or never started)
+  kStaleEpoch,       // from an earlier incarnation of the sender
+  kUnexpectedBlock,  // DATA for a block this node did not post, or of another length
+  kBadOffset,        // frame index / chunk / payload length do not fit the posted block
+  kDuplicate,        // DATA already received
+  kDummy,            // dummy traffic
+  kCount
+};
+inline constexpr int kDropReasons = static_cast<int>(DropReason::kCount);
+std::string_view drop_reason_name(DropReason reason);
+
+struct Header {
+  FrameType type = FrameType::kData;
+  std::uint8_t flags = 0;
+  std::uint16_t phase = kNoPhase;
+  std::uint32_t exchange = 0;
+  std::uint32_t epoch = 0;
+  std::uint16_t src = 0;
+  std::uint16_t dst = 0;
+  std::uint32_t seq = 0;
+  std::uint64_t block_len = 0;
+  std::uint16_t payload_len = 0;
+  std::uint16_t chunk = 0;
+  std::uint32_t aux = 0;
+};
+
+// The frames of a block of `len` bytes cut in `chunk`-byte pieces.
+inline std::uint32_t frame_count(std::uint64_t len, std::uint32_t chunk) {
+  return len == 0 ? 0 : static_cast<std::uint32_t>((len + chunk - 1) / chunk);
+}
+inline std::uint32_t frame_payload(std::uint64_t len, std::uint32_t chunk, std::uint32_t index) {
+  std::uint64_t start = static_cast<std::uint64_t>(index) * chunk;
+  return static_cast<std::uint32_t>(len - start < chunk ? len - start : chunk);
+}
+
+// Writes Ethernet header + our header (CRC left zero) into `out` (at least kFrameOverhead
+// bytes). The payload goes right after; then call seal().
+void encode(std::uint8_t* out, const MacAddr& dst_mac, const MacAddr& src_mac, std::uint16_t ethertype, const Header& h);
+// Computes the CRC over header and the payload that follows it, and stores it.
+void seal(std::uint8_t* frame);
+// Copies `len` payload bytes after the header while computing the CRC, then seals: one pass
+// over the data instead of two.
+void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len);
+
+// What the receiver knows, to validate a frame completely.
+class ParseContext {
+ public:
+  virtual ~ParseContext() = default;
+  std::uint16_t ethertype = kDefaultEtherType;
+  MacAddr my_mac{};
+  Rank my_rank = 0;
+  // Rank of a source MAC, or -1.
+  virtual Rank rank_of(const MacAddr& mac) const = 0;
+  // For DATA: the block this node posted for (exchange, src) and the epoch it accepts.
+  struct Expected {
+    DropReason status = DropReason::kNotLive;  // kOk when the block exists
+    std::uint64_t block_len = 0;
+    std::uint16_t chunk = 0;
+  };
+  virtual Expected expect_data(std::uint32_t exchange, std::uint32_t epoch, Rank src) const = 0;
+};
+
+struct Parsed {
+  DropReason reason = DropReason::kOk;
+  Header h;
+  Rank src_rank = -1;
+  std::span<const std::uint8_t> payload;
+  std::uint64_t offset = 0;  // DATA: where the payload goes in the block
+};
+
+// Validates a whole frame: Ethernet header, our header, lengths, CRC32C and, for DATA, the
+// offsets against the posted block. Trailing bytes beyond the payload (Ethernet padding of
+// short frames) are allowed.
+Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx);
+
+// NACK payload: range `index` = (first missing frame, number of frames).
+void put_nack_range(std::uint8_t* payload, std::uint32_t index, std::uint32_t first, std::uint32_t count);
+std::pair<std::uint32_t, std::uint32_t> nack_range(std::span<const std::uint8_t> payload, std::uint32_t index);
+
+// CRC32C (Castagnoli), hardware-accelerated where the CPU has SSE4.2.
+std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t len);
+
+}  // namespace aapc::engine

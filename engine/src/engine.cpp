@@ -1,0 +1,374 @@
+#include "aapc/engine/engine.hpp"
+
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "exchange.hpp"
+
+namespace aapc::engine {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+constexpr std::size_t kTxTarget = 32;      // frames built ahead of the port
+constexpr unsigned kMinFreeMbufs = 128;    // leave room for control frames and receive
+constexpr std::size_t kMaxEarly = 64;      // exchanges not started yet whose READY/SYNC we keep
+constexpr auto kTimerPeriod = std::chrono::microseconds(500);
+
+std::uint32_t clock_epoch() {
+  // Milliseconds of wall-clock time: a restarted daemon gets a later epoch.
+  auto ms = duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto e = static_cast<std::uint32_t>(ms);
+  return e == 0 ? 1 : e;
+}
+
+// Serial-number comparison (RFC 1982): is a later than b?
+bool later(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) > 0; }
+
+}  // namespace
+
+ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32_t id) {
+  ExchangeSpec spec;
+  spec.id = id;
+  spec.program = schedule.programs.at(static_cast<std::size_t>(me));
+  spec.sync_count = static_cast<std::uint32_t>(schedule.syncs.size());
+  for (const auto& s : schedule.syncs)
+    if (s.from == me) spec.sync_targets.emplace_back(s.id, s.to);
+  std::sort(spec.sync_targets.begin(), spec.sync_targets.end());
+  spec.send.resize(static_cast<std::size_t>(schedule.machines));
+  spec.recv.resize(static_cast<std::size_t>(schedule.machines));
+  return spec;
+}
+
+Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std::move(config)) {
+  const std::size_t n = config_.peers.size();
+  if (n < 2 || n > kMaxRanks) throw std::invalid_argument("engine needs 2 to 65535 peers");
+  if (config_.rank < 0 || static_cast<std::size_t>(config_.rank) >= n) throw std::invalid_argument("engine rank out of range");
+  if (config_.mtu < static_cast<int>(kHeaderLen) + 64 || config_.mtu - static_cast<int>(kHeaderLen) > 65535)
+    throw std::invalid_argument("engine MTU must be between " + std::to_string(kHeaderLen + 64) + " and 65579");
+  chunk_ = static_cast<std::uint32_t>(config_.mtu) - static_cast<std::uint32_t>(kHeaderLen);
+  epoch_ = config_.epoch != 0 ? config_.epoch : clock_epoch();
+  mac_ = config_.peers[static_cast<std::size_t>(config_.rank)];
+  for (std::size_t r = 0; r < n; ++r) mac_index_.emplace_back(config_.peers[r], static_cast<Rank>(r));
+  std::sort(mac_index_.begin(), mac_index_.end());
+  for (std::size_t i = 1; i < mac_index_.size(); ++i)
+    if (mac_index_[i].first == mac_index_[i - 1].first) throw std::invalid_argument("two ranks share the MAC " + nic::mac_string(mac_index_[i].first));
+  peer_epoch_.assign(n, 0);
+  peer_epoch_known_.assign(n, false);
+  last_heard_.assign(n, Clock::time_point{});
+  ethertype = config_.ethertype;
+  my_mac = mac_;
+  my_rank = config_.rank;
+  rx_.resize(config_.rx_burst);
+  pace_last_ = Clock::now();
+  tokens_ = config_.pace_burst_bytes;
+}
+
+Engine::~Engine() {
+  for (auto* m : txq_) rte_pktmbuf_free(m);
+}
+
+Rank Engine::rank_of(const MacAddr& mac) const {
+  auto it = std::lower_bound(mac_index_.begin(), mac_index_.end(), mac, [](const auto& e, const MacAddr& m) { return e.first < m; });
+  return it != mac_index_.end() && it->first == mac ? it->second : -1;
+}
+
+Exchange* Engine::find(std::uint32_t id) const {
+  auto it = exchanges_.find(id);
+  return it == exchanges_.end() ? nullptr : it->second.get();
+}
+
+ParseContext::Expected Engine::expect_data(std::uint32_t exchange, std::uint32_t epoch, Rank src) const {
+  Exchange* ex = find(exchange);
+  if (ex == nullptr) return {DropReason::kNotLive, 0, 0};
+  return ex->expect(epoch, src);
+}
+
+Result<void> Engine::start(ExchangeSpec spec) {
+  const std::size_t n = config_.peers.size();
+  auto invalid = [&](const std::string& what) { return Error(Errc::kInvalidArgument, "exchange " + std::to_string(spec.id) + ": " + what); };
+  if (started_any_ && !later(spec.id, last_started_))
+    return invalid("ids must grow; the last exchange started here was " + std::to_string(last_started_));
+  std::size_t running = 0;
+  for (const auto& [id, ex] : exchanges_)
+    if (ex->running()) ++running;
+  if (running >= config_.max_live_exchanges)
+    return Error(Errc::kBusy, "exchange " + std::to_string(spec.id) + ": " + std::to_string(running) + " exchanges are already running");
+  if (spec.send.size() != n || spec.recv.size() != n) return invalid("send and recv need one block per rank (" + std::to_string(n) + ")");
+  if (spec.program.rank != config_.rank) return invalid("the program is for rank " + std::to_string(spec.program.rank));
+  for (std::size_t r = 0; r < n; ++r) {
+    if (spec.send[r].len > 0 && spec.send[r].data == nullptr) return invalid("send block " + std::to_string(r) + " has no buffer");
+    if (spec.recv[r].len > 0 && spec.recv[r].data == nullptr) return invalid("recv block " + std::to_string(r) + " has no buffer");
+    if (spec.send[r].len > static_cast<std::uint64_t>(chunk_) * 0xFFFFFFF0ULL || spec.recv[r].len > static_cast<std::uint64_t>(chunk_) * 0xFFFFFFF0ULL)
+      return invalid("block " + std::to_string(r) + " is too large");
+  }
+  auto bad_sync = [&](std::uint32_t id) { return id >= spec.sync_count; };
+  for (const auto& round : spec.program.rounds) {
+    for (const auto& send : round.sends)
+      if (send.dst < 0 || static_cast<std::size_t>(send.dst) >= n) return invalid("a round sends to rank " + std::to_string(send.dst));
+    if (std::any_of(round.waits.begin(), round.waits.end(), bad_sync) || std::any_of(round.emits.begin(), round.emits.end(), bad_sync))
+      return invalid("a round names a sync beyond sync_count");
+  }
+  for (const auto& [src, ids] : spec.program.on_receive)
+    if (src < 0 || static_cast<std::size_t>(src) >= n || std::any_of(ids.begin(), ids.end(), bad_sync)) return invalid("on_receive is malformed");
+
+  const auto now = Clock::now();
+  const std::uint32_t id = spec.id;
+  auto ex = std::make_unique<Exchange>(*this, std::move(spec), now);
+  Exchange* raw = ex.get();
+  exchanges_[id] = std::move(ex);
+  last_started_ = id;
+  started_any_ = true;
+  std::vector<bool> early_ready;
+  std::vector<std::uint32_t> early_syncs;
+  if (auto it = early_.find(id); it != early_.end()) {
+    early_ready = std::move(it->second.ready_from);
+    early_syncs = std::move(it->second.syncs);
+    early_.erase(it);
+  }
+  // Early entries for ids now in the past can never start.
+  for (auto it = early_.begin(); it != early_.end();) it = later(it->first, id) ? std::next(it) : early_.erase(it);
+  raw->begin(now, early_ready, early_syncs);
+  return {};
+}
+
+bool Engine::send_frame(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len) {
+  rte_mbuf* m = rte_pktmbuf_alloc(port_.pool());
+  if (m == nullptr) {
+    ++counters_.alloc_failures;
+    return false;
+  }
+  // No padding of short frames: NICs pad to the Ethernet minimum themselves, and without it
+  // every byte of a frame is checked (a truncated frame is always caught).
+  const std::size_t frame_len = kFrameOverhead + len;
+  auto* p = static_cast<std::uint8_t*>(static_cast<void*>(rte_pktmbuf_append(m, static_cast<std::uint16_t>(frame_len))));
+  if (p == nullptr) {
+    rte_pktmbuf_free(m);
+    ++counters_.alloc_failures;
+    return false;
+  }
+  Header hh = h;
+  hh.epoch = epoch_;
+  hh.src = static_cast<std::uint16_t>(config_.rank);
+  encode(p, config_.peers[static_cast<std::size_t>(dst)], mac_, config_.ethertype, hh);
+  if (len > 0) {
+    copy_and_seal(p, payload, len);
+  } else {
+    seal(p);
+  }
+  txq_.push_back(m);
+  counters_.bytes_sent += frame_len;
+  if (config_.pace_bps > 0) tokens_ -= static_cast<double>(frame_len + config_.pace_overhead_bytes);
+  return true;
+}
+
+bool Engine::send_control(Rank dst, FrameType type, std::uint32_t exchange, std::uint32_t seq, std::uint32_t aux, std::uint64_t block_len,
+                          const std::uint8_t* payload, std::size_t len) {
+  Header h;
+  h.type = type;
+  h.exchange = exchange;
+  h.dst = static_cast<std::uint16_t>(dst);
+  h.seq = seq;
+  h.aux = aux;
+  h.block_len = block_len;
+  h.chunk = static_cast<std::uint16_t>(chunk_);
+  h.payload_len = static_cast<std::uint16_t>(len);
+  return send_frame(dst, h, payload, len);
+}
+
+bool Engine::note_epoch(Rank src, std::uint32_t epoch) {
+  auto i = static_cast<std::size_t>(src);
+  if (!peer_epoch_known_[i]) {
+    peer_epoch_known_[i] = true;
+    peer_epoch_[i] = epoch;
+    return true;
+  }
+  if (epoch == peer_epoch_[i]) return true;
+  if (!later(epoch, peer_epoch_[i])) return false;  // an earlier incarnation
+  peer_epoch_[i] = epoch;
+  const auto now = Clock::now();
+  for (auto& [id, ex] : exchanges_) ex->peer_restarted(src, now);
+  return true;
+}
+
+void Engine::handle(const Parsed& f, Clock::time_point now) {
+  const Rank src = f.src_rank;
+  if (f.h.type == FrameType::kPing) {
+    send_control(src, FrameType::kAck, f.h.exchange, 0, static_cast<std::uint32_t>(FrameType::kPing));
+    return;
+  }
+  if (f.h.type == FrameType::kAck && f.h.aux == static_cast<std::uint32_t>(FrameType::kPing)) return;
+  Exchange* ex = find(f.h.exchange);
+  if (ex == nullptr) {
+    const bool future = !started_any_ || later(f.h.exchange, last_started_);
+    const bool keep = f.h.type == FrameType::kReady || f.h.type == FrameType::kSync;
+    if (!future || !keep || (early_.size() >= kMaxEarly && early_.count(f.h.exchange) == 0)) {
+      ++counters_.drops[static_cast<std::size_t>(DropReason::kNotLive)];
+      return;
+    }
+    // A peer started an exchange we have not started yet: keep its READY and tokens.
+    Early& e = early_[f.h.exchange];
+    e.seen = now;
+    if (e.ready_from.empty()) e.ready_from.assign(config_.peers.size(), false);
+    if (f.h.type == FrameType::kReady) {
+      e.ready_from[static_cast<std::size_t>(src)] = true;
+    } else {
+      e.syncs.push_back(f.h.seq);
+    }
+    ++counters_.early_frames;
+    send_control(src, FrameType::kAck, f.h.exchange, f.h.seq, static_cast<std::uint32_t>(f.h.type));
+    return;
+  }
+  if (!ex->accept_epoch(src, f.h.epoch)) {
+    ++counters_.drops[static_cast<std::size_t>(DropReason::kStaleEpoch)];
+    ex->count_drop(DropReason::kStaleEpoch);
+    return;
+  }
+  if (f.h.type == FrameType::kData) {
+    ex->on_data(f, now);
+  } else {
+    ex->on_control(f, now);
+  }
+}
+
+void Engine::receive(Clock::time_point now) {
+  const std::uint16_t got = port_.rx_burst(rx_.data(), static_cast<std::uint16_t>(rx_.size()));
+  for (std::uint16_t i = 0; i < got; ++i) {
+    rte_mbuf* m = rx_[i];
+    if (m->nb_segs > 1 && rte_pktmbuf_linearize(m) != 0) {
+      ++counters_.drops[static_cast<std::size_t>(DropReason::kBadLength)];
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    ++counters_.frames_received;
+    counters_.bytes_received += rte_pktmbuf_data_len(m);
+    std::span<const std::uint8_t> frame(rte_pktmbuf_mtod(m, const std::uint8_t*), rte_pktmbuf_data_len(m));
+    Parsed f = parse(frame, *this);
+    if (f.reason == DropReason::kOk && !note_epoch(f.src_rank, f.h.epoch)) f.reason = DropReason::kStaleEpoch;
+    if (f.reason != DropReason::kOk) {
+      ++counters_.drops[static_cast<std::size_t>(f.reason)];
+      // Reasons found after the CRC matched can be charged to the exchange.
+      if (f.reason >= DropReason::kRankMismatch && f.reason != DropReason::kNotLive)
+        if (Exchange* ex = find(f.h.exchange)) ex->count_drop(f.reason);
+      if (f.reason != DropReason::kDummy && f.reason != DropReason::kEtherType && now - last_log_ > std::chrono::seconds(1)) {
+        last_log_ = now;
+        spdlog::warn("rank {}: dropped a frame ({}); {} dropped so far for that reason", config_.rank, drop_reason_name(f.reason),
+                     counters_.drops[static_cast<std::size_t>(f.reason)]);
+      }
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    last_heard_[static_cast<std::size_t>(f.src_rank)] = now;
+    handle(f, now);
+    rte_pktmbuf_free(m);
+  }
+}
+
+void Engine::timers(Clock::time_point now) {
+  for (auto& [id, ex] : exchanges_) ex->timers(now);
+  for (auto it = exchanges_.begin(); it != exchanges_.end();) {
+    Exchange& ex = *it->second;
+    if (!ex.running() && now > ex.linger_until()) {
+      it = exchanges_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = early_.begin(); it != early_.end();) it = now - it->second.seen > config_.linger ? early_.erase(it) : std::next(it);
+}
+
+void Engine::transmit(Clock::time_point now) {
+  if (config_.pace_bps > 0) {
+    double ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - pace_last_).count());
+    tokens_ = std::min(static_cast<double>(config_.pace_burst_bytes), tokens_ + ns * static_cast<double>(config_.pace_bps) / 8e9);
+    pace_last_ = now;
+  }
+  std::vector<Exchange*> ready;
+  for (auto& [id, ex] : exchanges_)
+    if (ex->has_data()) ready.push_back(ex.get());
+  if (ready.empty()) return;
+  while (txq_.size() < kTxTarget) {
+    if (config_.pace_bps > 0 && tokens_ <= 0) break;
+    if (rte_mempool_avail_count(port_.pool()) < kMinFreeMbufs) break;
+    bool sent = false;
+    for (std::size_t k = 0; k < ready.size() && !sent; ++k) {
+      Exchange* ex = ready[(rr_ + k) % ready.size()];
+      sent = ex->send_next(now);
+    }
+    if (!sent) break;
+    ++rr_;
+  }
+}
+
+void Engine::flush() {
+  if (txq_.empty()) return;
+  const auto total = static_cast<std::uint16_t>(std::min<std::size_t>(txq_.size(), 512));
+  const std::uint16_t sent = port_.tx_burst(txq_.data(), total);
+  counters_.frames_sent += sent;
+  if (sent < total) counters_.tx_refused += total - sent;
+  txq_.erase(txq_.begin(), txq_.begin() + sent);
+}
+
+bool Engine::poll() {
+  const auto now = Clock::now();
+  const std::uint64_t before_rx = counters_.frames_received, before_tx = counters_.frames_sent;
+  receive(now);
+  if (now >= next_timers_) {
+    timers(now);
+    next_timers_ = now + kTimerPeriod;
+  }
+  transmit(now);
+  flush();
+  for (auto& [id, ex] : exchanges_) {
+    if (!ex->running() && !ex->reported) {
+      ex->reported = true;
+      finished_.push_back(ex->report(now));
+    }
+  }
+  return counters_.frames_received != before_rx || counters_.frames_sent != before_tx || !txq_.empty();
+}
+
+void Engine::abort(std::uint32_t id, const std::string& reason) {
+  if (Exchange* ex = find(id)) ex->fail(Errc::kAborted, reason, -1, Clock::now());
+}
+
+std::optional<ExchangeReport> Engine::report(std::uint32_t id) const {
+  Exchange* ex = find(id);
+  if (ex == nullptr) return std::nullopt;
+  return ex->report(Clock::now());
+}
+
+std::vector<ExchangeReport> Engine::take_finished() {
+  std::vector<ExchangeReport> out;
+  out.swap(finished_);
+  return out;
+}
+
+bool Engine::quiet() const {
+  if (!txq_.empty()) return false;
+  return std::none_of(exchanges_.begin(), exchanges_.end(), [](const auto& e) { return e.second->running(); });
+}
+
+void Idler::idle() {
+  ++idle_;
+  if (idle_ < 32) return;  // keep polling: more frames are likely on their way
+  if (idle_ < 128) {
+#if defined(__x86_64__)
+    for (int i = 0; i < 16; ++i) _mm_pause();
+#endif
+    return;
+  }
+  std::this_thread::sleep_for(idle_ < 1024 ? std::chrono::microseconds(20) : std::chrono::microseconds(200));
+}
+
+}  // namespace aapc::engine

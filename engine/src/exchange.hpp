@@ -1,0 +1,129 @@
+// One exchange inside the engine (not installed): rounds, blocks, tokens, recovery.
+#pragma once
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "aapc/engine/engine.hpp"
+
+namespace aapc::engine {
+
+class Exchange {
+ public:
+  Exchange(Engine& engine, ExchangeSpec spec, Clock::time_point now);
+
+  bool reported = false;  // the engine has handed out its final report
+
+  std::uint32_t id() const { return spec_.id; }
+  ExchangeState state() const { return state_; }
+  bool running() const { return state_ == ExchangeState::kRunning; }
+  Clock::time_point linger_until() const { return linger_until_; }
+  ExchangeReport report(Clock::time_point now) const;
+
+  // Called once right after construction: posts READY, copies the block to ourselves.
+  void begin(Clock::time_point now, const std::vector<bool>& early_ready, const std::vector<std::uint32_t>& early_syncs);
+  // Sends one data frame (retransmissions first) if any is due; false when nothing to send.
+  bool send_next(Clock::time_point now);
+  bool has_data() const;
+  void timers(Clock::time_point now);
+  void fail(Errc code, const std::string& message, Rank peer, Clock::time_point now);
+
+  // Frames for this exchange (already validated by parse()).
+  void on_data(const Parsed& f, Clock::time_point now);
+  void on_control(const Parsed& f, Clock::time_point now);
+  // Epoch bookkeeping: false when the frame comes from another incarnation of the peer.
+  bool accept_epoch(Rank src, std::uint32_t epoch);
+  void peer_restarted(Rank src, Clock::time_point now);
+  ParseContext::Expected expect(std::uint32_t epoch, Rank src) const;
+  void count_drop(DropReason reason) { ++counters_.drops[static_cast<std::size_t>(reason)]; }
+
+ private:
+  struct OutBlock {
+    Rank dst = -1;
+    const std::uint8_t* data = nullptr;
+    std::uint64_t len = 0;
+    std::uint32_t frames = 0;
+    int phase = -1;
+    std::uint32_t sent = 0;   // frames sent once so far
+    bool first_done = false;  // every frame sent once
+    bool acked = false;
+    std::vector<std::uint64_t> queued;  // frames waiting in `resend`
+    std::deque<std::uint32_t> resend;
+    Clock::time_point poll_at{};
+    std::chrono::microseconds rto{};
+    int polls = 0;
+  };
+  struct InBlock {
+    std::uint8_t* data = nullptr;
+    std::uint64_t len = 0;
+    std::uint32_t frames = 0;
+    std::uint32_t got = 0;
+    std::vector<std::uint64_t> bits;
+    bool complete = false;
+    Clock::time_point nack_at{};
+  };
+  // A control frame that needs an ACK: READY (to a sender) or SYNC (to a waiter).
+  struct Pending {
+    FrameType type = FrameType::kSync;
+    Rank to = -1;
+    std::uint32_t seq = 0;
+    Clock::time_point retry_at{};
+    std::chrono::microseconds rto{};
+    int tries = 0;
+    bool acked = false;
+  };
+  // A stream of a round: a block's first transmission, or dummy traffic.
+  struct Stream {
+    int out = -1;      // index into out_, or -1 for dummy frames
+    Rank dst = -1;
+    std::uint32_t next = 0;
+    std::uint32_t frames = 0;
+    std::uint64_t len = 0;
+    int phase = -1;
+  };
+  enum class RoundState : std::uint8_t { kWaiting, kSending, kDelay, kFinished };
+
+  std::size_t idx(Rank r) const { return static_cast<std::size_t>(r); }
+  std::int64_t since_start(Clock::time_point t) const;
+  void advance(Clock::time_point now);
+  bool round_can_start(const sched::Round& round) const;
+  void start_round(Clock::time_point now);
+  void end_round(Clock::time_point now);
+  void emit(std::uint32_t sync_id, Clock::time_point now);
+  void send_pending(Pending& p, Clock::time_point now);
+  void send_nack(Rank src, InBlock& in, Clock::time_point now);
+  void send_data(OutBlock* block, Rank dst, std::uint32_t index, std::uint64_t len, int phase, std::uint8_t flags);
+  void block_complete(Rank src, Clock::time_point now);
+  void check_done(Clock::time_point now);
+  Rank sync_target(std::uint32_t id) const;
+
+  Engine& eng_;
+  ExchangeSpec spec_;
+  std::size_t n_;
+  ExchangeState state_ = ExchangeState::kRunning;
+  Errc code_ = Errc::kOk;
+  std::string error_;
+  Rank bad_peer_ = -1;
+  Clock::time_point start_, end_, linger_until_, next_keepalive_;
+  std::vector<OutBlock> out_;
+  std::vector<int> out_of_;  // rank -> index into out_
+  std::vector<InBlock> in_;
+  std::vector<std::uint32_t> epoch_;
+  std::vector<bool> epoch_known_;
+  std::vector<Clock::time_point> pinged_;
+  std::vector<std::uint8_t> have_sync_;
+  std::vector<Pending> pending_;
+  std::vector<int> ready_pending_;  // rank -> index into pending_ of our READY to it
+  std::vector<bool> ready_from_;
+  std::deque<int> resend_blocks_;   // out_ indices with frames to resend
+  std::size_t round_ = 0;
+  RoundState round_state_ = RoundState::kWaiting;
+  Clock::time_point wait_since_, delay_until_;
+  std::vector<Stream> streams_;
+  std::size_t cursor_ = 0;
+  std::size_t unacked_blocks_ = 0, incomplete_blocks_ = 0, unacked_pending_ = 0;
+  ExchangeCounters counters_;
+};
+
+}  // namespace aapc::engine

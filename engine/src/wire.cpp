@@ -1,0 +1,263 @@
+#include "aapc/engine/wire.hpp"
+
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
+namespace aapc::engine {
+namespace {
+
+inline void put16(std::uint8_t* p, std::uint16_t v) {
+  p[0] = static_cast<std::uint8_t>(v >> 8);
+  p[1] = static_cast<std::uint8_t>(v);
+}
+inline void put32(std::uint8_t* p, std::uint32_t v) {
+  put16(p, static_cast<std::uint16_t>(v >> 16));
+  put16(p + 2, static_cast<std::uint16_t>(v));
+}
+inline void put64(std::uint8_t* p, std::uint64_t v) {
+  put32(p, static_cast<std::uint32_t>(v >> 32));
+  put32(p + 4, static_cast<std::uint32_t>(v));
+}
+inline std::uint16_t get16(const std::uint8_t* p) { return static_cast<std::uint16_t>((p[0] << 8) | p[1]); }
+inline std::uint32_t get32(const std::uint8_t* p) { return (static_cast<std::uint32_t>(get16(p)) << 16) | get16(p + 2); }
+inline std::uint64_t get64(const std::uint8_t* p) { return (static_cast<std::uint64_t>(get32(p)) << 32) | get32(p + 4); }
+
+constexpr std::size_t kCrcOffset = 40;  // within our header
+
+// Software CRC32C, table driven (used when the CPU lacks SSE4.2).
+struct Table {
+  std::uint32_t t[256];
+  constexpr Table() : t{} {
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) != 0 ? (c >> 1) ^ 0x82F63B78U : c >> 1;
+      t[i] = c;
+    }
+  }
+};
+constexpr Table kTable;
+
+std::uint32_t crc32c_soft(std::uint32_t crc, const std::uint8_t* p, std::size_t len) {
+  crc = ~crc;
+  for (std::size_t i = 0; i < len; ++i) crc = kTable.t[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) std::uint32_t crc32c_hw(std::uint32_t crc, const std::uint8_t* p, std::size_t len) {
+  std::uint64_t c = ~crc & 0xFFFFFFFFULL;
+  while (len >= 8) {
+    std::uint64_t v;
+    std::memcpy(&v, p, 8);
+    c = _mm_crc32_u64(c, v);
+    p += 8;
+    len -= 8;
+  }
+  auto c32 = static_cast<std::uint32_t>(c);
+  while (len > 0) {
+    c32 = _mm_crc32_u8(c32, *p++);
+    --len;
+  }
+  return ~c32;
+}
+
+__attribute__((target("sse4.2"))) std::uint32_t copy_crc32c_hw(std::uint32_t crc, std::uint8_t* dst, const std::uint8_t* src,
+                                                                 std::size_t len) {
+  std::uint64_t c = ~crc & 0xFFFFFFFFULL;
+  while (len >= 8) {
+    std::uint64_t v;
+    std::memcpy(&v, src, 8);
+    std::memcpy(dst, &v, 8);
+    c = _mm_crc32_u64(c, v);
+    src += 8;
+    dst += 8;
+    len -= 8;
+  }
+  auto c32 = static_cast<std::uint32_t>(c);
+  while (len > 0) {
+    *dst++ = *src;
+    c32 = _mm_crc32_u8(c32, *src++);
+    --len;
+  }
+  return ~c32;
+}
+
+const bool kHaveSse42 = [] {
+  __builtin_cpu_init();  // static initialisers may run before libgcc's
+  return __builtin_cpu_supports("sse4.2") != 0;
+}();
+#endif
+
+}  // namespace
+
+void put_nack_range(std::uint8_t* payload, std::uint32_t index, std::uint32_t first, std::uint32_t count) {
+  put32(payload + 8 * index, first);
+  put32(payload + 8 * index + 4, count);
+}
+
+std::pair<std::uint32_t, std::uint32_t> nack_range(std::span<const std::uint8_t> payload, std::uint32_t index) {
+  return {get32(payload.data() + 8 * index), get32(payload.data() + 8 * index + 4)};
+}
+
+std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t len) {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+#if defined(__x86_64__)
+  if (kHaveSse42) return crc32c_hw(crc, p, len);
+#endif
+  return crc32c_soft(crc, p, len);
+}
+
+std::string_view frame_type_name(FrameType type) {
+  switch (type) {
+    case FrameType::kData: return "DATA";
+    case FrameType::kSync: return "SYNC";
+    case FrameType::kReady: return "READY";
+    case FrameType::kNack: return "NACK";
+    case FrameType::kAck: return "ACK";
+    case FrameType::kAbort: return "ABORT";
+    case FrameType::kPoll: return "POLL";
+    case FrameType::kPing: return "PING";
+  }
+  return "?";
+}
+
+std::string_view drop_reason_name(DropReason reason) {
+  static constexpr std::string_view kNames[] = {
+      "ok",          "runt",        "ethertype",   "not_for_us",       "unknown_source", "bad_magic",
+      "bad_version", "bad_type",    "bad_length",  "bad_crc",          "rank_mismatch",  "not_live",
+      "stale_epoch", "unexpected_block", "bad_offset", "duplicate", "dummy"};
+  auto i = static_cast<std::size_t>(reason);
+  return i < std::size(kNames) ? kNames[i] : "?";
+}
+
+void encode(std::uint8_t* out, const MacAddr& dst_mac, const MacAddr& src_mac, std::uint16_t ethertype, const Header& h) {
+  std::memcpy(out, dst_mac.data(), 6);
+  std::memcpy(out + 6, src_mac.data(), 6);
+  put16(out + 12, ethertype);
+  std::uint8_t* p = out + kEthHeaderLen;
+  put16(p, kMagic);
+  p[2] = kVersion;
+  p[3] = static_cast<std::uint8_t>(h.type);
+  p[4] = h.flags;
+  p[5] = static_cast<std::uint8_t>(kHeaderLen);
+  put16(p + 6, h.phase);
+  put32(p + 8, h.exchange);
+  put32(p + 12, h.epoch);
+  put16(p + 16, h.src);
+  put16(p + 18, h.dst);
+  put32(p + 20, h.seq);
+  put64(p + 24, h.block_len);
+  put16(p + 32, h.payload_len);
+  put16(p + 34, h.chunk);
+  put32(p + 36, h.aux);
+  put32(p + kCrcOffset, 0);
+}
+
+void seal(std::uint8_t* frame) {
+  std::uint8_t* p = frame + kEthHeaderLen;
+  std::uint16_t payload = get16(p + 32);
+  std::uint32_t crc = crc32c(0, p, kCrcOffset);
+  crc = crc32c(crc, p + kHeaderLen, payload);
+  put32(p + kCrcOffset, crc);
+}
+
+void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len) {
+  std::uint8_t* p = frame + kEthHeaderLen;
+  std::uint32_t crc = crc32c(0, p, kCrcOffset);
+#if defined(__x86_64__)
+  if (kHaveSse42) {
+    crc = copy_crc32c_hw(crc, p + kHeaderLen, payload, len);
+    put32(p + kCrcOffset, crc);
+    return;
+  }
+#endif
+  std::memcpy(p + kHeaderLen, payload, len);
+  crc = crc32c(crc, p + kHeaderLen, len);
+  put32(p + kCrcOffset, crc);
+}
+
+Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx) {
+  Parsed out;
+  auto drop = [&](DropReason r) {
+    out.reason = r;
+    return out;
+  };
+  if (frame.size() < kEthHeaderLen) return drop(DropReason::kRunt);
+  const std::uint8_t* f = frame.data();
+  if (get16(f + 12) != ctx.ethertype) return drop(DropReason::kEtherType);
+  if (frame.size() < kFrameOverhead) return drop(DropReason::kRunt);
+  if (std::memcmp(f, ctx.my_mac.data(), 6) != 0) return drop(DropReason::kNotForUs);
+  MacAddr src_mac;
+  std::memcpy(src_mac.data(), f + 6, 6);
+  Rank src_rank = ctx.rank_of(src_mac);
+  if (src_rank < 0) return drop(DropReason::kUnknownSource);
+
+  const std::uint8_t* p = f + kEthHeaderLen;
+  if (get16(p) != kMagic) return drop(DropReason::kBadMagic);
+  if (p[2] != kVersion) return drop(DropReason::kBadVersion);
+  if (p[3] == 0 || p[3] >= kFrameTypes) return drop(DropReason::kBadType);
+  if (p[5] != kHeaderLen) return drop(DropReason::kBadLength);
+  Header& h = out.h;
+  h.type = static_cast<FrameType>(p[3]);
+  h.flags = p[4];
+  h.phase = get16(p + 6);
+  h.exchange = get32(p + 8);
+  h.epoch = get32(p + 12);
+  h.src = get16(p + 16);
+  h.dst = get16(p + 18);
+  h.seq = get32(p + 20);
+  h.block_len = get64(p + 24);
+  h.payload_len = get16(p + 32);
+  h.chunk = get16(p + 34);
+  h.aux = get32(p + 36);
+  if (h.payload_len > frame.size() - kFrameOverhead) return drop(DropReason::kBadLength);
+  std::uint32_t crc = crc32c(0, p, kCrcOffset);
+  crc = crc32c(crc, p + kHeaderLen, h.payload_len);
+  if (crc != get32(p + kCrcOffset)) return drop(DropReason::kBadCrc);
+  if (h.src != src_rank || h.dst != ctx.my_rank) return drop(DropReason::kRankMismatch);
+  out.src_rank = src_rank;
+  out.payload = frame.subspan(kFrameOverhead, h.payload_len);
+
+  switch (h.type) {
+    case FrameType::kData: {
+      if (h.chunk == 0 || h.block_len == 0 || h.payload_len == 0) return drop(DropReason::kBadLength);
+      std::uint32_t count = frame_count(h.block_len, h.chunk);
+      if (h.seq >= count || h.payload_len != frame_payload(h.block_len, h.chunk, h.seq)) return drop(DropReason::kBadOffset);
+      if ((h.flags & kFlagDummy) != 0) return drop(DropReason::kDummy);  // nothing is written for dummy traffic
+      ParseContext::Expected e = ctx.expect_data(h.exchange, h.epoch, src_rank);
+      if (e.status != DropReason::kOk) return drop(e.status);
+      if (e.block_len != h.block_len) return drop(DropReason::kUnexpectedBlock);
+      if (e.chunk != h.chunk) return drop(DropReason::kBadOffset);
+      out.offset = static_cast<std::uint64_t>(h.seq) * h.chunk;
+      if (out.offset + h.payload_len > e.block_len) return drop(DropReason::kBadOffset);  // implied, kept as a guard
+      break;
+    }
+    case FrameType::kNack: {
+      // seq ranges of (first, count), 8 bytes each, within the block.
+      if (h.payload_len != h.seq * 8ULL || h.chunk == 0) return drop(DropReason::kBadLength);
+      std::uint32_t count = frame_count(h.block_len, h.chunk);
+      for (std::uint32_t i = 0; i < h.seq; ++i) {
+        std::uint32_t first = get32(out.payload.data() + 8 * i), n = get32(out.payload.data() + 8 * i + 4);
+        if (n == 0 || first >= count || n > count - first) return drop(DropReason::kBadOffset);
+      }
+      break;
+    }
+    case FrameType::kSync:
+    case FrameType::kReady:
+    case FrameType::kPoll:
+    case FrameType::kPing:
+      if (h.payload_len != 0) return drop(DropReason::kBadLength);
+      break;
+    case FrameType::kAck:
+      if (h.payload_len != 0 || h.aux == 0 || h.aux >= kFrameTypes) return drop(DropReason::kBadLength);
+      break;
+    case FrameType::kAbort:
+      break;
+  }
+  return out;
+}
+
+}  // namespace aapc::engine

@@ -1,0 +1,59 @@
+// A DPDK ethdev as a Port: a PCI NIC, or net_af_packet, net_pcap, net_ring, net_memif,
+// net_tap, net_null. One rx and one tx queue, a mempool of its own.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "aapc/nic/port.hpp"
+
+namespace aapc::nic {
+
+struct PortOptions {
+  // The ethdev: a name that exists ("net_ring0", made with --vdev or rte_eth_from_rings), a
+  // device to probe ("net_af_packet0,iface=veth0", "net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap",
+  // a PCI address "0000:03:00.0").
+  std::string device;
+  unsigned pool_size = 8191;  // mbufs
+  int mtu = 1500;
+  std::optional<MacAddr> mac;  // set this MAC on the device (otherwise keep its own)
+  std::uint16_t rx_descriptors = 1024;
+  std::uint16_t tx_descriptors = 1024;
+  bool promiscuous = true;
+};
+
+class EthPort final : public Port {
+ public:
+  // Probes (if needed), configures and starts the device. Throws NicError.
+  static std::unique_ptr<EthPort> open(const PortOptions& options);
+  ~EthPort() override;
+  EthPort(const EthPort&) = delete;
+  EthPort& operator=(const EthPort&) = delete;
+
+  std::uint16_t rx_burst(rte_mbuf** pkts, std::uint16_t n) override;
+  std::uint16_t tx_burst(rte_mbuf** pkts, std::uint16_t n) override;
+  rte_mempool* pool() const override { return pool_; }
+  MacAddr mac() const override { return mac_; }
+  int mtu() const override { return mtu_; }
+  std::uint64_t link_speed_bps() const override;
+  std::string name() const override { return name_; }
+  std::uint16_t port_id() const { return port_id_; }
+
+  // Statistics as the device counts them.
+  struct DeviceStats {
+    std::uint64_t rx_frames = 0, tx_frames = 0, rx_missed = 0, rx_errors = 0, tx_errors = 0;
+  };
+  DeviceStats device_stats() const;
+
+ private:
+  EthPort() = default;
+  std::uint16_t port_id_ = 0;
+  std::string name_;
+  rte_mempool* pool_ = nullptr;
+  MacAddr mac_{};
+  int mtu_ = 1500;
+};
+
+}  // namespace aapc::nic

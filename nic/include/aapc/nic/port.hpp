@@ -1,0 +1,44 @@
+// A narrow port interface that works in bursts (DESIGN.md, nic/): one implementation for every
+// DPDK ethdev, and wrappers that inject faults or capture frames.
+//
+// Thread safety: a port is used by one thread at a time (the engine's poll loop).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+struct rte_mbuf;
+struct rte_mempool;
+
+namespace aapc::nic {
+
+using MacAddr = std::array<std::uint8_t, 6>;
+std::string mac_string(const MacAddr& mac);
+
+// Setup failures (EAL, port configuration, files): the message says what to do.
+class NicError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Port {
+ public:
+  virtual ~Port() = default;
+  // Receives up to n frames into pkts; the caller owns (and frees) them.
+  virtual std::uint16_t rx_burst(rte_mbuf** pkts, std::uint16_t n) = 0;
+  // Offers n frames; returns how many the port took (and will free). The caller keeps the
+  // rest: a full transmit ring is backpressure, not an error.
+  virtual std::uint16_t tx_burst(rte_mbuf** pkts, std::uint16_t n) = 0;
+  // Pool to allocate frames for this port from.
+  virtual rte_mempool* pool() const = 0;
+  virtual MacAddr mac() const = 0;
+  virtual int mtu() const = 0;
+  // Link speed in bit/s as the device reports it; 0 when unknown (virtual devices).
+  virtual std::uint64_t link_speed_bps() const = 0;
+  virtual std::string name() const = 0;
+};
+
+}  // namespace aapc::nic

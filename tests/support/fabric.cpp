@@ -1,0 +1,243 @@
+#include "fabric.hpp"
+
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+
+#include "aapc/engine/engine.hpp"
+#include "aapc/nic/eal.hpp"
+
+namespace aapc::test {
+namespace {
+
+constexpr unsigned kRingSize = 4096;
+std::atomic<int> g_fabric_serial{0};
+
+}  // namespace
+
+void start_eal() {
+  nic::EalOptions o;
+  o.memory_mb = 1024;
+  o.program = "aapc-test";
+  nic::eal_init(o);
+}
+
+nic::MacAddr Fabric::mac(int rank) {
+  return {0x02, 0x00, 0x00, 0x00, static_cast<std::uint8_t>((rank + 1) >> 8), static_cast<std::uint8_t>((rank + 1) & 0xFF)};
+}
+
+Fabric::Fabric(const FabricOptions& options) : options_(options) {
+  start_eal();
+  const int serial = g_fabric_serial++;
+  const int n = options.nodes;
+  nodes_.resize(static_cast<std::size_t>(n));
+  unplugged_.assign(static_cast<std::size_t>(n), false);
+  std::vector<nic::MacAddr> macs;
+  for (int i = 0; i < n; ++i) macs.push_back(mac(i));
+  for (int i = 0; i < n; ++i) {
+    Node& node = nodes_[static_cast<std::size_t>(i)];
+    std::string base = "f" + std::to_string(serial) + "n" + std::to_string(i);
+    node.to_node = rte_ring_create((base + "rx").c_str(), kRingSize, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
+    node.from_node = rte_ring_create((base + "tx").c_str(), kRingSize, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
+    if (node.to_node == nullptr || node.from_node == nullptr) throw std::runtime_error("fabric: cannot create rings");
+    int port_id = rte_eth_from_rings(base.c_str(), &node.to_node, 1, &node.from_node, 1, rte_socket_id());
+    if (port_id < 0) throw std::runtime_error("fabric: rte_eth_from_rings failed for " + base);
+    char name[RTE_ETH_NAME_MAX_LEN];
+    rte_eth_dev_get_name_by_port(static_cast<std::uint16_t>(port_id), name);  // the PMD prefixes "net_ring_"
+    nic::PortOptions po;
+    po.device = name;
+    po.mtu = options.mtu;
+    po.mac = macs[static_cast<std::size_t>(i)];
+    po.pool_size = options.pool_size;
+    node.eth = nic::EthPort::open(po);
+    nic::Port* port = node.eth.get();
+    if (options.faults) {
+      nic::FaultOptions f = *options.faults;
+      f.seed = f.seed * 1000 + static_cast<std::uint64_t>(i);
+      node.faults = std::make_unique<nic::FaultPort>(*port, f);
+      port = node.faults.get();
+    }
+    if (!options.capture_dir.empty()) {
+      node.capture = std::make_unique<nic::CapturePort>(*port, nic::CaptureOptions{options.capture_dir + "/node" + std::to_string(i) + ".pcap",
+                                                                                   options.capture_snaplen});
+      port = node.capture.get();
+    }
+    engine::EngineConfig cfg;
+    cfg.rank = i;
+    cfg.peers = macs;
+    cfg.mtu = options.mtu;
+    cfg.rto = std::chrono::microseconds(2'000);
+    cfg.rto_max = std::chrono::microseconds(100'000);
+    cfg.peer_deadline = std::chrono::milliseconds(3'000);
+    cfg.linger = std::chrono::milliseconds(2'000);
+    if (options.tune) options.tune(cfg);
+    node.engine = std::make_unique<engine::Engine>(*port, cfg);
+  }
+  last_ = std::chrono::steady_clock::now();
+}
+
+Fabric::~Fabric() {
+  for (auto& node : nodes_) {
+    node.engine.reset();
+    node.capture.reset();
+    node.faults.reset();
+    node.eth.reset();  // stops and closes the ring port
+    for (auto* m : node.out_queue) rte_pktmbuf_free(m);
+    rte_mbuf* m = nullptr;
+    for (rte_ring* r : {node.to_node, node.from_node}) {
+      if (r == nullptr) continue;
+      while (rte_ring_dequeue(r, reinterpret_cast<void**>(&m)) == 0) rte_pktmbuf_free(m);
+      rte_ring_free(r);
+    }
+  }
+}
+
+bool Fabric::step() {
+  bool moved = false;
+  const auto now = std::chrono::steady_clock::now();
+  const double ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count());
+  last_ = now;
+  const std::size_t n = nodes_.size();
+  // The switch: forward by destination MAC.
+  rte_mbuf* burst[64];
+  for (std::size_t i = 0; i < n; ++i) {
+    unsigned got = rte_ring_dequeue_burst(nodes_[i].from_node, reinterpret_cast<void**>(burst), 64, nullptr);
+    for (unsigned k = 0; k < got; ++k) {
+      rte_mbuf* m = burst[k];
+      moved = true;
+      const auto* eth = rte_pktmbuf_mtod(m, const std::uint8_t*);
+      int dst = -1;
+      if (rte_pktmbuf_data_len(m) >= 6 && eth[0] == 0x02 && eth[1] == 0 && eth[2] == 0 && eth[3] == 0)
+        dst = ((eth[4] << 8) | eth[5]) - 1;
+      if (dst < 0 || dst >= static_cast<int>(n) || unplugged_[i] || unplugged_[static_cast<std::size_t>(dst)]) {
+        ++switch_drops_;
+        rte_pktmbuf_free(m);
+        continue;
+      }
+      Node& out = nodes_[static_cast<std::size_t>(dst)];
+      if (options_.queue_limit > 0 && out.out_queue.size() >= options_.queue_limit) {
+        ++switch_drops_;
+        rte_pktmbuf_free(m);
+        continue;
+      }
+      out.out_queue.push_back(m);
+    }
+  }
+  for (auto& node : nodes_) {
+    if (options_.port_rate_bps > 0) {
+      node.tokens = std::min(node.tokens + ns * static_cast<double>(options_.port_rate_bps) / 8e9, 16.0 * 1024);
+    }
+    std::size_t take = 0;
+    while (take < node.out_queue.size()) {
+      if (options_.port_rate_bps > 0) {
+        if (node.tokens <= 0) break;
+        node.tokens -= rte_pktmbuf_data_len(node.out_queue[take]);
+      }
+      ++take;
+    }
+    if (take == 0) continue;
+    unsigned put = rte_ring_enqueue_burst(node.to_node, reinterpret_cast<void**>(node.out_queue.data()), static_cast<unsigned>(take), nullptr);
+    for (std::size_t k = put; k < take; ++k) {  // the port's ring is full: a switch drop
+      ++switch_drops_;
+      rte_pktmbuf_free(node.out_queue[k]);
+    }
+    switched_ += put;
+    node.out_queue.erase(node.out_queue.begin(), node.out_queue.begin() + static_cast<std::ptrdiff_t>(take));
+    moved = true;
+  }
+  for (auto& node : nodes_) moved = node.engine->poll() || moved;
+  return moved;
+}
+
+bool Fabric::run_until(const std::function<bool()>& done, std::chrono::milliseconds deadline) {
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  engine::Idler idler;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    if (step()) {
+      idler.busy();
+    } else {
+      idler.idle();
+    }
+  }
+  return true;
+}
+
+void Fabric::settle(std::chrono::milliseconds quiet) {
+  auto last_move = std::chrono::steady_clock::now();
+  engine::Idler idler;
+  while (std::chrono::steady_clock::now() - last_move < quiet) {
+    if (step()) {
+      last_move = std::chrono::steady_clock::now();
+      idler.busy();
+    } else {
+      idler.idle();
+    }
+  }
+}
+
+ExchangeRun run_exchange(Fabric& fabric, const sched::Schedule& schedule, std::uint32_t id, std::uint64_t block,
+                         std::chrono::milliseconds deadline, const std::vector<std::vector<std::uint64_t>>* sizes) {
+  const int n = fabric.size();
+  auto size_of = [&](int src, int dst) { return sizes != nullptr ? (*sizes)[static_cast<std::size_t>(src)][static_cast<std::size_t>(dst)] : block; };
+  std::vector<std::vector<std::vector<std::uint8_t>>> send(static_cast<std::size_t>(n)), recv(static_cast<std::size_t>(n));
+  ExchangeRun run;
+  run.reports.resize(static_cast<std::size_t>(n));
+  std::vector<bool> done(static_cast<std::size_t>(n), false);
+  for (int me = 0; me < n; ++me) {
+    auto spec = engine::exchange_spec(schedule, me, id);
+    auto& s = send[static_cast<std::size_t>(me)];
+    auto& r = recv[static_cast<std::size_t>(me)];
+    s.resize(static_cast<std::size_t>(n));
+    r.resize(static_cast<std::size_t>(n));
+    for (int peer = 0; peer < n; ++peer) {
+      auto& out = s[static_cast<std::size_t>(peer)];
+      out.resize(size_of(me, peer));
+      for (std::uint64_t k = 0; k < out.size(); ++k) out[k] = pattern(me, peer, id, k);
+      r[static_cast<std::size_t>(peer)].assign(size_of(peer, me), 0xEE);
+      spec.send[static_cast<std::size_t>(peer)] = {out.data(), out.size()};
+      spec.recv[static_cast<std::size_t>(peer)] = {r[static_cast<std::size_t>(peer)].data(), r[static_cast<std::size_t>(peer)].size()};
+    }
+    auto started = fabric.engine(me).start(std::move(spec));
+    if (!started) throw std::runtime_error("start failed: " + started.error().message());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  run.finished = fabric.run_until(
+      [&] {
+        bool all = true;
+        for (int me = 0; me < n; ++me) {
+          for (auto& rep : fabric.engine(me).take_finished()) {
+            if (rep.id != id) continue;
+            run.reports[static_cast<std::size_t>(me)] = rep;
+            done[static_cast<std::size_t>(me)] = true;
+          }
+          all = all && done[static_cast<std::size_t>(me)];
+        }
+        return all;
+      },
+      deadline);
+  run.elapsed = std::chrono::steady_clock::now() - t0;
+  run.byte_exact = true;
+  for (int me = 0; me < n && run.byte_exact; ++me) {
+    for (int peer = 0; peer < n && run.byte_exact; ++peer) {
+      const auto& got = recv[static_cast<std::size_t>(me)][static_cast<std::size_t>(peer)];
+      for (std::uint64_t k = 0; k < got.size(); ++k) {
+        if (got[k] != pattern(peer, me, id, k)) {
+          run.byte_exact = false;
+          run.first_mismatch = "rank " + std::to_string(me) + " from " + std::to_string(peer) + " byte " + std::to_string(k) + " of " +
+                               std::to_string(got.size());
+          break;
+        }
+      }
+    }
+  }
+  return run;
+}
+
+}  // namespace aapc::test

@@ -1,0 +1,107 @@
+// An in-process fabric for the vdev suite: N engines in one process, each on a real DPDK
+// net_ring port, joined by a small software L2 switch that forwards by destination MAC, with
+// an optional per-port rate and queue limit. Everything runs in the calling thread.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "aapc/engine/engine.hpp"
+#include "aapc/nic/capture.hpp"
+#include "aapc/nic/eth_port.hpp"
+#include "aapc/nic/fault.hpp"
+#include "aapc/sched/schedule.hpp"
+
+struct rte_ring;
+
+namespace aapc::test {
+
+// Starts the EAL for this test process (once): no hugepages, no PCI, in memory.
+void start_eal();
+
+struct FabricOptions {
+  int nodes = 4;
+  int mtu = 1500;
+  std::uint64_t port_rate_bps = 0;  // switch output rate per port; 0 = unlimited
+  std::size_t queue_limit = 0;      // frames queued per switch output; 0 = ring size
+  std::optional<nic::FaultOptions> faults;  // on every node's port (seed varied per node)
+  std::string capture_dir;          // when set: node i writes capture_dir/node<i>.pcap
+  int capture_snaplen = 65535;
+  unsigned pool_size = 4095;
+  std::function<void(engine::EngineConfig&)> tune;  // adjust each engine's configuration
+};
+
+inline FabricOptions nodes(int n) {
+  FabricOptions o;
+  o.nodes = n;
+  return o;
+}
+
+class Fabric {
+ public:
+  explicit Fabric(const FabricOptions& options);
+  ~Fabric();
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
+
+  int size() const { return static_cast<int>(nodes_.size()); }
+  engine::Engine& engine(int i) { return *nodes_[static_cast<std::size_t>(i)].engine; }
+  nic::FaultPort* faults(int i) { return nodes_[static_cast<std::size_t>(i)].faults.get(); }
+  nic::EthPort& eth(int i) { return *nodes_[static_cast<std::size_t>(i)].eth; }
+  nic::CapturePort* capture(int i) { return nodes_[static_cast<std::size_t>(i)].capture.get(); }
+  static nic::MacAddr mac(int rank);
+
+  // Cuts a node off: the switch drops everything from and to it.
+  void unplug(int i) { unplugged_[static_cast<std::size_t>(i)] = true; }
+  // One pass of the switch and of every engine; true when anything moved.
+  bool step();
+  // Steps until done() or the deadline; false on the deadline.
+  bool run_until(const std::function<bool()>& done, std::chrono::milliseconds deadline);
+  // Steps until nothing moves for `quiet` (frames in flight have landed).
+  void settle(std::chrono::milliseconds quiet = std::chrono::milliseconds(50));
+
+  std::uint64_t switch_drops() const { return switch_drops_; }
+  std::uint64_t switched() const { return switched_; }
+
+ private:
+  struct Node {
+    rte_ring* to_node = nullptr;    // the switch puts frames here: the port's rx ring
+    rte_ring* from_node = nullptr;  // the port's tx ring
+    std::unique_ptr<nic::EthPort> eth;
+    std::unique_ptr<nic::FaultPort> faults;
+    std::unique_ptr<nic::CapturePort> capture;
+    std::unique_ptr<engine::Engine> engine;
+    std::vector<struct rte_mbuf*> out_queue;  // switch output waiting for the rate limit
+    double tokens = 0;
+  };
+  std::vector<Node> nodes_;
+  std::vector<bool> unplugged_;
+  FabricOptions options_;
+  std::uint64_t switch_drops_ = 0, switched_ = 0;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+// The byte k of the block src -> dst of exchange x: every block differs from every other.
+inline std::uint8_t pattern(int src, int dst, std::uint32_t x, std::uint64_t k) {
+  return static_cast<std::uint8_t>(k * 131 + (k >> 8) * 7 + static_cast<std::uint64_t>(src) * 17 + static_cast<std::uint64_t>(dst) * 29 + x * 53);
+}
+
+struct ExchangeRun {
+  std::vector<engine::ExchangeReport> reports;  // by rank
+  bool finished = false;                        // every engine reported
+  bool byte_exact = false;                      // every receive buffer holds the pattern
+  std::string first_mismatch;
+  std::chrono::nanoseconds elapsed{};
+};
+
+// Runs `schedule` as exchange `id` on the fabric with blocks of `block` bytes (sizes[src][dst]
+// when given), checks every received byte.
+ExchangeRun run_exchange(Fabric& fabric, const sched::Schedule& schedule, std::uint32_t id, std::uint64_t block,
+                         std::chrono::milliseconds deadline = std::chrono::milliseconds(60'000),
+                         const std::vector<std::vector<std::uint64_t>>* sizes = nullptr);
+
+}  // namespace aapc::test
