@@ -230,7 +230,6 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
     return;
   }
   if (!ex->accept_epoch(src, f.h.epoch)) {
-    ++counters_.drops[static_cast<std::size_t>(DropReason::kStaleEpoch)];
     ex->count_drop(DropReason::kStaleEpoch);
     return;
   }
@@ -256,10 +255,13 @@ void Engine::receive(Clock::time_point now) {
     Parsed f = parse(frame, *this);
     if (f.reason == DropReason::kOk && !note_epoch(f.src_rank, f.h.epoch)) f.reason = DropReason::kStaleEpoch;
     if (f.reason != DropReason::kOk) {
-      ++counters_.drops[static_cast<std::size_t>(f.reason)];
       // Reasons found after the CRC matched can be charged to the exchange.
-      if (f.reason >= DropReason::kRankMismatch && f.reason != DropReason::kNotLive)
-        if (Exchange* ex = find(f.h.exchange)) ex->count_drop(f.reason);
+      Exchange* ex = f.reason >= DropReason::kRankMismatch && f.reason != DropReason::kNotLive ? find(f.h.exchange) : nullptr;
+      if (ex != nullptr) {
+        ex->count_drop(f.reason);
+      } else {
+        ++counters_.drops[static_cast<std::size_t>(f.reason)];
+      }
       if (f.reason != DropReason::kDummy && f.reason != DropReason::kEtherType && now - last_log_ > std::chrono::seconds(1)) {
         last_log_ = now;
         spdlog::warn("rank {}: dropped a frame ({}); {} dropped so far for that reason", config_.rank, drop_reason_name(f.reason),

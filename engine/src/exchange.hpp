@@ -36,7 +36,11 @@ class Exchange {
   bool accept_epoch(Rank src, std::uint32_t epoch);
   void peer_restarted(Rank src, Clock::time_point now);
   ParseContext::Expected expect(std::uint32_t epoch, Rank src) const;
-  void count_drop(DropReason reason) { ++counters_.drops[static_cast<std::size_t>(reason)]; }
+  // Counts a dropped frame of this exchange, here and in the engine's totals.
+  void count_drop(DropReason reason) {
+    ++counters_.drops[static_cast<std::size_t>(reason)];
+    ++eng_.counters_.drops[static_cast<std::size_t>(reason)];
+  }
 
  private:
   struct OutBlock {

@@ -179,6 +179,40 @@ void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t
   put32(p + kCrcOffset, crc);
 }
 
+// Our header of a frame already known to be long enough and of our EtherType: fields, lengths
+// and CRC.
+DropReason decode(std::span<const std::uint8_t> frame, Header& h) {
+  const std::uint8_t* p = frame.data() + kEthHeaderLen;
+  if (get16(p) != kMagic) return DropReason::kBadMagic;
+  if (p[2] != kVersion) return DropReason::kBadVersion;
+  if (p[3] == 0 || p[3] >= kFrameTypes) return DropReason::kBadType;
+  if (p[5] != kHeaderLen) return DropReason::kBadLength;
+  h.type = static_cast<FrameType>(p[3]);
+  h.flags = p[4];
+  h.phase = get16(p + 6);
+  h.exchange = get32(p + 8);
+  h.epoch = get32(p + 12);
+  h.src = get16(p + 16);
+  h.dst = get16(p + 18);
+  h.seq = get32(p + 20);
+  h.block_len = get64(p + 24);
+  h.payload_len = get16(p + 32);
+  h.chunk = get16(p + 34);
+  h.aux = get32(p + 36);
+  if (h.payload_len > frame.size() - kFrameOverhead) return DropReason::kBadLength;
+  std::uint32_t crc = crc32c(0, p, kCrcOffset);
+  crc = crc32c(crc, p + kHeaderLen, h.payload_len);
+  if (crc != get32(p + kCrcOffset)) return DropReason::kBadCrc;
+  return DropReason::kOk;
+}
+
+std::optional<Header> peek(std::span<const std::uint8_t> frame, std::uint16_t ethertype) {
+  if (frame.size() < kFrameOverhead || get16(frame.data() + 12) != ethertype) return std::nullopt;
+  Header h;
+  if (decode(frame, h) != DropReason::kOk) return std::nullopt;
+  return h;
+}
+
 Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx) {
   Parsed out;
   auto drop = [&](DropReason r) {
@@ -195,28 +229,8 @@ Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx) {
   Rank src_rank = ctx.rank_of(src_mac);
   if (src_rank < 0) return drop(DropReason::kUnknownSource);
 
-  const std::uint8_t* p = f + kEthHeaderLen;
-  if (get16(p) != kMagic) return drop(DropReason::kBadMagic);
-  if (p[2] != kVersion) return drop(DropReason::kBadVersion);
-  if (p[3] == 0 || p[3] >= kFrameTypes) return drop(DropReason::kBadType);
-  if (p[5] != kHeaderLen) return drop(DropReason::kBadLength);
+  if (DropReason r = decode(frame, out.h); r != DropReason::kOk) return drop(r);
   Header& h = out.h;
-  h.type = static_cast<FrameType>(p[3]);
-  h.flags = p[4];
-  h.phase = get16(p + 6);
-  h.exchange = get32(p + 8);
-  h.epoch = get32(p + 12);
-  h.src = get16(p + 16);
-  h.dst = get16(p + 18);
-  h.seq = get32(p + 20);
-  h.block_len = get64(p + 24);
-  h.payload_len = get16(p + 32);
-  h.chunk = get16(p + 34);
-  h.aux = get32(p + 36);
-  if (h.payload_len > frame.size() - kFrameOverhead) return drop(DropReason::kBadLength);
-  std::uint32_t crc = crc32c(0, p, kCrcOffset);
-  crc = crc32c(crc, p + kHeaderLen, h.payload_len);
-  if (crc != get32(p + kCrcOffset)) return drop(DropReason::kBadCrc);
   if (h.src != src_rank || h.dst != ctx.my_rank) return drop(DropReason::kRankMismatch);
   out.src_rank = src_rank;
   out.payload = frame.subspan(kFrameOverhead, h.payload_len);

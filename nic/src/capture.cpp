@@ -40,14 +40,18 @@ CapturePort::~CapturePort() {
   if (pcap_ != nullptr) pcap_close(pcap_);
 }
 
-void CapturePort::write(rte_mbuf** pkts, std::uint16_t n) {
+void CapturePort::write(rte_mbuf** pkts, std::uint16_t n, bool sending) {
   timespec now{};
   clock_gettime(CLOCK_REALTIME, &now);
   const std::uint64_t flag = captured_flag();
   for (std::uint16_t i = 0; i < n; ++i) {
     rte_mbuf* m = pkts[i];
-    if (flag != 0 && (m->ol_flags & flag) != 0) continue;
-    m->ol_flags |= flag;
+    if (sending) {
+      if (flag != 0 && (m->ol_flags & flag) != 0) continue;  // offered before, refused, captured then
+      m->ol_flags |= flag;
+    } else {
+      m->ol_flags &= ~flag;  // a frame sent by a tap of this process arrives with the mark
+    }
     pcap_pkthdr h{};
     h.ts.tv_sec = now.tv_sec;
     h.ts.tv_usec = now.tv_nsec;  // nanoseconds: the file is opened with nanosecond precision
@@ -60,12 +64,12 @@ void CapturePort::write(rte_mbuf** pkts, std::uint16_t n) {
 
 std::uint16_t CapturePort::rx_burst(rte_mbuf** pkts, std::uint16_t n) {
   std::uint16_t got = inner_.rx_burst(pkts, n);
-  write(pkts, got);
+  write(pkts, got, false);
   return got;
 }
 
 std::uint16_t CapturePort::tx_burst(rte_mbuf** pkts, std::uint16_t n) {
-  write(pkts, n);
+  write(pkts, n, true);
   return inner_.tx_burst(pkts, n);
 }
 

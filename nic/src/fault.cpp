@@ -159,7 +159,22 @@ void FaultPort::apply(int index, rte_mbuf** in, std::uint16_t n, std::vector<rte
   if (n > 0) lane.quiet_calls = 0;
 }
 
+void FaultPort::flush_tx() {
+  while (!tx_queue_.empty()) {
+    scratch_.assign(tx_queue_.begin(), tx_queue_.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(tx_queue_.size(), 64)));
+    std::uint16_t sent = inner_.tx_burst(scratch_.data(), static_cast<std::uint16_t>(scratch_.size()));
+    tx_queue_.erase(tx_queue_.begin(), tx_queue_.begin() + sent);
+    if (sent < scratch_.size()) break;
+  }
+}
+
 std::uint16_t FaultPort::rx_burst(rte_mbuf** pkts, std::uint16_t n) {
+  // The caller polls receive all the time but sends only when it has something: queued and
+  // held-back frames of the send side move on here too.
+  tx_out_.clear();
+  apply(1, nullptr, 0, tx_out_);
+  tx_queue_.insert(tx_queue_.end(), tx_out_.begin(), tx_out_.end());
+  flush_tx();
   if (rx_ready_.size() < n) {
     scratch_.resize(n);
     std::uint16_t got = inner_.rx_burst(scratch_.data(), n);
@@ -178,12 +193,7 @@ std::uint16_t FaultPort::tx_burst(rte_mbuf** pkts, std::uint16_t n) {
   tx_out_.clear();
   apply(1, pkts, room, tx_out_);
   tx_queue_.insert(tx_queue_.end(), tx_out_.begin(), tx_out_.end());
-  while (!tx_queue_.empty()) {
-    scratch_.assign(tx_queue_.begin(), tx_queue_.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(tx_queue_.size(), 64)));
-    std::uint16_t sent = inner_.tx_burst(scratch_.data(), static_cast<std::uint16_t>(scratch_.size()));
-    tx_queue_.erase(tx_queue_.begin(), tx_queue_.begin() + sent);
-    if (sent < scratch_.size()) break;
-  }
+  flush_tx();
   return room;
 }
 

@@ -28,6 +28,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -152,6 +153,10 @@ struct Parsed {
 // offsets against the posted block. Trailing bytes beyond the payload (Ethernet padding of
 // short frames) are allowed.
 Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx);
+
+// Reads the header of a frame of ours without the receiver's context (for traces and tools):
+// checks EtherType, magic, version, lengths and CRC; nullopt when any fails.
+std::optional<Header> peek(std::span<const std::uint8_t> frame, std::uint16_t ethertype = kDefaultEtherType);
 
 // NACK payload: range `index` = (first missing frame, number of frames).
 void put_nack_range(std::uint8_t* payload, std::uint32_t index, std::uint32_t first, std::uint32_t count);

@@ -37,7 +37,7 @@ class CapturePort final : public Port {
   void flush();
 
  private:
-  void write(rte_mbuf** pkts, std::uint16_t n);
+  void write(rte_mbuf** pkts, std::uint16_t n, bool sending);
 
   Port& inner_;
   pcap* pcap_ = nullptr;

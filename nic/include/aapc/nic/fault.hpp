@@ -66,6 +66,7 @@ class FaultPort final : public Port {
   // Applies the faults of one direction to `in`, appending the survivors to `out`.
   void apply(int lane, rte_mbuf** in, std::uint16_t n, std::vector<rte_mbuf*>& out);
   bool hits(Lane& lane, const Fault& fault, Direction dir);
+  void flush_tx();
 
   Port& inner_;
   FaultOptions options_;

@@ -1,0 +1,276 @@
+// An unreachable peer, replayed and forged frames through net_pcap, and the golden trace.
+#include <catch2/catch.hpp>
+
+#include <pcap/pcap.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/dot.hpp"
+#include "aapc/sched/generate.hpp"
+#include "aapc/sched/sync.hpp"
+#include "fabric.hpp"
+#include "paths.hpp"
+
+using namespace aapc;
+using namespace aapc::sched;
+using engine::DropReason;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("aapc-test-" + std::to_string(::getpid()) + "-" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+struct Frame {
+  std::vector<std::uint8_t> bytes;
+};
+
+std::vector<Frame> read_pcap(const fs::path& path) {
+  char err[PCAP_ERRBUF_SIZE];
+  pcap_t* p = pcap_open_offline_with_tstamp_precision(path.c_str(), PCAP_TSTAMP_PRECISION_NANO, err);
+  REQUIRE(p != nullptr);
+  std::vector<Frame> out;
+  pcap_pkthdr* h = nullptr;
+  const u_char* data = nullptr;
+  while (pcap_next_ex(p, &h, &data) == 1) out.push_back({std::vector<std::uint8_t>(data, data + h->caplen)});
+  pcap_close(p);
+  return out;
+}
+
+void write_pcap(const fs::path& path, const std::vector<std::vector<std::uint8_t>>& frames) {
+  pcap_t* p = pcap_open_dead(DLT_EN10MB, 65535);
+  pcap_dumper_t* d = pcap_dump_open(p, path.c_str());
+  REQUIRE(d != nullptr);
+  for (const auto& f : frames) {
+    pcap_pkthdr h{};
+    h.caplen = h.len = static_cast<bpf_u_int32>(f.size());
+    pcap_dump(reinterpret_cast<u_char*>(d), &h, f.data());
+  }
+  pcap_dump_close(d);
+  pcap_close(p);
+}
+
+std::uint64_t drops(const engine::Engine& e, DropReason r) { return e.counters().drops[static_cast<std::size_t>(r)]; }
+
+}  // namespace
+
+TEST_CASE("an unreachable peer: the others report an error naming it within the deadline") {
+  const auto deadline = std::chrono::milliseconds(400);
+  for (bool mid_exchange : {false, true}) {
+    INFO((mid_exchange ? "cut off during the exchange" : "cut off from the start"));
+    auto opts = test::nodes(6);
+    opts.tune = [&](engine::EngineConfig& c) { c.peer_deadline = deadline; };
+    test::Fabric fabric(opts);
+    Topology t = single_switch_topology(6);
+    Schedule s = plan_sync(t, make_schedule(t, {Algorithm::kTree, 0}), {SyncKind::kSenderAll, 1});
+    const int victim = 3;
+    if (!mid_exchange) fabric.unplug(victim);
+    std::vector<std::vector<std::uint8_t>> send(6, std::vector<std::uint8_t>(6 * 400'000, 1)), recv = send;
+    for (int me = 0; me < 6; ++me) {
+      auto spec = engine::exchange_spec(s, me, 1);
+      for (int p = 0; p < 6; ++p) {
+        spec.send[static_cast<std::size_t>(p)] = {send[static_cast<std::size_t>(me)].data() + p * 400'000, 400'000};
+        spec.recv[static_cast<std::size_t>(p)] = {recv[static_cast<std::size_t>(me)].data() + p * 400'000, 400'000};
+      }
+      REQUIRE(fabric.engine(me).start(std::move(spec)));
+    }
+    if (mid_exchange) {
+      fabric.run_until([] { return false; }, std::chrono::milliseconds(5));
+      fabric.unplug(victim);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::optional<engine::ExchangeReport>> reports(6);
+    bool all = fabric.run_until(
+        [&] {
+          for (int me = 0; me < 6; ++me)
+            for (auto& r : fabric.engine(me).take_finished()) reports[static_cast<std::size_t>(me)] = r;
+          return std::all_of(reports.begin(), reports.end(), [](const auto& r) { return r.has_value(); });
+        },
+        std::chrono::milliseconds(10'000));
+    auto took = std::chrono::steady_clock::now() - t0;
+    REQUIRE(all);  // nothing hangs
+    CHECK(took < deadline + std::chrono::milliseconds(600));
+    for (int me = 0; me < 6; ++me) {
+      const auto& r = *reports[static_cast<std::size_t>(me)];
+      INFO("rank " << me << ": " << r.error);
+      CHECK(r.state == engine::ExchangeState::kFailed);
+      if (me != victim) {
+        CHECK_THAT(r.error, Catch::Contains("rank 3 (02:00:00:00:00:04)"));
+        CHECK((r.code == Errc::kPeerSilent || r.code == Errc::kPeerAborted));
+      }
+    }
+    // Resources are released: every mbuf is back in its pool once the fabric is quiet.
+    fabric.settle();
+    for (int me = 0; me < 6; ++me) {
+      CHECK(fabric.engine(me).quiet());
+      CHECK(rte_mempool_avail_count(fabric.engine(me).config().peers.empty() ? nullptr : fabric.eth(me).pool()) == 4095);
+    }
+  }
+}
+
+TEST_CASE("replayed, forged and lying frames are dropped and counted; the buffer is untouched") {
+  fs::path dir = scratch_dir("replay");
+  Topology t = single_switch_topology(2);
+  const std::uint64_t block = 10'000;
+  // An earlier exchange between ranks 0 and 1, captured.
+  {
+    auto opts = test::nodes(2);
+    opts.capture_dir = dir.string();
+    test::Fabric fabric(opts);
+    auto run = test::run_exchange(fabric, make_schedule(t, {Algorithm::kRing, 0}), 1, block);
+    REQUIRE(run.byte_exact);
+    fabric.settle();
+  }
+  auto captured = read_pcap(dir / "node1.pcap");
+  REQUIRE(captured.size() >= 10);  // data both ways, READY, ACK
+
+  // Forged frames for a live exchange (id 10) at rank 1, which posted a block of `block`
+  // bytes from rank 0.
+  const engine::MacAddr m0 = test::Fabric::mac(0), m1 = test::Fabric::mac(1);
+  const std::uint32_t chunk = 1500 - engine::kHeaderLen;
+  auto forge = [&](engine::Header h, std::size_t payload, const engine::MacAddr& src_mac, std::optional<std::uint16_t> claimed_len = {}) {
+    std::vector<std::uint8_t> f(engine::kFrameOverhead + payload, 0x5A);
+    h.epoch = 77;
+    h.src = 0;
+    h.dst = 1;
+    h.payload_len = claimed_len.value_or(static_cast<std::uint16_t>(payload));
+    engine::encode(f.data(), m1, src_mac, engine::kDefaultEtherType, h);
+    if (claimed_len) {
+      std::vector<std::uint8_t> padded(engine::kFrameOverhead + *claimed_len, 0x5A);
+      std::copy(f.begin(), f.end(), padded.begin());
+      engine::seal(padded.data());  // a valid CRC over more bytes than the frame will carry
+      padded.resize(f.size());
+      return padded;
+    }
+    engine::seal(f.data());
+    return f;
+  };
+  engine::Header data;
+  data.type = engine::FrameType::kData;
+  data.exchange = 10;
+  data.block_len = block;
+  data.chunk = static_cast<std::uint16_t>(chunk);
+  std::vector<std::vector<std::uint8_t>> forged;
+  forged.push_back(forge(data, chunk, {0x02, 0x99, 0, 0, 0, 1}));  // unknown source MAC
+  engine::Header h = data;
+  h.block_len = block + 1;
+  forged.push_back(forge(h, chunk, m0));  // a block of another length than posted
+  h = data;
+  h.seq = 1000;
+  forged.push_back(forge(h, chunk, m0));  // frame index beyond the block
+  h = data;
+  forged.push_back(forge(h, chunk - 1, m0));  // payload shorter than the frame's share
+  h = data;
+  h.chunk = 1000;
+  forged.push_back(forge(h, 1000, m0));  // another cut than the receiver's
+  h = data;
+  h.seq = engine::frame_count(block, chunk) - 1;
+  forged.push_back(forge(h, engine::frame_payload(block, chunk, h.seq), m0, static_cast<std::uint16_t>(1400)));  // claims more than it carries
+  h = data;
+  h.exchange = 11;
+  forged.push_back(forge(h, chunk, m0));  // an exchange that is not live
+  engine::Header nack;
+  nack.type = engine::FrameType::kNack;
+  nack.exchange = 10;
+  nack.block_len = block;
+  nack.chunk = static_cast<std::uint16_t>(chunk);
+  nack.seq = 1;
+  {
+    std::vector<std::uint8_t> f(engine::kFrameOverhead + 8);
+    engine::encode(f.data(), m1, m0, engine::kDefaultEtherType, [&] {
+      engine::Header x = nack;
+      x.epoch = 77;
+      x.src = 0;
+      x.dst = 1;
+      x.payload_len = 8;
+      return x;
+    }());
+    engine::put_nack_range(f.data() + engine::kFrameOverhead, 0, 5, 1000);  // beyond the block
+    engine::seal(f.data());
+    forged.push_back(f);
+  }
+  std::vector<std::vector<std::uint8_t>> replay;
+  for (const auto& f : captured) replay.push_back(f.bytes);
+  replay.insert(replay.end(), forged.begin(), forged.end());
+  write_pcap(dir / "replay.pcap", replay);
+
+  // Rank 1 again, on a net_pcap port that plays the file, running exchange 10.
+  test::start_eal();
+  nic::PortOptions po;
+  po.device = "net_pcap_replay0,rx_pcap=" + (dir / "replay.pcap").string() + ",tx_pcap=" + (dir / "tx.pcap").string();
+  po.mac = m1;
+  po.pool_size = 1023;
+  auto port = nic::EthPort::open(po);
+  engine::EngineConfig cfg;
+  cfg.rank = 1;
+  cfg.peers = {m0, m1};
+  engine::Engine eng(*port, cfg);
+  // An earlier exchange ran here too (ids only grow): start 9 and 10.
+  Schedule s = make_schedule(t, {Algorithm::kRing, 0});
+  std::vector<std::uint8_t> out(block, 1), in(block, 0xEE), out2(block, 1), in2(block, 0xEE);
+  for (std::uint32_t id : {9U, 10U}) {
+    auto spec = engine::exchange_spec(s, 1, id);
+    spec.send[0] = {id == 9 ? out.data() : out2.data(), block};
+    spec.recv[0] = {id == 9 ? in.data() : in2.data(), block};
+    REQUIRE(eng.start(std::move(spec)));
+  }
+  for (int i = 0; i < 2000; ++i) eng.poll();
+  std::string counts;
+  for (int d = 0; d < engine::kDropReasons; ++d)
+    if (eng.counters().drops[static_cast<std::size_t>(d)] > 0)
+      counts += std::string(engine::drop_reason_name(static_cast<DropReason>(d))) + "=" + std::to_string(eng.counters().drops[static_cast<std::size_t>(d)]) + " ";
+  INFO("drops: " << counts);
+  CHECK(std::all_of(in2.begin(), in2.end(), [](std::uint8_t b) { return b == 0xEE; }));  // untouched
+  CHECK(std::all_of(in.begin(), in.end(), [](std::uint8_t b) { return b == 0xEE; }));
+  CHECK(drops(eng, DropReason::kNotLive) >= captured.size() / 2);  // the earlier exchange's frames
+  CHECK(drops(eng, DropReason::kNotForUs) > 0);                      // those rank 1 itself sent
+  CHECK(drops(eng, DropReason::kUnknownSource) == 1);
+  CHECK(drops(eng, DropReason::kUnexpectedBlock) == 1);
+  CHECK(drops(eng, DropReason::kBadOffset) == 4);  // index beyond, short payload, other cut, NACK range
+  CHECK(drops(eng, DropReason::kBadLength) == 1);
+  auto r = eng.report(10);
+  REQUIRE(r);
+  CHECK(r->counters.data_frames_received == 0);
+  eng.abort(9, "test over");
+  eng.abort(10, "test over");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("golden trace: a 4-node synchronous shuffle puts its data frames in the schedule's packet order") {
+  fs::path dir = scratch_dir("golden");
+  const int p = 4;
+  const std::uint32_t frames_per_block = 5;
+  {
+    auto opts = test::nodes(p);
+    opts.capture_dir = dir.string();
+    test::Fabric fabric(opts);
+    const std::uint64_t block = static_cast<std::uint64_t>(fabric.engine(0).chunk()) * frames_per_block;
+    auto run = test::run_exchange(fabric, sync_shuffle_schedule(p), 1, block);
+    REQUIRE(run.byte_exact);
+    fabric.settle();
+  }
+  for (int me = 0; me < p; ++me) {
+    INFO("rank " << me);
+    std::vector<std::pair<int, std::uint32_t>> order;  // (destination, frame index) as sent
+    for (const auto& f : read_pcap(dir / ("node" + std::to_string(me) + ".pcap"))) {
+      auto h = engine::peek(f.bytes);
+      if (!h || h->type != engine::FrameType::kData || h->src != me) continue;
+      order.emplace_back(h->dst, h->seq);
+    }
+    // Alg. 2: at instant i the frame goes to (me + i) mod p; frame f of every destination
+    // before frame f + 1 of any.
+    std::vector<std::pair<int, std::uint32_t>> expected;
+    for (std::uint32_t f = 0; f < frames_per_block; ++f)
+      for (int i = 1; i < p; ++i) expected.emplace_back((me + i) % p, f);
+    CHECK(order == expected);
+  }
+  fs::remove_all(dir);
+}
