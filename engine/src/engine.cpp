@@ -299,9 +299,13 @@ void Engine::transmit(Clock::time_point now) {
   for (auto& [id, ex] : exchanges_)
     if (ex->has_data()) ready.push_back(ex.get());
   if (ready.empty()) return;
-  while (txq_.size() < kTxTarget) {
+  // Leave mbufs for control frames and for receiving; checked once per pass.
+  const unsigned avail = rte_mempool_avail_count(port_.pool());
+  const std::size_t budget = avail > kMinFreeMbufs ? std::min<std::size_t>(avail - kMinFreeMbufs, kTxTarget) : 0;
+  std::size_t built = 0;
+  while (txq_.size() < kTxTarget && built < budget) {
     if (config_.pace_bps > 0 && tokens_ <= 0) break;
-    if (rte_mempool_avail_count(port_.pool()) < kMinFreeMbufs) break;
+    ++built;
     bool sent = false;
     for (std::size_t k = 0; k < ready.size() && !sent; ++k) {
       Exchange* ex = ready[(rr_ + k) % ready.size()];

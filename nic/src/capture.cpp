@@ -2,8 +2,11 @@
 
 #include <pcap/pcap.h>
 #include <rte_mbuf.h>
+#include <rte_cycles.h>
 #include <rte_mbuf_dyn.h>
 
+#include <cstdio>
+#include <cstring>
 #include <ctime>
 
 namespace aapc::nic {
@@ -23,7 +26,19 @@ std::uint64_t captured_flag() {
 
 }  // namespace
 
+namespace {
+constexpr std::uint32_t kHeadersSnaplen = 64;
+// pcap's on-disk record header (what pcap_dump writes before each frame).
+struct RecordHeader {
+  std::uint32_t sec, nsec, caplen, len;
+};
+// Small buffers stay in cache while the polling thread fills them.
+constexpr std::size_t kBufferBytes = 128 << 10;
+constexpr std::size_t kBuffersInFlight = 8;  // 1 MiB at most between the data path and the file
+}  // namespace
+
 CapturePort::CapturePort(Port& inner, const CaptureOptions& options) : inner_(inner), snaplen_(options.snaplen) {
+  if (options.snaplen < 14 || options.snaplen > 262144) throw NicError("capture: snap length must be between 14 and 262144 bytes");
   pcap_ = pcap_open_dead_with_tstamp_precision(DLT_EN10MB, options.snaplen, PCAP_TSTAMP_PRECISION_NANO);
   if (pcap_ == nullptr) throw NicError("capture: libpcap could not start a capture");
   dumper_ = pcap_dump_open(pcap_, options.path.c_str());
@@ -33,16 +48,42 @@ CapturePort::CapturePort(Port& inner, const CaptureOptions& options) : inner_(in
     throw NicError("capture: cannot write " + options.path + ": " + why);
   }
   captured_flag();
+  tsc_hz_ = rte_get_tsc_hz();
+  if (tsc_hz_ == 0) tsc_hz_ = 1'000'000'000ULL;
+  buffer_.resize(kBufferBytes);
+  thread_ = std::thread([this] { writer(); });
+}
+
+// Wall-clock time from the TSC, re-anchored to CLOCK_REALTIME every second: a few cycles per
+// burst instead of a clock_gettime call.
+timespec CapturePort::timestamp() {
+  const std::uint64_t tsc = rte_rdtsc();
+  if (anchor_tsc_ == 0 || tsc - anchor_tsc_ > tsc_hz_) {
+    timespec t{};
+    clock_gettime(CLOCK_REALTIME, &t);
+    anchor_tsc_ = rte_rdtsc();
+    anchor_ns_ = static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(t.tv_nsec);
+    return t;
+  }
+  const std::uint64_t ns = anchor_ns_ + (tsc - anchor_tsc_) * 1'000'000'000ULL / tsc_hz_;
+  return {static_cast<time_t>(ns / 1'000'000'000ULL), static_cast<long>(ns % 1'000'000'000ULL)};
 }
 
 CapturePort::~CapturePort() {
+  flush();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
   if (dumper_ != nullptr) pcap_dump_close(dumper_);
   if (pcap_ != nullptr) pcap_close(pcap_);
 }
 
 void CapturePort::write(rte_mbuf** pkts, std::uint16_t n, bool sending) {
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
+  if (n == 0) return;  // most polls find nothing
+  const timespec now = timestamp();
   const std::uint64_t flag = captured_flag();
   for (std::uint16_t i = 0; i < n; ++i) {
     rte_mbuf* m = pkts[i];
@@ -52,12 +93,19 @@ void CapturePort::write(rte_mbuf** pkts, std::uint16_t n, bool sending) {
     } else {
       m->ol_flags &= ~flag;  // a frame sent by a tap of this process arrives with the mark
     }
-    pcap_pkthdr h{};
-    h.ts.tv_sec = now.tv_sec;
-    h.ts.tv_usec = now.tv_nsec;  // nanoseconds: the file is opened with nanosecond precision
-    h.len = rte_pktmbuf_pkt_len(m);
+    // Records go in the format pcap_dump writes, batched into large buffers.
+    RecordHeader h{static_cast<std::uint32_t>(now.tv_sec), static_cast<std::uint32_t>(now.tv_nsec), 0, rte_pktmbuf_pkt_len(m)};
     h.caplen = std::min<std::uint32_t>(rte_pktmbuf_data_len(m), static_cast<std::uint32_t>(snaplen_));
-    pcap_dump(reinterpret_cast<u_char*>(dumper_), &h, rte_pktmbuf_mtod(m, const u_char*));
+    if (used_ + sizeof h + h.caplen > buffer_.size()) hand_over();
+    std::uint8_t* out = buffer_.data() + used_;
+    std::memcpy(out, &h, sizeof h);
+    const auto* frame = rte_pktmbuf_mtod(m, const std::uint8_t*);
+    if (h.caplen == kHeadersSnaplen) {
+      std::memcpy(out + sizeof h, frame, kHeadersSnaplen);  // the common case, a fixed-size copy
+    } else {
+      std::memcpy(out + sizeof h, frame, h.caplen);
+    }
+    used_ += sizeof h + h.caplen;
     ++captured_;
   }
 }
@@ -73,6 +121,46 @@ std::uint16_t CapturePort::tx_burst(rte_mbuf** pkts, std::uint16_t n) {
   return inner_.tx_burst(pkts, n);
 }
 
-void CapturePort::flush() { pcap_dump_flush(dumper_); }
+void CapturePort::hand_over() {
+  if (used_ == 0) return;
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [this] { return full_.size() < kBuffersInFlight; });  // backpressure, not loss
+  buffer_.resize(used_);
+  full_.push_back(std::move(buffer_));
+  if (!spare_.empty()) {
+    buffer_ = std::move(spare_.back());
+    spare_.pop_back();
+  } else {
+    buffer_ = std::vector<std::uint8_t>();
+  }
+  buffer_.resize(std::max<std::size_t>(kBufferBytes, static_cast<std::size_t>(snaplen_) + 64));
+  used_ = 0;
+  lock.unlock();
+  cv_.notify_all();
+}
+
+void CapturePort::writer() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stop_ || !full_.empty(); });
+    if (full_.empty()) return;  // stop_ and nothing left
+    std::vector<std::uint8_t> chunk = std::move(full_.front());
+    full_.pop_front();
+    writing_ = true;
+    lock.unlock();
+    std::fwrite(chunk.data(), 1, chunk.size(), pcap_dump_file(dumper_));
+    lock.lock();
+    writing_ = false;
+    spare_.push_back(std::move(chunk));
+    cv_.notify_all();
+  }
+}
+
+void CapturePort::flush() {
+  hand_over();
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [this] { return full_.empty() && !writing_; });
+  pcap_dump_flush(dumper_);
+}
 
 }  // namespace aapc::nic

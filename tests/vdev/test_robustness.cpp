@@ -67,7 +67,10 @@ TEST_CASE("an unreachable peer: the others report an error naming it within the 
   for (bool mid_exchange : {false, true}) {
     INFO((mid_exchange ? "cut off during the exchange" : "cut off from the start"));
     auto opts = test::nodes(6);
-    opts.tune = [&](engine::EngineConfig& c) { c.peer_deadline = deadline; };
+    opts.tune = [&](engine::EngineConfig& c) {
+      c.peer_deadline = deadline;
+      c.pace_bps = 1'000'000'000;  // the exchange lasts long enough to be cut in the middle
+    };
     test::Fabric fabric(opts);
     Topology t = single_switch_topology(6);
     Schedule s = plan_sync(t, make_schedule(t, {Algorithm::kTree, 0}), {SyncKind::kSenderAll, 1});

@@ -1,0 +1,171 @@
+// The wire format: encode/parse round trips and every validation, without DPDK.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "../fuzz/fuzz_context.hpp"
+#include "aapc/engine/wire.hpp"
+
+using namespace aapc;
+using namespace aapc::engine;
+
+namespace {
+
+std::vector<std::uint8_t> make(Header h, std::size_t payload, int src = 0, std::uint8_t fill = 0x33) {
+  std::vector<std::uint8_t> f(kFrameOverhead + payload);
+  h.src = static_cast<std::uint16_t>(src);
+  h.dst = 1;
+  h.payload_len = static_cast<std::uint16_t>(payload);
+  encode(f.data(), fuzz::mac(1), fuzz::mac(src), kDefaultEtherType, h);
+  std::vector<std::uint8_t> body(payload, fill);
+  copy_and_seal(f.data(), body.data(), payload);
+  return f;
+}
+
+Header data_header(std::uint32_t seq = 0) {
+  Header h;
+  h.type = FrameType::kData;
+  h.exchange = fuzz::kExchange;
+  h.epoch = 5;
+  h.seq = seq;
+  h.block_len = fuzz::kPostedBlock;
+  h.chunk = fuzz::kChunk;
+  h.phase = 3;
+  return h;
+}
+
+DropReason reason(const std::vector<std::uint8_t>& f) {
+  static const fuzz::Context ctx;
+  return parse(f, ctx).reason;
+}
+
+}  // namespace
+
+TEST_CASE("CRC32C of the standard check string") {
+  const char* s = "123456789";
+  CHECK(crc32c(0, s, 9) == 0xE3069283U);
+  // Incremental use gives the same result.
+  CHECK(crc32c(crc32c(0, s, 4), s + 4, 5) == 0xE3069283U);
+}
+
+TEST_CASE("a DATA frame round-trips through encode and parse") {
+  static const fuzz::Context ctx;
+  auto f = make(data_header(2), fuzz::kChunk);
+  Parsed p = parse(f, ctx);
+  REQUIRE(p.reason == DropReason::kOk);
+  CHECK(p.h.type == FrameType::kData);
+  CHECK(p.h.exchange == fuzz::kExchange);
+  CHECK(p.h.epoch == 5);
+  CHECK(p.h.phase == 3);
+  CHECK(p.h.seq == 2);
+  CHECK(p.offset == 2ULL * fuzz::kChunk);
+  CHECK(p.payload.size() == fuzz::kChunk);
+  CHECK(p.src_rank == 0);
+  auto peeked = peek(f);
+  REQUIRE(peeked);
+  CHECK(peeked->seq == 2);
+  // copy_and_seal and seal agree.
+  auto g = f;
+  seal(g.data());
+  CHECK(g == f);
+}
+
+TEST_CASE("every malformed frame is dropped for its own reason") {
+  CHECK(reason(std::vector<std::uint8_t>(10, 0)) == DropReason::kRunt);
+  auto f = make(data_header(), fuzz::kChunk);
+  auto g = f;
+  g[12] = 0x08;
+  g[13] = 0x00;  // IPv4
+  CHECK(reason(g) == DropReason::kEtherType);
+  g = f;
+  g.resize(40);
+  CHECK(reason(g) == DropReason::kRunt);
+  g = f;
+  g[5] = 9;  // destination MAC: someone else
+  CHECK(reason(g) == DropReason::kNotForUs);
+  g = f;
+  g[11] = 0x77;  // source MAC: nobody we know
+  CHECK(reason(g) == DropReason::kUnknownSource);
+  g = f;
+  g[kEthHeaderLen] ^= 0xFF;
+  CHECK(reason(g) == DropReason::kBadMagic);
+  g = f;
+  g[kEthHeaderLen + 2] = 9;
+  CHECK(reason(g) == DropReason::kBadVersion);
+  g = f;
+  g[kEthHeaderLen + 3] = 0x40;
+  CHECK(reason(g) == DropReason::kBadType);
+  g = f;
+  g[kEthHeaderLen + 100] ^= 1;  // a payload bit
+  CHECK(reason(g) == DropReason::kBadCrc);
+  g = f;
+  g.pop_back();  // truncated payload
+  CHECK(reason(g) == DropReason::kBadLength);
+  // Rank fields that disagree with the MACs (CRC intact).
+  Header h = data_header();
+  auto r = make(h, fuzz::kChunk, 0);
+  r[kEthHeaderLen + 17] = 2;  // claims source rank 2 from rank 0's MAC
+  seal(r.data());
+  CHECK(reason(r) == DropReason::kRankMismatch);
+  // Against the posted block.
+  h = data_header();
+  h.exchange = 99;
+  CHECK(reason(make(h, fuzz::kChunk)) == DropReason::kNotLive);
+  CHECK(reason(make(data_header(), fuzz::kChunk, 2)) == DropReason::kUnexpectedBlock);
+  h = data_header();
+  h.block_len = fuzz::kPostedBlock - 1;
+  CHECK(reason(make(h, fuzz::kChunk)) == DropReason::kUnexpectedBlock);
+  h = data_header(frame_count(fuzz::kPostedBlock, fuzz::kChunk));
+  CHECK(reason(make(h, fuzz::kChunk)) == DropReason::kBadOffset);
+  CHECK(reason(make(data_header(1), fuzz::kChunk - 1)) == DropReason::kBadOffset);
+  h = data_header();
+  h.chunk = 1000;
+  CHECK(reason(make(h, 1000)) == DropReason::kBadOffset);
+  h = data_header();
+  h.flags = kFlagDummy;
+  CHECK(reason(make(h, fuzz::kChunk)) == DropReason::kDummy);
+  // Control frames carry no payload (but ABORT).
+  Header s;
+  s.type = FrameType::kSync;
+  s.exchange = fuzz::kExchange;
+  CHECK(reason(make(s, 0)) == DropReason::kOk);
+  CHECK(reason(make(s, 4)) == DropReason::kBadLength);
+  Header a;
+  a.type = FrameType::kAck;
+  CHECK(reason(make(a, 0)) == DropReason::kBadLength);  // aux must name what is acknowledged
+  a.aux = static_cast<std::uint32_t>(FrameType::kSync);
+  CHECK(reason(make(a, 0)) == DropReason::kOk);
+}
+
+TEST_CASE("NACK ranges must lie within the block") {
+  Header n;
+  n.type = FrameType::kNack;
+  n.exchange = fuzz::kExchange;
+  n.block_len = 10 * 1456;
+  n.chunk = 1456;
+  n.seq = 2;
+  std::vector<std::uint8_t> f(kFrameOverhead + 16);
+  n.src = 0;
+  n.dst = 1;
+  n.payload_len = 16;
+  encode(f.data(), fuzz::mac(1), fuzz::mac(0), kDefaultEtherType, n);
+  put_nack_range(f.data() + kFrameOverhead, 0, 0, 3);
+  put_nack_range(f.data() + kFrameOverhead, 1, 8, 2);
+  seal(f.data());
+  static const fuzz::Context ctx;
+  Parsed p = parse(f, ctx);
+  REQUIRE(p.reason == DropReason::kOk);
+  CHECK(nack_range(p.payload, 1) == std::make_pair(8U, 2U));
+  put_nack_range(f.data() + kFrameOverhead, 1, 8, 3);  // frames 8..10 of 10
+  seal(f.data());
+  CHECK(parse(f, ctx).reason == DropReason::kBadOffset);
+}
+
+TEST_CASE("frame arithmetic") {
+  CHECK(frame_count(0, 1456) == 0);
+  CHECK(frame_count(1, 1456) == 1);
+  CHECK(frame_count(1456, 1456) == 1);
+  CHECK(frame_count(1457, 1456) == 2);
+  CHECK(frame_payload(1457, 1456, 1) == 1);
+  CHECK(frame_payload(1457, 1456, 0) == 1456);
+}
