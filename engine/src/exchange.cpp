@@ -29,7 +29,7 @@ Exchange::Exchange(Engine& engine, ExchangeSpec spec, Clock::time_point now)
   epoch_known_.assign(n_, false);
   pinged_.assign(n_, now);
   ready_from_.assign(n_, false);
-  ready_pending_.assign(n_, -1);
+  ready_out_.resize(n_);
   have_sync_.assign(spec_.sync_count, 0);
   const Rank me = eng_.rank();
   for (std::size_t r = 0; r < n_; ++r) {
@@ -78,17 +78,42 @@ void Exchange::begin(Clock::time_point now, const std::vector<bool>& early_ready
   // READY before data: every peer that sends to us learns that the buffer is posted.
   for (std::size_t r = 0; r < n_; ++r) {
     if (in_[r].len == 0) continue;
-    Pending p;
+    Pending& p = ready_out_[r];
     p.type = FrameType::kReady;
     p.to = static_cast<Rank>(r);
     p.rto = eng_.config().rto;
-    ready_pending_[r] = static_cast<int>(pending_.size());
-    pending_.push_back(p);
     ++unacked_pending_;
-    send_pending(pending_.back(), now);
+    send_pending(p, now);
   }
   wait_since_ = now;
   advance(now);
+}
+
+void Exchange::ready_acked(Rank peer) {
+  Pending& p = ready_out_[idx(peer)];
+  if (p.to >= 0 && !p.acked) {
+    p.acked = true;
+    --unacked_pending_;
+  }
+}
+
+// Resends an unacknowledged control frame when its timer expires; false when the exchange
+// failed because the peer never answered.
+bool Exchange::retry(Pending& p, Clock::time_point now) {
+  if (now < p.retry_at) return true;
+  if (p.tries > eng_.config().max_retries) {
+    fail(Errc::kPeerSilent, "peer " + peer_name(eng_, p.to) + " did not acknowledge " + std::string(frame_type_name(p.type)) + " after " +
+                                std::to_string(p.tries) + " tries",
+         p.to, now);
+    return false;
+  }
+  if (p.type == FrameType::kSync) {
+    ++counters_.syncs_resent;
+  } else {
+    ++counters_.readies_resent;
+  }
+  send_pending(p, now);
+  return true;
 }
 
 void Exchange::send_pending(Pending& p, Clock::time_point now) {
@@ -115,15 +140,14 @@ void Exchange::emit(std::uint32_t id, Clock::time_point now) {
     if (id < have_sync_.size()) have_sync_[id] = 1;
     return;
   }
-  Pending p;
+  Pending& p = syncs_out_[id];
   p.type = FrameType::kSync;
   p.to = to;
   p.seq = id;
   p.rto = eng_.config().rto;
-  pending_.push_back(p);
   ++unacked_pending_;
   ++counters_.syncs_sent;
-  send_pending(pending_.back(), now);
+  send_pending(p, now);
 }
 
 bool Exchange::round_can_start(const sched::Round& round) const {
@@ -295,11 +319,7 @@ void Exchange::peer_restarted(Rank src, Clock::time_point now) {
 void Exchange::on_data(const Parsed& f, Clock::time_point now) {
   const Rank src = f.src_rank;
   InBlock& in = in_[idx(src)];
-  // Data from a peer means it has our READY.
-  if (int p = ready_pending_[idx(src)]; p >= 0 && !pending_[static_cast<std::size_t>(p)].acked) {
-    pending_[static_cast<std::size_t>(p)].acked = true;
-    --unacked_pending_;
-  }
+  ready_acked(src);  // data from a peer means it has our READY
   if (in.complete || test_bit(in.bits, f.h.seq)) {
     count_drop(DropReason::kDuplicate);
     if ((f.h.flags & kFlagLast) != 0 && in.complete) eng_.send_control(src, FrameType::kAck, spec_.id, 0, static_cast<std::uint32_t>(FrameType::kData), in.len);
@@ -376,13 +396,13 @@ void Exchange::on_control(const Parsed& f, Clock::time_point now) {
           out_[static_cast<std::size_t>(o)].acked = true;
           --unacked_blocks_;
         }
-      } else if (acked == FrameType::kSync || acked == FrameType::kReady) {
-        for (auto& p : pending_) {
-          if (!p.acked && p.type == acked && p.to == src && (acked == FrameType::kReady || p.seq == f.h.seq)) {
-            p.acked = true;
-            --unacked_pending_;
-            break;
-          }
+      } else if (acked == FrameType::kReady) {
+        ready_acked(src);
+      } else if (acked == FrameType::kSync) {
+        auto it = syncs_out_.find(f.h.seq);
+        if (it != syncs_out_.end() && it->second.to == src) {
+          syncs_out_.erase(it);
+          --unacked_pending_;
         }
       }
       break;
@@ -439,21 +459,10 @@ void Exchange::on_control(const Parsed& f, Clock::time_point now) {
 void Exchange::timers(Clock::time_point now) {
   if (!running()) return;
   const auto& cfg = eng_.config();
-  for (auto& p : pending_) {
-    if (p.acked || now < p.retry_at) continue;
-    if (p.tries > cfg.max_retries) {
-      fail(Errc::kPeerSilent, "peer " + peer_name(eng_, p.to) + " did not acknowledge " + std::string(frame_type_name(p.type)) + " after " +
-                                  std::to_string(p.tries) + " tries",
-           p.to, now);
-      return;
-    }
-    if (p.type == FrameType::kSync) {
-      ++counters_.syncs_resent;
-    } else {
-      ++counters_.readies_resent;
-    }
-    send_pending(p, now);
-  }
+  for (auto& p : ready_out_)
+    if (p.to >= 0 && !p.acked && !retry(p, now)) return;
+  for (auto& [id, p] : syncs_out_)
+    if (!retry(p, now)) return;
   for (auto& b : out_) {
     if (b.acked || !b.first_done || !b.resend.empty() || now < b.poll_at) continue;
     if (b.polls > cfg.max_retries) {

@@ -3,6 +3,7 @@
 
 #include <deque>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "aapc/engine/engine.hpp"
@@ -96,6 +97,8 @@ class Exchange {
   void end_round(Clock::time_point now);
   void emit(std::uint32_t sync_id, Clock::time_point now);
   void send_pending(Pending& p, Clock::time_point now);
+  void ready_acked(Rank peer);
+  bool retry(Pending& p, Clock::time_point now);
   void send_nack(Rank src, InBlock& in, Clock::time_point now);
   void send_data(OutBlock* block, Rank dst, std::uint32_t index, std::uint64_t len, int phase, std::uint8_t flags);
   void block_complete(Rank src, Clock::time_point now);
@@ -117,8 +120,10 @@ class Exchange {
   std::vector<bool> epoch_known_;
   std::vector<Clock::time_point> pinged_;
   std::vector<std::uint8_t> have_sync_;
-  std::vector<Pending> pending_;
-  std::vector<int> ready_pending_;  // rank -> index into pending_ of our READY to it
+  // Control frames awaiting their ACK: our READY to each peer (by rank; `to` < 0 when none
+  // is outstanding), and the tokens we emitted (by sync id; removed when acknowledged).
+  std::vector<Pending> ready_out_;
+  std::unordered_map<std::uint32_t, Pending> syncs_out_;
   std::vector<bool> ready_from_;
   std::deque<int> resend_blocks_;   // out_ indices with frames to resend
   std::size_t round_ = 0;
