@@ -71,6 +71,12 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   my_rank = config_.rank;
   rx_.resize(config_.rx_burst);
   pace_last_ = Clock::now();
+  if (config_.pace_burst_bytes == 0) {
+    // Half a millisecond of the rate (at least four frames): a poll that comes late can
+    // catch up without losing the link's time, and a switch port still sees a short burst.
+    config_.pace_burst_bytes = static_cast<std::uint32_t>(
+        std::max<std::uint64_t>(4ULL * (static_cast<std::uint64_t>(config_.mtu) + kEthHeaderLen), config_.pace_bps / 8 / 2000));
+  }
   tokens_ = config_.pace_burst_bytes;
 }
 
@@ -198,7 +204,27 @@ bool Engine::note_epoch(Rank src, std::uint32_t epoch) {
   peer_epoch_[i] = epoch;
   const auto now = Clock::now();
   for (auto& [id, ex] : exchanges_) ex->peer_restarted(src, now);
+  if (on_peer_restart) on_peer_restart(src);
   return true;
+}
+
+void Engine::announce() {
+  for (std::size_t r = 0; r < config_.peers.size(); ++r)
+    if (static_cast<Rank>(r) != config_.rank) send_control(static_cast<Rank>(r), FrameType::kPing, 0, 0, 0);
+}
+
+void Engine::reset_ids() {
+  started_any_ = false;
+  last_started_ = 0;
+  early_.clear();
+  for (auto it = exchanges_.begin(); it != exchanges_.end();) {
+    if (it->second->running()) {
+      ++it;
+      continue;
+    }
+    if (!it->second->reported) finished_.push_back(it->second->report(Clock::now()));
+    it = exchanges_.erase(it);
+  }
 }
 
 void Engine::handle(const Parsed& f, Clock::time_point now) {
@@ -271,6 +297,7 @@ void Engine::receive(Clock::time_point now) {
       continue;
     }
     last_heard_[static_cast<std::size_t>(f.src_rank)] = now;
+    ++handled_;
     handle(f, now);
     rte_pktmbuf_free(m);
   }
@@ -327,7 +354,7 @@ void Engine::flush() {
 
 bool Engine::poll() {
   const auto now = Clock::now();
-  const std::uint64_t before_rx = counters_.frames_received, before_tx = counters_.frames_sent;
+  const std::uint64_t before_rx = handled_, before_tx = counters_.frames_sent;
   receive(now);
   if (now >= next_timers_) {
     timers(now);
@@ -341,7 +368,9 @@ bool Engine::poll() {
       finished_.push_back(ex->report(now));
     }
   }
-  return counters_.frames_received != before_rx || counters_.frames_sent != before_tx || !txq_.empty();
+  // Work means frames of ours handled or sent; frames dropped (our own, looped back by
+  // af_packet, or other protocols) do not keep the loop spinning.
+  return handled_ != before_rx || counters_.frames_sent != before_tx;
 }
 
 void Engine::abort(std::uint32_t id, const std::string& reason) {

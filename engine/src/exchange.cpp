@@ -85,6 +85,11 @@ void Exchange::begin(Clock::time_point now, const std::vector<bool>& early_ready
     ++unacked_pending_;
     send_pending(p, now);
   }
+  // A block of zero bytes (alltoallv) is complete from the start: its receipt tokens go now.
+  for (std::size_t r = 0; r < n_; ++r)
+    if (static_cast<Rank>(r) != me && in_[r].len == 0)
+      if (const auto* ids = spec_.program.emits_on_receive(static_cast<Rank>(r)))
+        for (std::uint32_t id : *ids) emit(id, now);
   wait_since_ = now;
   advance(now);
 }

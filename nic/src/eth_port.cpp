@@ -7,6 +7,7 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "aapc/nic/eal.hpp"
@@ -52,7 +53,9 @@ std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   if (int rc = rte_eth_dev_info_get(port, &info); rc != 0) fail(name, "reading device info", rc);
 
   // Frames up to the MTU plus the Ethernet header must fit in one mbuf.
-  const unsigned data_room = static_cast<unsigned>(options.mtu) + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN + RTE_PKTMBUF_HEADROOM + 64;
+  // (and at least DPDK's default: af_packet wants room for a whole 2048-byte ring frame).
+  const unsigned data_room = std::max<unsigned>(static_cast<unsigned>(options.mtu) + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN + RTE_PKTMBUF_HEADROOM + 64,
+                                                RTE_MBUF_DEFAULT_BUF_SIZE);
   std::string pool_name = "aapc_pool_" + std::to_string(port);
   p->pool_ = rte_mempool_lookup(pool_name.c_str());
   if (p->pool_ == nullptr)

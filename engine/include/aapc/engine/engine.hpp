@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,7 +30,7 @@ struct EngineConfig {
   // Pacing: a token bucket at this rate (bit/s) decides what leaves when, so that the
   // schedule rather than a switch queue orders the frames. 0 = as fast as the port takes.
   std::uint64_t pace_bps = 0;
-  std::uint32_t pace_burst_bytes = 4 * 1514;
+  std::uint32_t pace_burst_bytes = 0;     // 0: half a millisecond at pace_bps (at least 4 frames)
   std::uint32_t pace_overhead_bytes = 0;  // counted per frame on top of its length (24 on a real wire)
   std::chrono::microseconds rto{20'000};        // first retransmission timeout
   std::chrono::microseconds rto_max{500'000};   // backoff cap
@@ -116,7 +117,7 @@ class Engine final : private ParseContext {
   // Posts the buffers and starts the exchange (READY goes to every peer that will send).
   Result<void> start(ExchangeSpec spec);
   // One iteration of the loop: receive a burst, run timers, send what pacing allows.
-  // Returns true when it did any work.
+  // Returns true when it handled or sent frames.
   bool poll();
   // Aborts a running exchange here and tells the peers (ABORT frames).
   void abort(std::uint32_t id, const std::string& reason);
@@ -126,6 +127,15 @@ class Engine final : private ParseContext {
   std::vector<ExchangeReport> take_finished();
   // True when nothing is running and nothing waits to be sent.
   bool quiet() const;
+  // Says hello to every peer (a PING), so that peers learn this engine's epoch at once: a
+  // daemon that restarted is noticed before its first exchange.
+  void announce();
+  // Forgets the exchange ids used so far (and the finished exchanges kept for late frames):
+  // after a peer restarted, the cluster numbers its exchanges from the start again.
+  void reset_ids();
+  // Called when a peer shows up with a later epoch (it restarted); running exchanges with it
+  // have failed by then.
+  std::function<void(Rank)> on_peer_restart;
 
   const EngineCounters& counters() const { return counters_; }
   std::uint32_t epoch() const { return epoch_; }
@@ -181,6 +191,7 @@ class Engine final : private ParseContext {
   Clock::time_point pace_last_{};
   Clock::time_point next_timers_{};
   std::size_t rr_ = 0;  // round-robin over exchanges
+  std::uint64_t handled_ = 0;  // frames of ours that passed validation
   Clock::time_point last_log_{};
 };
 

@@ -1,0 +1,162 @@
+// The aapc client API: start all-to-all exchanges through the local aapcd.
+//
+//   aapc::Client client = aapc::Client::connect();   // $AAPC_SOCKET, or /run/aapc/aapcd.sock
+//   int me = client.rank(), n = client.size();
+//   aapc::Buffer send = client.allocate(n * block), recv = client.allocate(n * block);
+//   aapc::Result<aapc::Stats> r = client.alltoall(send, recv, block, aapc::Options{});
+//   if (!r) std::cerr << r.error().message() << "\n";
+//
+// Exchanges are collective: every rank calls them in the same order, as with MPI. Block d of
+// `send` (bytes d*block .. (d+1)*block) goes to rank d; block s of `recv` comes from rank s.
+// Buffers are shared memory: the daemon reads and writes them directly, without copies.
+//
+// A Client and everything made from it belong to one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "aapc/result.hpp"
+
+namespace aapc {
+
+struct Options {
+  // "auto" (chosen from the topology and the block size), "tree", "sync-shuffle",
+  // "group-shuffle" (w = group), "pairwise", "ring", "linear", "pairwise-ec", "pairwise-xor",
+  // "lp".
+  std::string schedule = "auto";
+  int group = 4;
+  // "auto", or one of "none", "dummy", "sender-all", "sender-partial:BS", "receiver-all",
+  // "receiver-partial:BS", "barrier-all", "barrier-partial-none:BS",
+  // "barrier-partial-sender:BS", "barrier-partial-receiver:BS".
+  std::string sync = "auto";
+  std::chrono::milliseconds timeout{0};  // 0: no limit
+};
+
+struct RoundTime {
+  double start_s = 0;  // since the exchange started here
+  double end_s = 0;    // when this node's sends of the round were done
+};
+
+struct Stats {
+  std::uint32_t exchange = 0;
+  std::string schedule;  // what ran, e.g. "tree"
+  std::string sync;
+  double seconds = 0;  // from start to completion on this node
+  std::uint64_t bytes_sent = 0, bytes_received = 0;
+  std::uint64_t retransmissions = 0;
+  std::vector<RoundTime> rounds;
+};
+
+// What the local daemon knows of the cluster.
+struct ClusterInfo {
+  int rank = 0;
+  int size = 0;
+  std::string machine;   // this machine's name in the topology
+  std::string topology;  // the topology's name
+  int mtu = 0;
+  double peak_bps = 0;   // physical limit of the aggregate throughput (Faraj/Yuan section 3)
+  std::uint32_t epoch = 0;
+};
+
+// Thrown by Client::connect() and Client::allocate(), which have no result to carry an error.
+class Exception : public std::runtime_error {
+ public:
+  explicit Exception(Error error) : std::runtime_error(error.message()), error_(std::move(error)) {}
+  const Error& error() const { return error_; }
+
+ private:
+  Error error_;
+};
+
+struct Connection;
+
+// Memory shared with the daemon. Move-only; released when destroyed.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  std::uint8_t* data() { return data_; }
+  const std::uint8_t* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  template <typename T>
+  T* as() {
+    return reinterpret_cast<T*>(data_);
+  }
+  explicit operator bool() const { return data_ != nullptr; }
+
+ private:
+  friend class Client;
+  void release();
+  std::shared_ptr<Connection> conn_;
+  std::uint32_t id_ = 0;
+  std::uint32_t generation_ = 0;
+  std::uint8_t* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// An exchange started with a start_* call.
+class Request {
+ public:
+  // Blocks until the exchange finished here.
+  Result<Stats> wait();
+  // The result if the exchange finished, nullopt while it runs.
+  std::optional<Result<Stats>> test();
+  std::uint32_t id() const { return id_; }
+
+ private:
+  friend class Client;
+  std::shared_ptr<Connection> conn_;
+  std::uint32_t id_ = 0;
+  std::optional<Result<Stats>> result_;
+};
+
+class Client {
+ public:
+  // Connects to `socket`, or $AAPC_SOCKET, or /run/aapc/aapcd.sock. Throws aapc::Exception.
+  static Client connect(const std::string& socket = "");
+  static Result<Client> try_connect(const std::string& socket = "");
+
+  int rank() const;
+  int size() const;
+  const ClusterInfo& info() const;
+
+  // Shared memory of `bytes` bytes, registered with the daemon. Throws aapc::Exception.
+  Buffer allocate(std::size_t bytes);
+
+  // Every rank sends block d of `send` to rank d and receives block s of `recv` from rank s.
+  Result<Stats> alltoall(const Buffer& send, Buffer& recv, std::size_t block, const Options& options = {});
+  Result<Request> start_alltoall(const Buffer& send, Buffer& recv, std::size_t block, const Options& options = {});
+
+  // All-to-many (MPI_Alltoallv): per-rank counts and displacements, in bytes. A zero count
+  // sends (or expects) nothing.
+  Result<Stats> alltoallv(const Buffer& send, const std::vector<std::size_t>& send_counts, const std::vector<std::size_t>& send_displs,
+                          Buffer& recv, const std::vector<std::size_t>& recv_counts, const std::vector<std::size_t>& recv_displs,
+                          const Options& options = {});
+  Result<Request> start_alltoallv(const Buffer& send, const std::vector<std::size_t>& send_counts,
+                                  const std::vector<std::size_t>& send_displs, Buffer& recv, const std::vector<std::size_t>& recv_counts,
+                                  const std::vector<std::size_t>& recv_displs, const Options& options = {});
+
+  // Returns once every rank has called it (a collective too).
+  Result<void> barrier();
+
+  // The daemon's state and counters, as JSON text.
+  Result<std::string> status();
+
+ private:
+  Client() = default;
+  std::shared_ptr<Connection> conn_;
+};
+
+}  // namespace aapc

@@ -1,0 +1,58 @@
+// The daemon core: one per node, owns the port, serves clients on a Unix socket and runs
+// their exchanges on the engine. tools/aapcd.cpp is a thin main over this.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "aapc/nic/eal.hpp"
+
+namespace aapc::engine {
+
+struct DaemonConfig {
+  std::string topology;                 // topology file (or a shipped name)
+  std::string device;                   // ethdev: "net_af_packet0,iface=eth0", "0000:03:00.0", ...
+  std::optional<int> rank;              // default: the rank whose MAC is the port's
+  std::string socket_path = "/run/aapc/aapcd.sock";
+  unsigned socket_mode = 0660;          // the directory is made 0750
+  std::string socket_group;             // group of socket and directory (default: ours)
+  std::vector<uid_t> allow_uids;        // besides root and our own uid
+  std::string capture_path;             // write every frame to this pcap file
+  int capture_snaplen = 64;
+  std::string faults;                   // fault injector spec, for tests ("drop=0.01")
+  std::string pace = "auto";            // "auto": the machine's link rate; "off"; or a rate
+  std::chrono::milliseconds peer_deadline{5'000};
+  std::size_t max_clients = 64;
+  std::uint64_t max_buffer_bytes = 1ULL << 36;  // per buffer
+  nic::EalOptions eal;
+};
+
+class Daemon {
+ public:
+  // Loads the topology, starts the EAL and the port, finds our rank and opens the socket.
+  // Throws std::runtime_error with the reason (e.g. our MAC is not in the topology).
+  static std::unique_ptr<Daemon> create(const DaemonConfig& config);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Serves until `stop` is set (SIGTERM), then aborts what runs, tells the peers, cleans up.
+  int run(const std::atomic<bool>& stop);
+
+  int rank() const;
+  std::string describe() const;  // one line for the log: rank, machine, MAC, port, epoch
+
+ private:
+  Daemon();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace aapc::engine

@@ -1,0 +1,68 @@
+#include "protocol.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace aapc::proto {
+
+bool send_message(int sock, const std::vector<std::uint8_t>& msg, int fd) {
+  iovec iov{const_cast<std::uint8_t*>(msg.data()), msg.size()};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
+  for (;;) {
+    ssize_t n = ::sendmsg(sock, &mh, MSG_NOSIGNAL);
+    if (n == static_cast<ssize_t>(msg.size())) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;
+  }
+}
+
+bool recv_message(int sock, std::vector<std::uint8_t>& msg, int& fd, bool& truncated) {
+  msg.resize(kMaxMessage);
+  fd = -1;
+  truncated = false;
+  iovec iov{msg.data(), msg.size()};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = ::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return false;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int x;
+      std::memcpy(&x, CMSG_DATA(c) + i * sizeof(int), sizeof x);
+      if (fd < 0) {
+        fd = x;
+      } else {
+        ::close(x);  // one descriptor per message; more are closed, not leaked
+      }
+    }
+  }
+  truncated = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
+  msg.resize(static_cast<std::size_t>(n));
+  return true;
+}
+
+}  // namespace aapc::proto

@@ -1,0 +1,556 @@
+// aapc-emu: an Ethernet switched cluster on one Linux box, from a topology file.
+//
+// One network namespace per machine (aapc-<machine>), one bridge per switch (aapcb<i>), a
+// veth pair per link, tbf on both ends of every link with the topology's rate and the
+// switch's buffer. Every name it makes starts with "aapc"; `down` removes exactly those, also
+// after a crash, and nothing else.
+//
+//   aapc-emu up TOPO | down | status
+//   aapc-emu exec MACHINE -- CMD...
+//   aapc-emu run TOPO -- CMD...     (daemons on every machine, CMD on every machine, one report)
+#include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "aapc/sched/dot.hpp"
+#include "aapc/sched/topology.hpp"
+
+namespace fs = std::filesystem;
+using aapc::sched::NodeKind;
+using aapc::sched::Topology;
+using Json = nlohmann::json;
+
+namespace {
+
+const fs::path kStateDir = "/run/aapc-emu";
+const fs::path kStateFile = kStateDir / "state.json";
+const std::regex kOurLink("^aapc(b|p|m|l)[0-9]+[ab]?$");  // every interface name we make
+const std::string kNetnsPrefix = "aapc-";
+
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+bool verbose = false;
+
+struct Output {
+  int status = -1;
+  std::string text;
+};
+
+// Runs argv, returns its exit status and combined output.
+Output run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
+  if (verbose) {
+    std::cerr << "+";
+    for (const auto& a : argv) std::cerr << " " << a;
+    std::cerr << "\n";
+  }
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) throw Failure("pipe failed");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(pipefd[1], 1);
+    ::dup2(pipefd[1], 2);
+    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(pipefd[1]);
+  Output out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) out.text.append(buf, static_cast<std::size_t>(n));
+  ::close(pipefd[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  out.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return out;
+}
+
+void must(const std::vector<std::string>& argv) {
+  Output o = run(argv);
+  if (o.status != 0) {
+    std::string cmd;
+    for (const auto& a : argv) cmd += a + " ";
+    throw Failure("`" + cmd + "` failed: " + o.text);
+  }
+}
+
+bool on_path(const std::string& tool) {
+  for (const char* dir : {"/usr/sbin", "/sbin", "/usr/bin", "/bin"})
+    if (::access((fs::path(dir) / tool).c_str(), X_OK) == 0) return true;
+  return false;
+}
+
+void preflight() {
+  if (::geteuid() != 0) throw Failure("aapc-emu needs root: it creates network namespaces, bridges and veth pairs (run it with sudo)");
+  for (const char* tool : {"ip", "tc"})
+    if (!on_path(tool)) throw Failure(std::string("aapc-emu needs `") + tool + "` (Debian package iproute2)");
+  Output o = run({"ip", "link", "add", "aapcprobe0", "type", "bridge"});
+  if (o.status != 0 && o.text.find("File exists") == std::string::npos)
+    throw Failure("this kernel cannot make bridges here: " + o.text);
+  run({"ip", "link", "del", "aapcprobe0"});
+}
+
+std::string netns_of(const std::string& machine) { return kNetnsPrefix + machine; }
+
+// Rate in tc's notation, burst and queue limits in bytes.
+std::string tc_rate(std::uint64_t bps) { return std::to_string(bps / 1000) + "kbit"; }
+std::uint64_t burst_for(std::uint64_t bps) { return std::max<std::uint64_t>(16384, bps / 8 / 500); }
+
+void shape(const std::string& netns, const std::string& dev, std::uint64_t bps, std::uint64_t limit) {
+  std::vector<std::string> argv;
+  if (!netns.empty()) argv = {"ip", "netns", "exec", netns};
+  std::uint64_t burst = burst_for(bps);
+  for (const std::string& a : {std::string("tc"), std::string("qdisc"), std::string("replace"), std::string("dev"), dev, std::string("root"),
+                               std::string("tbf"), std::string("rate"), tc_rate(bps), std::string("burst"), std::to_string(burst),
+                               std::string("limit"), std::to_string(std::max(limit, burst))})
+    argv.push_back(a);
+  must(argv);
+}
+
+void no_ipv6(const std::string& netns, const std::string& dev) {
+  // Quiet links: no router solicitations or duplicate address probes on the emulated wires.
+  std::string key = "net.ipv6.conf." + dev + ".disable_ipv6=1";
+  if (netns.empty()) {
+    run({"sysctl", "-qw", key});
+  } else {
+    run({"ip", "netns", "exec", netns, "sysctl", "-qw", key});
+  }
+}
+
+Json read_state() {
+  std::ifstream in(kStateFile);
+  if (!in) return Json();
+  try {
+    return Json::parse(in);
+  } catch (const std::exception&) {
+    return Json();
+  }
+}
+
+std::vector<std::string> our_netns() {
+  std::vector<std::string> out;
+  std::istringstream in(run({"ip", "netns", "list"}).text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::string name = line.substr(0, line.find(' '));
+    if (name.rfind(kNetnsPrefix, 0) == 0) out.push_back(name);
+  }
+  return out;
+}
+
+std::vector<std::string> our_links() {
+  std::vector<std::string> out;
+  std::istringstream in(run({"ip", "-o", "link", "show"}).text);
+  std::string line;
+  while (std::getline(in, line)) {
+    // "12: aapcp0@if11: <...": the name, before '@' and ':'
+    auto colon = line.find(": ");
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(colon + 2);
+    name = name.substr(0, name.find_first_of("@:"));
+    if (std::regex_match(name, kOurLink)) out.push_back(name);
+  }
+  return out;
+}
+
+void stop_daemons(const Json& state, bool quiet = false) {
+  if (!state.contains("daemons")) return;
+  std::vector<pid_t> pids;
+  for (const auto& d : state["daemons"]) {
+    pid_t pid = d.value("pid", 0);
+    if (pid > 0 && ::kill(pid, 0) == 0) {
+      ::kill(pid, SIGTERM);
+      pids.push_back(pid);
+    }
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (pid_t pid : pids) {
+    while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+      ::waitpid(pid, nullptr, WNOHANG);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (::kill(pid, 0) == 0) {
+      if (!quiet) std::cerr << "aapc-emu: daemon " << pid << " did not stop in 5 s; killing it\n";
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+}
+
+int cmd_down(bool quiet) {
+  preflight();
+  Json state = read_state();
+  stop_daemons(state, quiet);
+  auto netns = our_netns();
+  for (const auto& ns : netns) run({"ip", "netns", "del", ns});
+  auto links = our_links();
+  for (const auto& l : links) run({"ip", "link", "del", l});  // bridges and host ends
+  if (fs::exists(kStateDir)) fs::remove_all(kStateDir);
+  if (!quiet) std::cout << "aapc-emu: removed " << netns.size() << " namespaces and " << links.size() << " interfaces\n";
+  return 0;
+}
+
+int cmd_down(bool quiet);
+Json build_cluster(const Topology& t, const std::string& subnet);
+
+Json cmd_up(const std::string& topo_arg, const std::string& subnet) {
+  preflight();
+  Topology t = aapc::sched::load_topology(topo_arg);
+  Json state = read_state();
+  if (!state.is_null() || !our_netns().empty() || !our_links().empty())
+    throw Failure("an emulated cluster is already up (" + state.value("topology", std::string("unknown")) + "); run `aapc-emu down` first");
+  try {
+    return build_cluster(t, subnet);
+  } catch (...) {
+    cmd_down(true);  // nothing half-made stays behind
+    throw;
+  }
+}
+
+Json build_cluster(const Topology& t, const std::string& subnet) {
+  Json state;
+  fs::create_directories(kStateDir);
+  ::chmod(kStateDir.c_str(), 0755);
+  state = {{"topology", fs::absolute(t.source()).string()}, {"machines", Json::array()}, {"daemons", Json::array()}};
+  // Write the state first: a crash half-way still leaves `down` a record.
+  auto save = [&] { std::ofstream(kStateFile) << state.dump(2); };
+  save();
+  const std::regex safe("^[A-Za-z0-9_.-]{1,40}$");
+  std::vector<int> switch_index(t.nodes().size(), -1);
+  int switches = 0;
+  for (std::size_t i = 0; i < t.nodes().size(); ++i) {
+    const auto& node = t.nodes()[i];
+    if (node.kind == NodeKind::kSwitch) {
+      switch_index[i] = switches++;
+    } else if (!std::regex_match(node.name, safe)) {
+      throw Failure("machine name '" + node.name + "' cannot name a network namespace (letters, digits, _ . - only)");
+    }
+  }
+  const std::string mtu = std::to_string(t.mtu());
+  auto bridge = [&](int node) { return "aapcb" + std::to_string(switch_index[static_cast<std::size_t>(node)]); };
+  auto buffer_of = [&](int node) { return t.node(node).buffer_bytes != 0 ? t.node(node).buffer_bytes : std::uint64_t{65536}; };
+  for (std::size_t i = 0; i < t.nodes().size(); ++i) {
+    if (switch_index[i] < 0) continue;
+    std::string br = bridge(static_cast<int>(i));
+    must({"ip", "link", "add", br, "type", "bridge", "stp_state", "0", "forward_delay", "0"});
+    no_ipv6("", br);
+    must({"ip", "link", "set", br, "mtu", mtu, "up"});
+  }
+  for (int r = 0; r < t.machine_count(); ++r) {
+    const auto& m = t.machine(r);
+    std::string ns = netns_of(m.name);
+    must({"ip", "netns", "add", ns});
+    std::string ip = subnet + "." + std::to_string((r + 1) / 250) + "." + std::to_string((r + 1) % 250 + 1);
+    state["machines"].push_back({{"name", m.name}, {"rank", r}, {"netns", ns}, {"iface", "aapc0"}, {"mac", m.mac.str()}, {"ip", ip}});
+    save();
+    must({"ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"});
+  }
+  // Links: a veth pair each, shaped at both ends.
+  for (std::size_t l = 0; l < t.links().size(); ++l) {
+    const auto& link = t.links()[l];
+    const auto& a = t.node(link.a);
+    const auto& b = t.node(link.b);
+    if (a.kind == NodeKind::kMachine || b.kind == NodeKind::kMachine) {
+      int mnode = a.kind == NodeKind::kMachine ? link.a : link.b;
+      int other = mnode == link.a ? link.b : link.a;
+      const auto& m = t.node(mnode);
+      std::string ns = netns_of(m.name);
+      std::string inner = "aapcm" + std::to_string(m.rank), outer = "aapcp" + std::to_string(m.rank);
+      must({"ip", "link", "add", inner, "type", "veth", "peer", "name", outer});
+      must({"ip", "link", "set", inner, "netns", ns});
+      must({"ip", "netns", "exec", ns, "ip", "link", "set", inner, "name", "aapc0"});
+      no_ipv6(ns, "aapc0");
+      must({"ip", "netns", "exec", ns, "ip", "link", "set", "aapc0", "address", m.mac.str(), "mtu", mtu, "up"});
+      std::string ip = state["machines"][static_cast<std::size_t>(m.rank)]["ip"];
+      must({"ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/16", "dev", "aapc0"});
+      shape(ns, "aapc0", link.rate_bps, 256 * 1024);  // the machine's NIC queue
+      if (t.node(other).kind == NodeKind::kSwitch) {
+        no_ipv6("", outer);
+        must({"ip", "link", "set", outer, "master", bridge(other), "mtu", mtu, "up"});
+        shape("", outer, link.rate_bps, buffer_of(other));  // the switch's output port
+      } else {
+        // Two machines cabled to each other.
+        const auto& peer = t.node(other);
+        must({"ip", "link", "set", outer, "netns", netns_of(peer.name)});
+        must({"ip", "netns", "exec", netns_of(peer.name), "ip", "link", "set", outer, "name", "aapc0"});
+      }
+    } else {
+      std::string ea = "aapcl" + std::to_string(l) + "a", eb = "aapcl" + std::to_string(l) + "b";
+      must({"ip", "link", "add", ea, "type", "veth", "peer", "name", eb});
+      for (const auto& [dev, node] : {std::pair{ea, link.a}, std::pair{eb, link.b}}) {
+        no_ipv6("", dev);
+        must({"ip", "link", "set", dev, "master", bridge(node), "mtu", mtu, "up"});
+        shape("", dev, link.rate_bps, buffer_of(node));
+      }
+    }
+  }
+  save();
+  return state;
+}
+
+int cmd_status() {
+  Json state = read_state();
+  auto netns = our_netns();
+  auto links = our_links();
+  if (state.is_null() && netns.empty() && links.empty()) {
+    std::cout << "aapc-emu: nothing is up\n";
+    return 0;
+  }
+  std::cout << "topology   " << state.value("topology", std::string("(no state file: left over from a crash? run aapc-emu down)")) << "\n";
+  std::cout << "namespaces " << netns.size() << "\ninterfaces " << links.size() << " (host side)\n";
+  if (state.contains("machines"))
+    for (const auto& m : state["machines"])
+      std::cout << "  rank " << m["rank"].get<int>() << "  " << m["name"].get<std::string>() << "  " << m["mac"].get<std::string>() << "  "
+                << m["ip"].get<std::string>() << "  netns " << m["netns"].get<std::string>() << "\n";
+  if (state.contains("daemons"))
+    for (const auto& d : state["daemons"]) {
+      pid_t pid = d.value("pid", 0);
+      std::cout << "  aapcd on " << d.value("machine", std::string("?")) << ": pid " << pid << (pid > 0 && ::kill(pid, 0) == 0 ? " running" : " gone")
+                << ", socket " << d.value("socket", std::string()) << "\n";
+    }
+  return 0;
+}
+
+int cmd_exec(const std::string& machine, const std::vector<std::string>& cmd) {
+  if (::geteuid() != 0) throw Failure("aapc-emu exec needs root (ip netns exec)");
+  std::vector<std::string> argv = {"ip", "netns", "exec", netns_of(machine)};
+  argv.insert(argv.end(), cmd.begin(), cmd.end());
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  ::execvp("ip", args.data());
+  throw Failure(std::string("cannot run ip: ") + std::strerror(errno));
+}
+
+// --- run ----------------------------------------------------------------------------------
+
+volatile sig_atomic_t g_interrupted = 0;
+void on_signal(int) { g_interrupted = 1; }
+
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log, const std::vector<std::string>& env) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+bool socket_answers(const std::string& path) {
+  int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  bool ok = ::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(s);
+  return ok;
+}
+
+std::string tail(const std::string& file, std::size_t lines = 15) {
+  std::ifstream in(file);
+  std::vector<std::string> all;
+  std::string line;
+  while (std::getline(in, line)) all.push_back(line);
+  std::string out;
+  for (std::size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += "    " + all[i] + "\n";
+  return out;
+}
+
+fs::path sibling(const char* argv0, const std::string& tool) {
+  fs::path self = fs::canonical("/proc/self/exe");
+  fs::path next = self.parent_path() / tool;
+  if (fs::exists(next)) return next;
+  (void)argv0;
+  return tool;  // from PATH
+}
+
+struct RunOptions {
+  std::string topology, faults, capture_dir, daemon_args, subnet = "10.77";
+  bool keep = false;
+  int timeout_s = 600;
+};
+
+int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char* argv0) {
+  if (cmd.empty()) throw Failure("give the command to run on every machine after --, e.g. -- aapc run --size 64K");
+  ::signal(SIGINT, on_signal);
+  ::signal(SIGTERM, on_signal);
+  Json state = read_state();
+  bool brought_up = false;
+  Topology t = aapc::sched::load_topology(o.topology);
+  if (state.is_null()) {
+    state = cmd_up(o.topology, o.subnet);
+    brought_up = true;
+  } else if (state.value("topology", std::string()) != fs::absolute(t.source()).string()) {
+    throw Failure("another cluster is up (" + state.value("topology", std::string()) + "); run `aapc-emu down` first");
+  }
+  auto cleanup = [&] {
+    stop_daemons(state, true);
+    state["daemons"] = Json::array();
+    if (brought_up && !o.keep) {
+      cmd_down(true);
+    } else {
+      std::ofstream(kStateFile) << state.dump(2);
+    }
+  };
+  try {
+    const fs::path aapcd = sibling(argv0, "aapcd");
+    std::string topo_path = fs::absolute(t.source()).string();
+    for (const auto& m : state["machines"]) {
+      std::string name = m["name"];
+      fs::path dir = kStateDir / name;
+      fs::create_directories(dir);
+      std::string socket = (dir / "aapcd.sock").string();
+      std::vector<std::string> argv = {"ip", "netns", "exec", m["netns"], aapcd.string(), "--topology", topo_path, "--vdev",
+                                       "net_af_packet0,iface=aapc0", "--socket", socket, "--log-level", "warn"};
+      if (!o.faults.empty()) argv.insert(argv.end(), {"--faults", o.faults});
+      if (!o.capture_dir.empty()) {
+        fs::create_directories(o.capture_dir);
+        argv.insert(argv.end(), {"--capture", (fs::absolute(o.capture_dir) / (name + ".pcap")).string()});
+      }
+      std::istringstream extra(o.daemon_args);
+      for (std::string a; extra >> a;) argv.push_back(a);
+      pid_t pid = spawn(argv, (dir / "aapcd.log").string(), {});
+      state["daemons"].push_back({{"machine", name}, {"pid", pid}, {"socket", socket}, {"log", (dir / "aapcd.log").string()}});
+      std::ofstream(kStateFile) << state.dump(2);
+    }
+    // Wait until every daemon answers.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (const auto& d : state["daemons"]) {
+      while (!socket_answers(d["socket"])) {
+        int status = 0;
+        if (::waitpid(d["pid"].get<pid_t>(), &status, WNOHANG) > 0 || g_interrupted || std::chrono::steady_clock::now() > deadline)
+          throw Failure("aapcd on " + d["machine"].get<std::string>() + " did not come up; its log:\n" + tail(d["log"]));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    // The command on every machine at once.
+    std::vector<pid_t> pids;
+    std::vector<std::string> logs;
+    for (const auto& m : state["machines"]) {
+      std::string name = m["name"];
+      std::vector<std::string> argv = {"ip", "netns", "exec", m["netns"]};
+      argv.insert(argv.end(), cmd.begin(), cmd.end());
+      std::string log = (kStateDir / name / "command.log").string();
+      std::string socket = (kStateDir / name / "aapcd.sock").string();
+      pids.push_back(spawn(argv, log, {"AAPC_SOCKET=" + socket}));
+      logs.push_back(log);
+    }
+    std::vector<int> status(pids.size(), -1);
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s);
+    std::size_t running = pids.size();
+    while (running > 0) {
+      for (std::size_t i = 0; i < pids.size(); ++i) {
+        if (status[i] != -1) continue;
+        int st = 0;
+        if (::waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+          status[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+          --running;
+        }
+      }
+      if (running > 0 && (g_interrupted || std::chrono::steady_clock::now() > end)) {
+        for (std::size_t i = 0; i < pids.size(); ++i)
+          if (status[i] == -1) ::kill(-pids[i], SIGKILL);
+        if (!g_interrupted) std::cerr << "aapc-emu: the command did not finish within " << o.timeout_s << " s; killed\n";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    // One report: rank 0's output, and the output of every machine that failed.
+    int failed = 0;
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      std::ifstream in(logs[i]);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::string name = state["machines"][i]["name"];
+      if (i == 0) std::cout << text;
+      if (status[i] != 0) {
+        ++failed;
+        std::cerr << "aapc-emu: " << name << " (rank " << i << ") exited with " << status[i] << (i == 0 ? "" : ":\n" + text) << "\n";
+      }
+    }
+    if (failed > 0) {
+      for (const auto& d : state["daemons"])
+        std::cerr << "aapc-emu: aapcd log of " << d["machine"].get<std::string>() << ":\n" << tail(d["log"], 6);
+    }
+    cleanup();
+    return failed == 0 ? 0 : 1;
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"aapc-emu: an emulated Ethernet switched cluster on this box, from a topology file.\n"
+               "Machines are network namespaces (aapc-<name>), switches are bridges (aapcb<i>), links are veth pairs shaped by tbf."};
+  app.require_subcommand(1);
+  app.add_flag("--verbose,-v", verbose, "print every command run");
+  std::string topo, machine, subnet = "10.77";
+  auto* up = app.add_subcommand("up", "bring up the cluster of a topology file");
+  up->add_option("TOPO", topo, "topology file or shipped name")->required();
+  up->add_option("--subnet", subnet, "first two octets of the machines' IPv4 addresses (/16)")->capture_default_str();
+  app.add_subcommand("down", "remove everything aapc-emu made (also after a crash)");
+  app.add_subcommand("status", "what is up");
+  std::vector<std::string> cmd;
+  auto* ex = app.add_subcommand("exec", "run a command in a machine's namespace: aapc-emu exec n0 -- ip link");
+  ex->add_option("MACHINE", machine, "machine name")->required();
+  ex->add_option("CMD", cmd, "command")->required();
+  RunOptions ro;
+  auto* runc = app.add_subcommand("run", "bring up TOPO (unless up), start aapcd on every machine, run CMD on every machine, report, tear down");
+  runc->add_option("TOPO", ro.topology, "topology file or shipped name")->required();
+  runc->add_option("CMD", cmd, "command for every machine, after --")->required();
+  runc->add_flag("--keep", ro.keep, "leave the cluster up afterwards");
+  runc->add_option("--faults", ro.faults, "inject faults in every daemon's port, e.g. drop=0.01");
+  runc->add_option("--capture-dir", ro.capture_dir, "every daemon writes DIR/<machine>.pcap");
+  runc->add_option("--daemon-args", ro.daemon_args, "further aapcd arguments");
+  runc->add_option("--timeout", ro.timeout_s, "seconds the command may take")->capture_default_str();
+  runc->add_option("--subnet", ro.subnet, "first two octets of the machines' IPv4 addresses")->capture_default_str();
+  app.positionals_at_end();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (up->parsed()) {
+      Json state = cmd_up(topo, subnet);
+      std::cout << "aapc-emu: up: " << state["machines"].size() << " machines of " << state["topology"].get<std::string>() << "\n";
+      return 0;
+    }
+    if (app.got_subcommand("down")) return cmd_down(false);
+    if (app.got_subcommand("status")) return cmd_status();
+    if (ex->parsed()) return cmd_exec(machine, cmd);
+    return cmd_run(ro, cmd, argv[0]);
+  } catch (const std::exception& e) {
+    std::cerr << "aapc-emu: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,74 @@
+// aapcd: the aapc daemon of one node. Owns the port, serves clients on a Unix socket.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <csignal>
+#include <iostream>
+
+#include "aapc/engine/daemon.hpp"
+
+namespace {
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"aapcd: the aapc daemon of one node. It owns the port, runs all-to-all exchanges as raw Ethernet frames in the\n"
+               "order a schedule prescribes, and serves applications on a Unix socket."};
+  aapc::engine::DaemonConfig cfg;
+  std::vector<std::string> vdevs;
+  std::string pci, level = "info";
+  int rank = -1, deadline_ms = 5000;
+  std::vector<std::string> eal_args;
+  app.add_option("--topology,-t", cfg.topology, "topology file (DOT) listing every machine's MAC")->required();
+  app.add_option("--vdev", vdevs, "the port as a DPDK virtual device, e.g. net_af_packet0,iface=eth0 (qdisc_bypass=0 is added for af_packet)");
+  app.add_option("--pci", pci, "the port as a PCI address bound to a DPDK driver, e.g. 0000:03:00.0");
+  app.add_option("--rank", rank, "this node's rank (default: the machine whose MAC is the port's)");
+  app.add_option("--socket", cfg.socket_path, "control socket (its directory is made 0750)")->capture_default_str();
+  app.add_option("--socket-group", cfg.socket_group, "group allowed to use the socket (mode 0660)");
+  app.add_option("--allow-uid", cfg.allow_uids, "further uids allowed besides root and ours");
+  app.add_option("--capture", cfg.capture_path, "write every frame sent and received to this pcap file");
+  app.add_option("--capture-snaplen", cfg.capture_snaplen, "bytes kept per captured frame (64: headers; 65535: whole frames)")->capture_default_str();
+  app.add_option("--pace", cfg.pace, "pacing: auto (this machine's link rate from the topology), off, or a rate like 1Gbit")->capture_default_str();
+  app.add_option("--faults", cfg.faults, "inject faults on the port, for tests: drop=0.01,dup=0.001,corrupt=...,seed=N");
+  app.add_option("--peer-deadline-ms", deadline_ms, "a peer silent this long fails the exchange")->capture_default_str();
+  app.add_option("--eal", eal_args, "further DPDK EAL arguments");
+  app.add_option("--eal-memory-mb", cfg.eal.memory_mb, "EAL memory without hugepages")->capture_default_str();
+  app.add_option("--log-level", level, "trace, debug, info, warn, error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(level));
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] aapcd %l: %v");
+  if (vdevs.empty() == pci.empty()) {
+    std::cerr << "aapcd: name the port with exactly one of --vdev or --pci\n";
+    return 2;
+  }
+  if (!vdevs.empty()) {
+    cfg.device = vdevs.front();
+    if (cfg.device.rfind("net_af_packet", 0) == 0 && cfg.device.find("qdisc_bypass") == std::string::npos)
+      cfg.device += ",qdisc_bypass=0";  // go through the kernel's qdisc, where the emulation shapes the link
+  } else {
+    cfg.device = pci;
+    cfg.eal.no_pci = false;
+    cfg.eal.extra.push_back("--allow=" + pci);
+  }
+  if (rank >= 0) cfg.rank = rank;
+  cfg.peer_deadline = std::chrono::milliseconds(deadline_ms);
+  cfg.eal.extra.insert(cfg.eal.extra.end(), eal_args.begin(), eal_args.end());
+  cfg.eal.program = "aapcd";
+
+  try {
+    auto daemon = aapc::engine::Daemon::create(cfg);
+    spdlog::info("serving as {}", daemon->describe());
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGPIPE, SIG_IGN);
+    int rc = daemon->run(g_stop);
+    spdlog::info("stopped");
+    return rc;
+  } catch (const std::exception& e) {
+    std::cerr << "aapcd: " << e.what() << "\n";
+    return 1;
+  }
+}
