@@ -8,6 +8,7 @@
 //   aapc-emu up TOPO | down | status
 //   aapc-emu exec MACHINE -- CMD...
 //   aapc-emu run TOPO -- CMD...     (daemons on every machine, CMD on every machine, one report)
+//   aapc-emu start | stop            (daemons on the cluster that is up)
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <nlohmann/json.hpp>
@@ -402,6 +403,71 @@ struct RunOptions {
   int timeout_s = 600;
 };
 
+std::string socket_of(const std::string& machine) { return (kStateDir / machine / "aapcd.sock").string(); }
+
+// Starts aapcd in every machine's namespace whose daemon is not running, and waits until
+// each answers on its socket.
+void start_daemons(Json& state, const RunOptions& o, const char* argv0) {
+  const fs::path aapcd = sibling(argv0, "aapcd");
+  const std::string topo_path = state["topology"];
+  Json daemons = Json::array();
+  for (const auto& d : state["daemons"]) {
+    pid_t pid = d.value("pid", 0);
+    if (pid > 0 && ::kill(pid, 0) == 0) daemons.push_back(d);
+  }
+  for (const auto& m : state["machines"]) {
+    std::string name = m["name"];
+    bool running = false;
+    for (const auto& d : daemons) running = running || d["machine"] == name;
+    if (running) continue;
+    fs::path dir = kStateDir / name;
+    fs::create_directories(dir);
+    std::string socket = socket_of(name);
+    std::vector<std::string> argv = {"ip", "netns", "exec", m["netns"], aapcd.string(), "--topology", topo_path, "--vdev",
+                                     "net_af_packet0,iface=aapc0", "--socket", socket, "--log-level", "warn"};
+    if (!o.faults.empty()) argv.insert(argv.end(), {"--faults", o.faults});
+    if (!o.capture_dir.empty()) {
+      fs::create_directories(o.capture_dir);
+      argv.insert(argv.end(), {"--capture", (fs::absolute(o.capture_dir) / (name + ".pcap")).string()});
+    }
+    std::istringstream extra(o.daemon_args);
+    for (std::string a; extra >> a;) argv.push_back(a);
+    pid_t pid = spawn(argv, (dir / "aapcd.log").string(), {});
+    daemons.push_back({{"machine", name}, {"pid", pid}, {"socket", socket}, {"log", (dir / "aapcd.log").string()}});
+  }
+  state["daemons"] = daemons;
+  std::ofstream(kStateFile) << state.dump(2);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (const auto& d : state["daemons"]) {
+    while (!socket_answers(d["socket"])) {
+      int status = 0;
+      if (::waitpid(d["pid"].get<pid_t>(), &status, WNOHANG) > 0 || g_interrupted || std::chrono::steady_clock::now() > deadline)
+        throw Failure("aapcd on " + d["machine"].get<std::string>() + " did not come up; its log:\n" + tail(d["log"]));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+}
+
+int cmd_start(const RunOptions& o, const char* argv0) {
+  preflight();
+  Json state = read_state();
+  if (state.is_null()) throw Failure("no cluster is up; run `aapc-emu up TOPO` first");
+  start_daemons(state, o, argv0);
+  for (const auto& d : state["daemons"])
+    std::cout << "aapc-emu: aapcd on " << d["machine"].get<std::string>() << " (pid " << d["pid"].get<pid_t>() << "), AAPC_SOCKET=" << d["socket"].get<std::string>()
+              << "\n";
+  return 0;
+}
+
+int cmd_stop() {
+  Json state = read_state();
+  if (state.is_null()) return 0;
+  stop_daemons(state);
+  state["daemons"] = Json::array();
+  std::ofstream(kStateFile) << state.dump(2);
+  return 0;
+}
+
 int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char* argv0) {
   if (cmd.empty()) throw Failure("give the command to run on every machine after --, e.g. -- aapc run --size 64K");
   ::signal(SIGINT, on_signal);
@@ -425,36 +491,7 @@ int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char
     }
   };
   try {
-    const fs::path aapcd = sibling(argv0, "aapcd");
-    std::string topo_path = fs::absolute(t.source()).string();
-    for (const auto& m : state["machines"]) {
-      std::string name = m["name"];
-      fs::path dir = kStateDir / name;
-      fs::create_directories(dir);
-      std::string socket = (dir / "aapcd.sock").string();
-      std::vector<std::string> argv = {"ip", "netns", "exec", m["netns"], aapcd.string(), "--topology", topo_path, "--vdev",
-                                       "net_af_packet0,iface=aapc0", "--socket", socket, "--log-level", "warn"};
-      if (!o.faults.empty()) argv.insert(argv.end(), {"--faults", o.faults});
-      if (!o.capture_dir.empty()) {
-        fs::create_directories(o.capture_dir);
-        argv.insert(argv.end(), {"--capture", (fs::absolute(o.capture_dir) / (name + ".pcap")).string()});
-      }
-      std::istringstream extra(o.daemon_args);
-      for (std::string a; extra >> a;) argv.push_back(a);
-      pid_t pid = spawn(argv, (dir / "aapcd.log").string(), {});
-      state["daemons"].push_back({{"machine", name}, {"pid", pid}, {"socket", socket}, {"log", (dir / "aapcd.log").string()}});
-      std::ofstream(kStateFile) << state.dump(2);
-    }
-    // Wait until every daemon answers.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    for (const auto& d : state["daemons"]) {
-      while (!socket_answers(d["socket"])) {
-        int status = 0;
-        if (::waitpid(d["pid"].get<pid_t>(), &status, WNOHANG) > 0 || g_interrupted || std::chrono::steady_clock::now() > deadline)
-          throw Failure("aapcd on " + d["machine"].get<std::string>() + " did not come up; its log:\n" + tail(d["log"]));
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
+    start_daemons(state, o, argv0);
     // The command on every machine at once.
     std::vector<pid_t> pids;
     std::vector<std::string> logs;
@@ -463,8 +500,7 @@ int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char
       std::vector<std::string> argv = {"ip", "netns", "exec", m["netns"]};
       argv.insert(argv.end(), cmd.begin(), cmd.end());
       std::string log = (kStateDir / name / "command.log").string();
-      std::string socket = (kStateDir / name / "aapcd.sock").string();
-      pids.push_back(spawn(argv, log, {"AAPC_SOCKET=" + socket}));
+      pids.push_back(spawn(argv, log, {"AAPC_SOCKET=" + socket_of(name)}));
       logs.push_back(log);
     }
     std::vector<int> status(pids.size(), -1);
@@ -537,6 +573,11 @@ int main(int argc, char** argv) {
   runc->add_option("--daemon-args", ro.daemon_args, "further aapcd arguments");
   runc->add_option("--timeout", ro.timeout_s, "seconds the command may take")->capture_default_str();
   runc->add_option("--subnet", ro.subnet, "first two octets of the machines' IPv4 addresses")->capture_default_str();
+  auto* startc = app.add_subcommand("start", "start aapcd on every machine of the cluster that is up (those not running)");
+  startc->add_option("--faults", ro.faults, "inject faults in every daemon's port, e.g. drop=0.01");
+  startc->add_option("--capture-dir", ro.capture_dir, "every daemon writes DIR/<machine>.pcap");
+  startc->add_option("--daemon-args", ro.daemon_args, "further aapcd arguments");
+  app.add_subcommand("stop", "stop the daemons (the cluster stays up)");
   app.positionals_at_end();
   CLI11_PARSE(app, argc, argv);
   try {
@@ -548,6 +589,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("down")) return cmd_down(false);
     if (app.got_subcommand("status")) return cmd_status();
     if (ex->parsed()) return cmd_exec(machine, cmd);
+    if (startc->parsed()) return cmd_start(ro, argv[0]);
+    if (app.got_subcommand("stop")) return cmd_stop();
     return cmd_run(ro, cmd, argv[0]);
   } catch (const std::exception& e) {
     std::cerr << "aapc-emu: " << e.what() << "\n";

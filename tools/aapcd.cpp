@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   app.add_option("--rank", rank, "this node's rank (default: the machine whose MAC is the port's)");
   app.add_option("--socket", cfg.socket_path, "control socket (its directory is made 0750)")->capture_default_str();
   app.add_option("--socket-group", cfg.socket_group, "group allowed to use the socket (mode 0660)");
+  std::string mode = "0660";
+  app.add_option("--socket-mode", mode, "permissions of the socket file (octal)")->capture_default_str();
   app.add_option("--allow-uid", cfg.allow_uids, "further uids allowed besides root and ours");
   app.add_option("--capture", cfg.capture_path, "write every frame sent and received to this pcap file");
   app.add_option("--capture-snaplen", cfg.capture_snaplen, "bytes kept per captured frame (64: headers; 65535: whole frames)")->capture_default_str();
@@ -35,7 +37,7 @@ int main(int argc, char** argv) {
   app.add_option("--peer-deadline-ms", deadline_ms, "a peer silent this long fails the exchange")->capture_default_str();
   app.add_option("--eal", eal_args, "further DPDK EAL arguments");
   app.add_option("--eal-memory-mb", cfg.eal.memory_mb, "EAL memory without hugepages")->capture_default_str();
-  app.add_option("--log-level", level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--log-level", level, "trace, debug, info, warn, error")->capture_default_str()->take_last();
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_level(spdlog::level::from_str(level));
@@ -54,6 +56,12 @@ int main(int argc, char** argv) {
     cfg.eal.extra.push_back("--allow=" + pci);
   }
   if (rank >= 0) cfg.rank = rank;
+  try {
+    cfg.socket_mode = static_cast<unsigned>(std::stoul(mode, nullptr, 8));
+  } catch (const std::exception&) {
+    std::cerr << "aapcd: --socket-mode " << mode << " is not an octal mode like 0660\n";
+    return 2;
+  }
   cfg.peer_deadline = std::chrono::milliseconds(deadline_ms);
   cfg.eal.extra.insert(cfg.eal.extra.end(), eal_args.begin(), eal_args.end());
   cfg.eal.program = "aapcd";

@@ -91,11 +91,14 @@ struct Connection {
 
   // One request and its reply on the current socket.
   Result<std::vector<std::uint8_t>> exchange_raw(const std::vector<std::uint8_t>& msg, int fd) {
-    if (sock < 0 || !proto::send_message(sock, msg, fd)) return Error(Errc::kIo, "lost the connection to aapcd at " + path);
+    if (sock < 0) return Error(Errc::kIo, "lost the connection to aapcd at " + path);
+    // A failed send is not the end: a daemon that refused us left its reason to read.
+    (void)proto::send_message(sock, msg, fd);
     std::vector<std::uint8_t> reply;
     int rfd = -1;
     bool truncated = false;
-    if (!proto::recv_message(sock, reply, rfd, truncated)) return Error(Errc::kIo, "lost the connection to aapcd at " + path);
+    if (proto::recv_message(sock, reply, rfd, truncated) != proto::Received::kMessage)
+      return Error(Errc::kIo, "lost the connection to aapcd at " + path);
     if (rfd >= 0) ::close(rfd);
     if (truncated || !proto::header_of(reply)) return Error(Errc::kProtocol, "aapcd sent a malformed reply");
     return reply;

@@ -15,6 +15,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -47,6 +48,8 @@ struct ClientState {
   uid_t uid = 0;
   pid_t pid = 0;
   std::uint32_t next_buffer = 1;
+  bool started = false;  // has run exchanges: part of the cluster's current session
+  std::string refused;   // why this client may not use the daemon (answered to its first request)
   std::map<std::uint32_t, Mapping> buffers;
   std::set<std::uint32_t> exchanges;  // running or finished, not yet collected
 };
@@ -78,7 +81,9 @@ struct Daemon::Impl {
   std::map<std::uint32_t, ExchangeRecord> exchanges;
   std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;  // by "algo/sync"
   std::uint32_t next_id = 1;
-  bool reset_pending = false;
+  bool joined = false;  // the cluster agreed on ids for the current session
+  struct Prepared;
+  std::deque<Prepared> waiting_join;  // STARTs until it has
   std::uint64_t pace_bps = 0;
 
   ~Impl() {
@@ -138,10 +143,7 @@ struct Daemon::Impl {
     }
     ec.pace_bps = pace_bps;
     engine = std::make_unique<Engine>(*port, ec);
-    engine->on_peer_restart = [this](Rank peer) {
-      spdlog::warn("peer rank {} restarted: running exchanges with it failed; exchange numbering starts over", peer);
-      reset_pending = true;
-    };
+    engine->on_peer_restart = [](Rank peer) { spdlog::warn("peer rank {} restarted: running exchanges with it failed", peer); };
     engine->announce();
   }
 
@@ -213,12 +215,10 @@ struct Daemon::Impl {
         ::close(fd);
         continue;
       }
+      std::string refused;
       if (!allowed(cred.uid)) {
         spdlog::warn("refused a client of uid {} (pid {}): not root, not our uid, not in --allow-uid", cred.uid, cred.pid);
-        reply_error(fd, 0, Errc::kPermission,
-                    "uid " + std::to_string(cred.uid) + " may not use this aapcd (run as root or as the daemon's user, or start aapcd with --allow-uid)");
-        ::close(fd);
-        continue;
+        refused = "uid " + std::to_string(cred.uid) + " may not use this aapcd (run as root or as the daemon's user, or start aapcd with --allow-uid)";
       }
       if (clients.size() >= cfg.max_clients) {
         reply_error(fd, 0, Errc::kBusy, "aapcd serves " + std::to_string(clients.size()) + " clients already (the limit)");
@@ -229,6 +229,7 @@ struct Daemon::Impl {
       c.fd = fd;
       c.uid = cred.uid;
       c.pid = cred.pid;
+      c.refused = refused;
       clients[fd] = std::move(c);
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLRDHUP;
@@ -247,59 +248,82 @@ struct Daemon::Impl {
 
   // The client went away: its exchanges are aborted (the peers are told), then its memory is
   // released; the engine no longer touches the buffers of an aborted exchange.
+  // The client went away: its exchanges are aborted (the peers are told), then its memory is
+  // released; the engine no longer touches the buffers of an aborted exchange. When the last
+  // client that ran exchanges is gone, this node's part of the session is over: peers still
+  // waiting in a later collective are told, and the numbering starts over under a new epoch.
   void drop_client(int fd) {
     auto it = clients.find(fd);
     if (it == clients.end()) return;
     ClientState& c = it->second;
+    const std::string reason = "the client of rank " + std::to_string(rank) + " went away";
     for (std::uint32_t id : c.exchanges) {
       auto ex = exchanges.find(id);
       if (ex != exchanges.end() && !ex->second.report) {
         spdlog::warn("client pid {} went away during exchange {}: aborting it", c.pid, id);
-        engine->abort(id, "the client of rank " + std::to_string(rank) + " went away");
+        engine->abort(id, reason);
       }
       exchanges.erase(id);
     }
+    const bool was_in_session = c.started;
     ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
     close_client_resources(c);
     spdlog::info("client pid {} disconnected", c.pid);
     clients.erase(it);
+    for (auto w = waiting_join.begin(); w != waiting_join.end();) w = w->client == fd ? waiting_join.erase(w) : std::next(w);
+    if (was_in_session && std::none_of(clients.begin(), clients.end(), [](const auto& e) { return e.second.started; })) {
+      // This node's part of the session is over: a peer may be waiting in the collective we
+      // would have started next. The next session agrees on its ids anew.
+      engine->abort_unstarted(next_id, reason);
+      ++next_id;
+      joined = false;
+    }
   }
 
-  void serve_client(int fd) {
+  // Serves one request; false when there was none to read.
+  bool serve_client(int fd) {
     std::vector<std::uint8_t> msg;
     int passed_fd = -1;
     bool truncated = false;
-    if (!proto::recv_message(fd, msg, passed_fd, truncated)) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      drop_client(fd);
-      return;
+    switch (proto::recv_message(fd, msg, passed_fd, truncated)) {
+      case proto::Received::kNothing: return false;
+      case proto::Received::kClosed: drop_client(fd); return true;
+      case proto::Received::kMessage: break;
     }
     auto h = proto::header_of(msg);
     if (truncated || !h) {
       if (passed_fd >= 0) ::close(passed_fd);
       reply_error(fd, h ? h->request : 0, Errc::kProtocol,
                   truncated ? "request larger than " + std::to_string(proto::kMaxMessage) + " bytes" : "not an aapc request");
-      return;
+      return true;
     }
     if (h->version != proto::kVersion) {
       if (passed_fd >= 0) ::close(passed_fd);
       reply_error(fd, h->request, Errc::kProtocol,
                   "protocol version " + std::to_string(h->version) + " (this aapcd speaks " + std::to_string(proto::kVersion) + ")");
-      return;
+      return true;
     }
     proto::Reader r(msg.data() + sizeof(proto::Header), msg.size() - sizeof(proto::Header));
     ClientState& c = clients[fd];
+    if (!c.refused.empty()) {
+      // Answered, then dropped: closing before its request is read would lose the reason.
+      if (passed_fd >= 0) ::close(passed_fd);
+      reply_error(fd, h->request, Errc::kPermission, c.refused);
+      drop_client(fd);
+      return true;
+    }
     switch (static_cast<proto::Type>(h->type)) {
       case proto::Type::kHello: hello(c, h->request); break;
       case proto::Type::kRegister: register_buffer(c, h->request, r, passed_fd); passed_fd = -1; break;
       case proto::Type::kFree: free_buffer(c, h->request, r); break;
-      case proto::Type::kStart: start(c, h->request, r); break;
+      case proto::Type::kStart: start_or_join(c, h->request, r); break;
       case proto::Type::kWait: wait(c, h->request, r, true); break;
       case proto::Type::kTest: wait(c, h->request, r, false); break;
       case proto::Type::kStatus: status(c, h->request); break;
       default: reply_error(fd, h->request, Errc::kProtocol, "unknown request type " + std::to_string(h->type)); break;
     }
     if (passed_fd >= 0) ::close(passed_fd);
+    return true;
   }
 
   void hello(ClientState& c, std::uint32_t request) {
@@ -360,46 +384,111 @@ struct Daemon::Impl {
     return s;
   }
 
-  void start(ClientState& c, std::uint32_t request, proto::Reader& r) {
+  // A START checked and ready to run but for its id.
+  struct Prepared {
+    int client = -1;
+    std::uint32_t request = 0;
+    std::shared_ptr<const sched::Schedule> plan;
+    std::vector<SendBlock> send;
+    std::vector<RecvBlock> recv;
+    std::uint32_t timeout_ms = 0;
+    ExchangeRecord rec;
+  };
+
+  // A request is checked at once; the first exchange of a session then waits until the
+  // cluster agreed on exchange ids.
+  void start_or_join(ClientState& c, std::uint32_t request, proto::Reader& r) {
+    auto p = prepare(c, request, r);
+    if (!p) return;
+    if (!joined) {
+      if (!engine->joining()) engine->start_join(next_id);
+      waiting_join.push_back(std::move(*p));
+      return;
+    }
+    launch(std::move(*p));
+  }
+
+  void joins() {
+    auto result = engine->join_result();
+    if (!result) return;
+    auto waiting = std::move(waiting_join);
+    waiting_join.clear();
+    if (!*result) {
+      for (const auto& p : waiting)
+        if (clients.count(p.client) != 0) reply_error(p.client, p.request, result->error().code(), result->error().message());
+      return;
+    }
+    next_id = result->value();
+    joined = true;
+    spdlog::info("session agreed: exchanges from id {}", next_id);
+    for (auto& p : waiting)
+      if (clients.count(p.client) != 0) launch(std::move(p));
+  }
+
+  void launch(Prepared p) {
+    ClientState& c = clients[p.client];
+    const std::uint32_t id = next_id;
+    ExchangeSpec spec = exchange_spec(*p.plan, rank, id);
+    if (!p.send.empty()) {
+      spec.send = std::move(p.send);
+      spec.recv = std::move(p.recv);
+    }
+    spec.timeout = std::chrono::milliseconds(p.timeout_ms);
+    auto started = engine->start(std::move(spec));
+    ++next_id;  // a collective's id is used up, started or not
+    if (!started) return reply_error(c.fd, p.request, started.error().code(), started.error().message());
+    exchanges[id] = std::move(p.rec);
+    c.exchanges.insert(id);
+    c.started = true;
+    proto::Writer w(proto::Type::kStarted, p.request);
+    w.put(id).str(exchanges[id].schedule).str(exchanges[id].sync);
+    proto::send_message(c.fd, w.done());
+  }
+
+  std::optional<Prepared> prepare(ClientState& c, std::uint32_t request, proto::Reader& r) {
+    auto refuse = [&](Errc code, const std::string& why) {
+      reply_error(c.fd, request, code, why);
+      return std::optional<Prepared>();
+    };
     auto kind = static_cast<proto::Kind>(r.get<std::uint8_t>());
     std::string algo_name = r.str(64);
     auto width = r.get<std::uint32_t>();  // w of group-shuffle
     std::string sync_name = r.str(64);
     auto timeout_ms = r.get<std::uint32_t>();
-    if (!r.ok()) return reply_error(c.fd, request, Errc::kProtocol, "malformed START");
+    if (!r.ok()) return refuse(Errc::kProtocol, "malformed START");
     const auto n = static_cast<std::size_t>(topo.machine_count());
-    std::shared_ptr<const sched::Schedule> plan;
-    std::string schedule_name, sync_used;
-    ExchangeSpec spec;
-    ExchangeRecord rec;
-    rec.client = c.fd;
+    Prepared p;
+    p.client = c.fd;
+    p.request = request;
+    p.timeout_ms = timeout_ms;
+    p.rec.client = c.fd;
+    std::shared_ptr<const sched::Schedule>& plan = p.plan;
     if (kind == proto::Kind::kBarrier) {
-      if (!r.at_end()) return reply_error(c.fd, request, Errc::kProtocol, "malformed barrier START");
+      if (!r.at_end()) return refuse(Errc::kProtocol, "malformed barrier START");
       plan = std::make_shared<const sched::Schedule>(sched::barrier_schedule(static_cast<int>(n)));
-      schedule_name = "barrier";
-      sync_used = "tokens";
-      spec = exchange_spec(*plan, rank, next_id);
+      p.rec.schedule = "barrier";
+      p.rec.sync = "tokens";
     } else if (kind == proto::Kind::kAlltoallv || kind == proto::Kind::kAlltoall) {
       auto send_id = r.get<std::uint32_t>(), recv_id = r.get<std::uint32_t>();
       auto count = r.get<std::uint32_t>();
       if (!r.ok() || count != n)
-        return reply_error(c.fd, request, Errc::kInvalidArgument, "the request has " + std::to_string(count) + " blocks; the cluster has " + std::to_string(n) + " ranks");
+        return refuse(Errc::kInvalidArgument, "the request has " + std::to_string(count) + " blocks; the cluster has " + std::to_string(n) + " ranks");
       std::vector<std::pair<std::uint64_t, std::uint64_t>> sends(n), recvs(n);
       for (auto& s : sends) s = {r.get<std::uint64_t>(), r.get<std::uint64_t>()};
       for (auto& s : recvs) s = {r.get<std::uint64_t>(), r.get<std::uint64_t>()};
-      if (!r.ok() || !r.at_end()) return reply_error(c.fd, request, Errc::kProtocol, "malformed START: block list");
+      if (!r.ok() || !r.at_end()) return refuse(Errc::kProtocol, "malformed START: block list");
       auto sb = c.buffers.find(send_id), rb = c.buffers.find(recv_id);
-      if (sb == c.buffers.end() || rb == c.buffers.end()) return reply_error(c.fd, request, Errc::kInvalidArgument, "START names a buffer this client has not registered");
+      if (sb == c.buffers.end() || rb == c.buffers.end()) return refuse(Errc::kInvalidArgument, "START names a buffer this client has not registered");
       // Offsets and lengths from the client are checked like wire fields.
       std::uint64_t largest = 0;
       for (std::size_t i = 0; i < n; ++i) {
         auto [so, sl] = sends[i];
         auto [ro, rl] = recvs[i];
         if (sl > sb->second.size || so > sb->second.size - sl)
-          return reply_error(c.fd, request, Errc::kInvalidArgument, "send block " + std::to_string(i) + " (offset " + std::to_string(so) + ", " + std::to_string(sl) +
+          return refuse(Errc::kInvalidArgument, "send block " + std::to_string(i) + " (offset " + std::to_string(so) + ", " + std::to_string(sl) +
                                                                       " bytes) runs past the end of the " + std::to_string(sb->second.size) + "-byte send buffer");
         if (rl > rb->second.size || ro > rb->second.size - rl)
-          return reply_error(c.fd, request, Errc::kInvalidArgument, "receive block " + std::to_string(i) + " (offset " + std::to_string(ro) + ", " + std::to_string(rl) +
+          return refuse(Errc::kInvalidArgument, "receive block " + std::to_string(i) + " (offset " + std::to_string(ro) + ", " + std::to_string(rl) +
                                                                       " bytes) runs past the end of the " + std::to_string(rb->second.size) + "-byte receive buffer");
         largest = std::max({largest, sl, rl});
       }
@@ -411,7 +500,7 @@ struct Daemon::Impl {
         sync = choice.sync;
       } else {
         auto a = sched::AlgorithmSpec::parse(algo_name == "group-shuffle" ? "group-shuffle:" + std::to_string(std::max(1U, width)) : algo_name);
-        if (!a) return reply_error(c.fd, request, Errc::kInvalidArgument, "unknown schedule '" + algo_name + "'");
+        if (!a) return refuse(Errc::kInvalidArgument, "unknown schedule '" + algo_name + "'");
         algo = *a;
         // A sync variant orders phases: by default the tree's phases get sender-based tokens
         // (Faraj/Yuan's best for large messages), the other schedules none.
@@ -419,37 +508,25 @@ struct Daemon::Impl {
                                                                          ? sched::SyncSpec{sched::SyncKind::kSenderAll, 1}
                                                                          : sched::SyncSpec{})
                                       : sched::SyncSpec::parse(sync_name);
-        if (!sp) return reply_error(c.fd, request, Errc::kInvalidArgument, "unknown sync variant '" + sync_name + "'");
+        if (!sp) return refuse(Errc::kInvalidArgument, "unknown sync variant '" + sync_name + "'");
         sync = *sp;
       }
       try {
         plan = schedule(algo, sync);
       } catch (const std::exception& e) {
-        return reply_error(c.fd, request, Errc::kInvalidArgument, e.what());
+        return refuse(Errc::kInvalidArgument, e.what());
       }
-      schedule_name = plan->algorithm;
-      sync_used = plan->sync.name();
-      spec = exchange_spec(*plan, rank, next_id);
+      p.rec.schedule = plan->algorithm;
+      p.rec.sync = plan->sync.name();
       for (std::size_t i = 0; i < n; ++i) {
-        spec.send[i] = {sb->second.data + sends[i].first, sends[i].second};
-        spec.recv[i] = {rb->second.data + recvs[i].first, recvs[i].second};
+        p.send.push_back({sb->second.data + sends[i].first, sends[i].second});
+        p.recv.push_back({rb->second.data + recvs[i].first, recvs[i].second});
       }
-      rec.buffers = {send_id, recv_id};
+      p.rec.buffers = {send_id, recv_id};
     } else {
-      return reply_error(c.fd, request, Errc::kInvalidArgument, "unknown exchange kind " + std::to_string(static_cast<int>(kind)));
+      return refuse(Errc::kInvalidArgument, "unknown exchange kind " + std::to_string(static_cast<int>(kind)));
     }
-    spec.timeout = std::chrono::milliseconds(timeout_ms);
-    const std::uint32_t id = next_id;
-    auto started = engine->start(std::move(spec));
-    if (!started) return reply_error(c.fd, request, started.error().code(), started.error().message());
-    ++next_id;
-    rec.schedule = schedule_name;
-    rec.sync = sync_used;
-    exchanges[id] = std::move(rec);
-    c.exchanges.insert(id);
-    proto::Writer w(proto::Type::kStarted, request);
-    w.put(id).str(schedule_name).str(sync_used);
-    proto::send_message(c.fd, w.done());
+    return p;
   }
 
   void send_done(int fd, std::uint32_t request, std::uint32_t id, const ExchangeRecord& rec) {
@@ -532,22 +609,24 @@ struct Daemon::Impl {
         exchanges.erase(it);
       }
     }
-    if (reset_pending && engine->quiet()) {
-      reset_pending = false;
-      next_id = 1;
-      engine->reset_ids();
-    }
+    joins();
   }
 
   void service(int timeout_ms) {
     epoll_event events[16];
     int n = ::epoll_wait(epoll_fd, events, 16, timeout_ms);
+    // Clients that left first (what they sent before leaving is still served): a session
+    // must end before the next one's requests are.
+    for (int i = 0; i < n; ++i) {
+      int fd = events[i].data.fd;
+      if (fd == listen_fd || (events[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) == 0) continue;
+      while (clients.count(fd) != 0 && serve_client(fd)) {
+      }  // ends with the client dropped
+    }
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
       if (fd == listen_fd) {
         accept_clients();
-      } else if ((events[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) != 0 && (events[i].events & EPOLLIN) == 0) {
-        drop_client(fd);
       } else if (clients.count(fd) != 0) {
         serve_client(fd);
       }

@@ -65,6 +65,9 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
     if (mac_index_[i].first == mac_index_[i - 1].first) throw std::invalid_argument("two ranks share the MAC " + nic::mac_string(mac_index_[i].first));
   peer_epoch_.assign(n, 0);
   peer_epoch_known_.assign(n, false);
+  aborted_by_.resize(n);
+  peer_proposal_.resize(n);
+  join_acked_.assign(n, true);
   last_heard_.assign(n, Clock::time_point{});
   ethertype = config_.ethertype;
   my_mac = mac_;
@@ -129,6 +132,12 @@ Result<void> Engine::start(ExchangeSpec spec) {
     if (src < 0 || static_cast<std::size_t>(src) >= n || std::any_of(ids.begin(), ids.end(), bad_sync)) return invalid("on_receive is malformed");
 
   const auto now = Clock::now();
+  for (std::size_t r = 0; r < n; ++r) {
+    AbortedBy& ab = aborted_by_[r];
+    if (ab.active && now - ab.when < config_.peer_deadline && !later(ab.exchange, spec.id))
+      return Error(Errc::kPeerAborted, "exchange " + std::to_string(spec.id) + ": rank " + std::to_string(r) + " aborted exchange " +
+                                           std::to_string(ab.exchange) + " a moment ago (" + ab.reason + ")");
+  }
   const std::uint32_t id = spec.id;
   auto ex = std::make_unique<Exchange>(*this, std::move(spec), now);
   Exchange* raw = ex.get();
@@ -213,18 +222,59 @@ void Engine::announce() {
     if (static_cast<Rank>(r) != config_.rank) send_control(static_cast<Rank>(r), FrameType::kPing, 0, 0, 0);
 }
 
-void Engine::reset_ids() {
-  started_any_ = false;
-  last_started_ = 0;
-  early_.clear();
-  for (auto it = exchanges_.begin(); it != exchanges_.end();) {
-    if (it->second->running()) {
-      ++it;
-      continue;
-    }
-    if (!it->second->reported) finished_.push_back(it->second->report(Clock::now()));
-    it = exchanges_.erase(it);
+void Engine::abort_unstarted(std::uint32_t id, const std::string& reason) {
+  for (std::size_t r = 0; r < config_.peers.size(); ++r)
+    if (static_cast<Rank>(r) != config_.rank)
+      send_control(static_cast<Rank>(r), FrameType::kAbort, id, 0, static_cast<std::uint32_t>(Errc::kAborted), 0,
+                   reinterpret_cast<const std::uint8_t*>(reason.data()), reason.size());
+}
+
+void Engine::start_join(std::uint32_t proposal) {
+  joining_ = true;
+  join_sending_ = true;
+  proposal_ = proposal;
+  join_since_ = Clock::now();
+  join_rto_ = config_.rto;
+  std::fill(join_acked_.begin(), join_acked_.end(), false);
+  join_acked_[static_cast<std::size_t>(config_.rank)] = true;
+  join_retry_ = Clock::time_point{};  // send at once
+  join_timers(join_since_);
+}
+
+void Engine::join_timers(Clock::time_point now) {
+  if (!join_sending_ || now < join_retry_) return;
+  bool all = true;
+  for (std::size_t r = 0; r < config_.peers.size(); ++r) {
+    if (join_acked_[r]) continue;
+    all = false;
+    send_control(static_cast<Rank>(r), FrameType::kJoin, 0, proposal_, 0);
   }
+  join_sending_ = !all;
+  join_retry_ = now + join_rto_;
+  join_rto_ = std::min(join_rto_ * 2, config_.rto_max);
+}
+
+std::optional<Result<std::uint32_t>> Engine::join_result() {
+  if (!joining_) return std::nullopt;
+  std::uint32_t agreed = proposal_;
+  for (std::size_t r = 0; r < config_.peers.size(); ++r) {
+    if (static_cast<Rank>(r) == config_.rank) continue;
+    if (!peer_proposal_[r]) {
+      // A peer that does not even acknowledge our JOIN is down; one that acknowledges waits
+      // for its own clients (a collective: we wait too).
+      if (!join_acked_[r] && Clock::now() - join_since_ > config_.peer_deadline) {
+        joining_ = false;
+        return Result<std::uint32_t>(Error(Errc::kPeerSilent, "peer rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) +
+                                                                  ") did not answer while the cluster agreed on the next exchange"));
+      }
+      return std::nullopt;
+    }
+    if (later(*peer_proposal_[r], agreed)) agreed = *peer_proposal_[r];
+  }
+  joining_ = false;
+  for (auto& p : peer_proposal_) p.reset();
+  for (auto& ab : aborted_by_) ab.active = false;  // a new session, agreed by everyone
+  return Result<std::uint32_t>(agreed);
 }
 
 void Engine::handle(const Parsed& f, Clock::time_point now) {
@@ -234,6 +284,29 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
     return;
   }
   if (f.h.type == FrameType::kAck && f.h.aux == static_cast<std::uint32_t>(FrameType::kPing)) return;
+  if (f.h.type == FrameType::kJoin) {
+    peer_proposal_[static_cast<std::size_t>(src)] = f.h.seq;
+    send_control(src, FrameType::kAck, 0, f.h.seq, static_cast<std::uint32_t>(FrameType::kJoin));
+    return;
+  }
+  if (f.h.type == FrameType::kAck && f.h.aux == static_cast<std::uint32_t>(FrameType::kJoin)) {
+    if (f.h.seq == proposal_) join_acked_[static_cast<std::size_t>(src)] = true;
+    return;
+  }
+  if (f.h.type == FrameType::kAbort) {
+    // The peer gave up exchange K: no collective after K will complete with it either (its
+    // application is gone), so running exchanges from K on fail here too, instead of
+    // waiting for a peer that will never join.
+    std::string reason = "aborted by peer rank " + std::to_string(src);
+    if (f.payload.size() > 0) reason += ": " + std::string(f.payload.begin(), f.payload.end());
+    for (auto& [id, ex] : exchanges_)
+      if (ex->running() && !later(f.h.exchange, id)) ex->fail(Errc::kPeerAborted, reason, src, now);
+    // An exchange started here just after this one belongs to the same, broken, session:
+    // remembered for a peer deadline (or until the peer shows up in a later exchange).
+    aborted_by_[static_cast<std::size_t>(src)] = {f.h.exchange, now, reason, true};
+    return;
+  }
+  if (auto& ab = aborted_by_[static_cast<std::size_t>(src)]; ab.active && later(f.h.exchange, ab.exchange)) ab.active = false;
   Exchange* ex = find(f.h.exchange);
   if (ex == nullptr) {
     const bool future = !started_any_ || later(f.h.exchange, last_started_);
@@ -304,6 +377,7 @@ void Engine::receive(Clock::time_point now) {
 }
 
 void Engine::timers(Clock::time_point now) {
+  join_timers(now);
   for (auto& [id, ex] : exchanges_) ex->timers(now);
   for (auto it = exchanges_.begin(); it != exchanges_.end();) {
     Exchange& ex = *it->second;

@@ -450,11 +450,6 @@ void Exchange::on_control(const Parsed& f, Clock::time_point now) {
       }
       break;
     }
-    case FrameType::kAbort: {
-      std::string reason(f.payload.begin(), f.payload.end());
-      if (running()) fail(Errc::kPeerAborted, "aborted by peer " + peer_name(eng_, src) + (reason.empty() ? "" : ": " + reason), src, now);
-      break;
-    }
     default:
       break;
   }

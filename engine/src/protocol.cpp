@@ -31,7 +31,7 @@ bool send_message(int sock, const std::vector<std::uint8_t>& msg, int fd) {
   }
 }
 
-bool recv_message(int sock, std::vector<std::uint8_t>& msg, int& fd, bool& truncated) {
+Received recv_message(int sock, std::vector<std::uint8_t>& msg, int& fd, bool& truncated) {
   msg.resize(kMaxMessage);
   fd = -1;
   truncated = false;
@@ -46,7 +46,8 @@ bool recv_message(int sock, std::vector<std::uint8_t>& msg, int& fd, bool& trunc
   do {
     n = ::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
-  if (n <= 0) return false;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Received::kNothing;
+  if (n <= 0) return Received::kClosed;
   for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -62,7 +63,7 @@ bool recv_message(int sock, std::vector<std::uint8_t>& msg, int& fd, bool& trunc
   }
   truncated = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
   msg.resize(static_cast<std::size_t>(n));
-  return true;
+  return Received::kMessage;
 }
 
 }  // namespace aapc::proto

@@ -122,8 +122,10 @@ inline std::optional<Header> header_of(const std::vector<std::uint8_t>& msg) {
 
 // Sends one message, with an optional file descriptor; false when the socket failed.
 bool send_message(int sock, const std::vector<std::uint8_t>& msg, int fd = -1);
-// Receives one message (up to kMaxMessage) and at most one descriptor. Returns false on EOF
-// or error; `truncated` tells a message that did not fit.
-bool recv_message(int sock, std::vector<std::uint8_t>& msg, int& fd, bool& truncated);
+enum class Received : std::uint8_t { kMessage, kNothing, kClosed };
+// Receives one message (up to kMaxMessage) and at most one descriptor: kNothing when a
+// non-blocking socket has none, kClosed on end of file or error. `truncated` tells a message
+// that did not fit.
+Received recv_message(int sock, std::vector<std::uint8_t>& msg, int& fd, bool& truncated);
 
 }  // namespace aapc::proto

@@ -120,6 +120,7 @@ std::string_view frame_type_name(FrameType type) {
     case FrameType::kAbort: return "ABORT";
     case FrameType::kPoll: return "POLL";
     case FrameType::kPing: return "PING";
+    case FrameType::kJoin: return "JOIN";
   }
   return "?";
 }
@@ -263,6 +264,7 @@ Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx) {
     case FrameType::kReady:
     case FrameType::kPoll:
     case FrameType::kPing:
+    case FrameType::kJoin:
       if (h.payload_len != 0) return drop(DropReason::kBadLength);
       break;
     case FrameType::kAck:

@@ -130,12 +130,20 @@ class Engine final : private ParseContext {
   // Says hello to every peer (a PING), so that peers learn this engine's epoch at once: a
   // daemon that restarted is noticed before its first exchange.
   void announce();
-  // Forgets the exchange ids used so far (and the finished exchanges kept for late frames):
-  // after a peer restarted, the cluster numbers its exchanges from the start again.
-  void reset_ids();
+  // Tells every peer that exchange `id`, which this node will never start, is off.
+  void abort_unstarted(std::uint32_t id, const std::string& reason);
   // Called when a peer shows up with a later epoch (it restarted); running exchanges with it
   // have failed by then.
   std::function<void(Rank)> on_peer_restart;
+
+  // Agreeing on exchange ids at the start of a session (the first exchange of new clients):
+  // every engine proposes the id it would use next, and all take the largest. Ids thus only
+  // grow, whatever happened before (failed exchanges, a restarted daemon), and frames of
+  // earlier exchanges can never be taken for later ones.
+  void start_join(std::uint32_t proposal);
+  bool joining() const { return joining_; }
+  // The agreed id once every peer's proposal is in; an error when a peer stays silent.
+  std::optional<Result<std::uint32_t>> join_result();
 
   const EngineCounters& counters() const { return counters_; }
   std::uint32_t epoch() const { return epoch_; }
@@ -178,6 +186,22 @@ class Engine final : private ParseContext {
   std::vector<std::uint32_t> peer_epoch_;
   std::vector<bool> peer_epoch_known_;
   std::vector<Clock::time_point> last_heard_;
+  // Join state.
+  bool joining_ = false;
+  std::uint32_t proposal_ = 0;
+  Clock::time_point join_since_{}, join_retry_{};
+  std::chrono::microseconds join_rto_{};
+  std::vector<std::optional<std::uint32_t>> peer_proposal_;  // since our last join completed
+  std::vector<bool> join_acked_;
+  bool join_sending_ = false;  // our JOIN still travels to someone
+  void join_timers(Clock::time_point now);
+  struct AbortedBy {  // a peer's latest ABORT
+    std::uint32_t exchange = 0;
+    Clock::time_point when{};
+    std::string reason;
+    bool active = false;
+  };
+  std::vector<AbortedBy> aborted_by_;
   std::map<std::uint32_t, std::unique_ptr<Exchange>> exchanges_;  // running and lingering
   std::map<std::uint32_t, Early> early_;
   std::vector<ExchangeReport> finished_;

@@ -5,7 +5,7 @@
 //   offset size field
 //    0     2   magic 0xAA9C
 //    2     1   version (1)
-//    3     1   type: DATA, SYNC, READY, NACK, ACK, ABORT, POLL, PING
+//    3     1   type: DATA, SYNC, READY, NACK, ACK, ABORT, POLL, PING, JOIN
 //    4     1   flags: RETRANSMIT, DUMMY, LAST
 //    5     1   header length (44)
 //    6     2   phase (of DATA, for traces; 0xFFFF when none)
@@ -13,7 +13,8 @@
 //   12     4   epoch of the sender
 //   16     2   source rank
 //   18     2   destination rank
-//   20     4   seq: DATA frame index; SYNC/ACK-of-SYNC sync id; NACK number of ranges
+//   20     4   seq: DATA frame index; SYNC/ACK-of-SYNC sync id; NACK number of ranges;
+//               JOIN the proposed next exchange id
 //   24     8   block length in bytes (DATA, POLL, NACK, ACK of a block)
 //   32     2   payload length
 //   34     2   chunk: payload bytes of every full DATA frame of the block
@@ -56,8 +57,9 @@ enum class FrameType : std::uint8_t {
   kAbort = 6,  // payload: reason text
   kPoll = 7,   // the sender of a block asks for its state (answered by ACK or NACK)
   kPing = 8,   // is the engine there (answered by ACK)
+  kJoin = 9,   // seq: the id this engine proposes for the next exchange of a new session
 };
-inline constexpr int kFrameTypes = 9;
+inline constexpr int kFrameTypes = 10;
 std::string_view frame_type_name(FrameType type);
 
 enum Flags : std::uint8_t {

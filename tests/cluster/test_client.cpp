@@ -1,0 +1,230 @@
+// A client for the cluster suite: exchanges checked byte by byte, requests a daemon must
+// refuse, and a client that waits for a signal while its daemon is restarted.
+//
+//   aapc-test-client exchange SIZE SCHEDULE SYNC ITERS   all ranks; exit 0 when byte-exact
+//   aapc-test-client alltoallv                            all ranks; sparse sizes, zeros included
+//   aapc-test-client nonblocking SIZE                     all ranks; start, test() until done, wait()
+//   aapc-test-client hold                                 connect, allocate, wait for SIGUSR1, exchange
+//   aapc-test-client bad-requests                         one rank: malformed and lying requests
+//   aapc-test-client other-uid UID                        one rank: connect as UID, expect a refusal
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "aapc/client.hpp"
+#include "protocol.hpp"
+
+namespace {
+
+std::uint8_t pattern(int src, int dst, int it, std::size_t k) {
+  return static_cast<std::uint8_t>(k * 131 + (k >> 8) * 7 + static_cast<std::size_t>(src) * 17 + static_cast<std::size_t>(dst) * 29 +
+                                   static_cast<std::size_t>(it) * 53);
+}
+
+int fail(const std::string& what) {
+  std::cerr << "test-client: " << what << "\n";
+  return 1;
+}
+
+int exchange(std::size_t block, const std::string& schedule, const std::string& sync, int iters) {
+  aapc::Client c = aapc::Client::connect();
+  const int me = c.rank(), n = c.size();
+  aapc::Buffer send = c.allocate(n * block), recv = c.allocate(n * block);
+  aapc::Options o;
+  o.schedule = schedule;
+  o.sync = sync;
+  for (int it = 0; it < iters; ++it) {
+    for (int d = 0; d < n; ++d)
+      for (std::size_t k = 0; k < block; ++k) send.data()[d * block + k] = pattern(me, d, it, k);
+    std::memset(recv.data(), 0xEE, n * block);
+    auto r = c.alltoall(send, recv, block, o);
+    if (!r) return fail("rank " + std::to_string(me) + ": " + r.error().message());
+    for (int s = 0; s < n; ++s)
+      for (std::size_t k = 0; k < block; ++k)
+        if (recv.data()[s * block + k] != pattern(s, me, it, k))
+          return fail("rank " + std::to_string(me) + ": byte " + std::to_string(k) + " from rank " + std::to_string(s) + " differs");
+    if (me == 0 && it == iters - 1) std::cout << "ok " << r->schedule << " " << r->sync << " retransmissions " << r->retransmissions << "\n";
+  }
+  return 0;
+}
+
+int alltoallv() {
+  aapc::Client c = aapc::Client::connect();
+  const int me = c.rank(), n = c.size();
+  // Block i -> j has (i * 7 + j * 3) % 5 * 1000 bytes: some are empty.
+  auto size = [](int i, int j) { return static_cast<std::size_t>(i == j ? 0 : (i * 7 + j * 3) % 5 * 1000); };
+  std::vector<std::size_t> sc(n), sd(n), rc(n), rd(n);
+  std::size_t st = 0, rt = 0;
+  for (int p = 0; p < n; ++p) {
+    sc[p] = size(me, p);
+    sd[p] = st;
+    st += sc[p];
+    rc[p] = size(p, me);
+    rd[p] = rt;
+    rt += rc[p];
+  }
+  aapc::Buffer send = c.allocate(st + 1), recv = c.allocate(rt + 1);
+  for (int p = 0; p < n; ++p)
+    for (std::size_t k = 0; k < sc[p]; ++k) send.data()[sd[p] + k] = pattern(me, p, 0, k);
+  auto r = c.alltoallv(send, sc, sd, recv, rc, rd);
+  if (!r) return fail("rank " + std::to_string(me) + ": " + r.error().message());
+  for (int p = 0; p < n; ++p)
+    for (std::size_t k = 0; k < rc[p]; ++k)
+      if (recv.data()[rd[p] + k] != pattern(p, me, 0, k)) return fail("alltoallv byte differs");
+  if (me == 0) std::cout << "ok alltoallv\n";
+  return 0;
+}
+
+int nonblocking(std::size_t block) {
+  aapc::Client c = aapc::Client::connect();
+  const int me = c.rank(), n = c.size();
+  aapc::Buffer send = c.allocate(n * block), recv = c.allocate(n * block);
+  for (int d = 0; d < n; ++d)
+    for (std::size_t k = 0; k < block; ++k) send.data()[d * block + k] = pattern(me, d, 9, k);
+  auto req = c.start_alltoall(send, recv, block);
+  if (!req) return fail(req.error().message());
+  int polls = 0;
+  while (!req->test()) ++polls;
+  auto r = req->wait();
+  if (!r) return fail(r.error().message());
+  for (int s = 0; s < n; ++s)
+    for (std::size_t k = 0; k < block; ++k)
+      if (recv.data()[s * block + k] != pattern(s, me, 9, k)) return fail("nonblocking byte differs");
+  if (me == 0) std::cout << "ok nonblocking after " << polls << " tests\n";
+  return 0;
+}
+
+volatile sig_atomic_t g_go = 0;
+void on_usr1(int) { g_go = 1; }
+
+int hold() {
+  ::signal(SIGUSR1, on_usr1);
+  aapc::Client c = aapc::Client::connect();
+  aapc::Buffer send = c.allocate(c.size() * 1000), recv = c.allocate(c.size() * 1000);
+  std::cout << "ready" << std::endl;
+  while (!g_go) ::pause();
+  auto r = c.alltoall(send, recv, 1000);
+  if (r) return fail("the exchange succeeded, but the daemon had restarted");
+  std::cout << "error " << static_cast<int>(r.error().code()) << ": " << r.error().message() << std::endl;
+  return r.error().code() == aapc::Errc::kDaemonRestarted ? 0 : 1;
+}
+
+// Raw protocol: requests the client library would never send.
+struct Raw {
+  int fd = -1;
+  std::uint32_t next = 1;
+  Raw() {
+    const char* path = std::getenv("AAPC_SOCKET");
+    fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("connect failed");
+  }
+  // Returns the reply's type and, for errors, the code.
+  std::pair<aapc::proto::Type, std::uint32_t> call(const std::vector<std::uint8_t>& msg, int pass_fd = -1) {
+    aapc::proto::send_message(fd, msg, pass_fd);
+    std::vector<std::uint8_t> reply;
+    int rfd = -1;
+    bool trunc = false;
+    if (aapc::proto::recv_message(fd, reply, rfd, trunc) != aapc::proto::Received::kMessage)
+      throw std::runtime_error("the daemon closed the connection");
+    auto h = aapc::proto::header_of(reply);
+    if (!h) throw std::runtime_error("malformed reply");
+    std::uint32_t code = 0;
+    if (h->type == static_cast<std::uint16_t>(aapc::proto::Type::kError)) std::memcpy(&code, reply.data() + sizeof(aapc::proto::Header), 4);
+    return {static_cast<aapc::proto::Type>(h->type), code};
+  }
+};
+
+int bad_requests() {
+  using aapc::proto::Type;
+  Raw raw;
+  int n = 0;
+  {
+    aapc::proto::Writer w(Type::kHello, raw.next++);
+    w.str("raw");
+    if (raw.call(w.done()).first != Type::kHelloReply) return fail("HELLO refused");
+  }
+  // Hello reply: rank, size, ... we need the size.
+  {
+    aapc::Client c = aapc::Client::connect();
+    n = c.size();
+  }
+  int memfd = ::memfd_create("t", 0);
+  if (::ftruncate(memfd, 4096) != 0) return fail("ftruncate");
+  aapc::proto::Writer reg(Type::kRegister, raw.next++);
+  reg.put(std::uint64_t{4096});
+  auto [t, code] = raw.call(reg.done(), memfd);
+  if (t != Type::kRegisterReply) return fail("REGISTER refused");
+  // A buffer larger than the memory file.
+  aapc::proto::Writer big(Type::kRegister, raw.next++);
+  big.put(std::uint64_t{1} << 20);
+  if (raw.call(big.done(), memfd).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument)) return fail("an oversized buffer was accepted");
+  auto start = [&](std::uint64_t offset, std::uint64_t len) {
+    aapc::proto::Writer w(Type::kStart, raw.next++);
+    w.put(static_cast<std::uint8_t>(aapc::proto::Kind::kAlltoallv)).str("tree").put(std::uint32_t{4}).str("auto").put(std::uint32_t{0});
+    w.put(std::uint32_t{1}).put(std::uint32_t{1}).put(static_cast<std::uint32_t>(n));
+    for (int i = 0; i < 2 * n; ++i) w.put(offset).put(len);
+    return raw.call(w.done());
+  };
+  if (start(4000, 200).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument)) return fail("a block past the buffer's end was accepted");
+  if (start(~std::uint64_t{0} - 10, 100).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument)) return fail("an overflowing offset was accepted");
+  // Garbage, a wrong version, a truncated START.
+  if (raw.call({1, 2, 3, 4, 5}).second != static_cast<std::uint32_t>(aapc::Errc::kProtocol)) return fail("garbage was not refused as a protocol error");
+  {
+    aapc::proto::Writer w(Type::kStatus, raw.next++);
+    auto msg = w.done();
+    msg[4] = 99;  // version
+    if (raw.call(msg).second != static_cast<std::uint32_t>(aapc::Errc::kProtocol)) return fail("version 99 was accepted");
+  }
+  {
+    aapc::proto::Writer w(Type::kStart, raw.next++);
+    w.put(static_cast<std::uint8_t>(2));
+    if (raw.call(w.done()).second != static_cast<std::uint32_t>(aapc::Errc::kProtocol)) return fail("a truncated START was accepted");
+  }
+  {
+    aapc::proto::Writer w(Type::kWait, raw.next++);
+    w.put(std::uint32_t{424242});
+    if (raw.call(w.done()).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument)) return fail("WAIT for a foreign exchange");
+  }
+  // Still serving.
+  aapc::proto::Writer st(Type::kStatus, raw.next++);
+  if (raw.call(st.done()).first != Type::kStatusReply) return fail("the daemon stopped serving");
+  std::cout << "ok refused every bad request, still serving\n";
+  return 0;
+}
+
+int other_uid(uid_t uid) {
+  if (::setgid(uid) != 0 || ::setuid(uid) != 0) return fail("cannot become uid " + std::to_string(uid));
+  auto c = aapc::Client::try_connect();
+  if (c) return fail("uid " + std::to_string(uid) + " was let in");
+  std::cout << "refused: " << c.error().message() << "\n";
+  return c.error().code() == aapc::Errc::kPermission ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> a(argv + 1, argv + argc);
+  try {
+    if (a.size() == 5 && a[0] == "exchange") return exchange(std::stoul(a[1]), a[2], a[3], std::stoi(a[4]));
+    if (a.size() == 1 && a[0] == "alltoallv") return alltoallv();
+    if (a.size() == 2 && a[0] == "nonblocking") return nonblocking(std::stoul(a[1]));
+    if (a.size() == 1 && a[0] == "hold") return hold();
+    if (a.size() == 1 && a[0] == "bad-requests") return bad_requests();
+    if (a.size() == 2 && a[0] == "other-uid") return other_uid(static_cast<uid_t>(std::stoul(a[1])));
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  std::cerr << "usage: see the comment at the top of test_client.cpp\n";
+  return 2;
+}

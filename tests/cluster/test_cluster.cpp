@@ -1,0 +1,302 @@
+// The cluster suite: daemons in network namespaces over net_af_packet, on emulated clusters
+// (aapc-emu). Needs root; skipped (exit 77) otherwise.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kTools = AAPC_TOOLS_DIR;
+const std::string kClient = AAPC_TEST_CLIENT;
+const std::string kEmu = kTools + "/aapc-emu";
+const fs::path kLogs = fs::temp_directory_path() / ("aapc-cluster-" + std::to_string(::getpid()));
+
+struct Sh {
+  int status = -1;
+  std::string out;
+};
+
+Sh sh(const std::string& cmd) {
+  Sh r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+nlohmann::json state() {
+  std::ifstream in("/run/aapc-emu/state.json");
+  return in ? nlohmann::json::parse(in) : nlohmann::json();
+}
+
+std::string socket_of(const std::string& machine) { return "/run/aapc-emu/" + machine + "/aapcd.sock"; }
+
+struct Proc {
+  pid_t pid = -1;
+  std::string machine, log;
+  int status = -1;
+  std::string output() const {
+    std::ifstream in(log);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+};
+
+// A command in a machine's namespace, with its daemon's socket, in the background.
+Proc spawn_in(const std::string& machine, const std::vector<std::string>& argv) {
+  fs::create_directories(kLogs);
+  static int serial = 0;
+  Proc p;
+  p.machine = machine;
+  p.log = (kLogs / (machine + "-" + std::to_string(serial++) + ".log")).string();
+  p.pid = ::fork();
+  if (p.pid == 0) {
+    int fd = ::open(p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::setenv("AAPC_SOCKET", socket_of(machine).c_str(), 1);
+    std::vector<std::string> full = {"ip", "netns", "exec", "aapc-" + machine};
+    full.insert(full.end(), argv.begin(), argv.end());
+    std::vector<char*> args;
+    for (auto& a : full) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execvp("ip", args.data());
+    ::_exit(127);
+  }
+  return p;
+}
+
+bool wait_for(Proc& p, std::chrono::milliseconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    int st = 0;
+    if (::waitpid(p.pid, &st, WNOHANG) == p.pid) {
+      p.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      return true;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+std::vector<std::string> machines() {
+  std::vector<std::string> out;
+  const nlohmann::json s = state();  // (iterating a member of a temporary would dangle)
+  if (s.contains("machines"))
+    for (const auto& m : s["machines"]) out.push_back(m["name"]);
+  return out;
+}
+
+// The same command on every machine; returns the finished processes (rank order).
+std::vector<Proc> everywhere(const std::vector<std::string>& argv, std::chrono::milliseconds limit = 60s) {
+  std::vector<Proc> procs;
+  for (const auto& m : machines()) procs.push_back(spawn_in(m, argv));
+  REQUIRE(procs.size() >= 2);
+  for (auto& p : procs) {
+    if (!wait_for(p, limit)) {
+      ::kill(p.pid, SIGKILL);
+      wait_for(p, 5s);
+      p.status = -2;
+    }
+  }
+  return procs;
+}
+
+void require_all_ok(const std::vector<Proc>& procs, const std::string& what) {
+  for (const auto& p : procs) {
+    INFO(what << " on " << p.machine << ": " << p.output());
+    REQUIRE(p.status == 0);
+  }
+}
+
+bool nothing_left() {
+  return sh("ip netns list | grep -c '^aapc-'").out.find_first_not_of("0\n") == std::string::npos &&
+         sh("ip -o link show | grep -cE ': aapc(b|p|m|l)[0-9]'").out.find_first_not_of("0\n") == std::string::npos &&
+         !fs::exists("/run/aapc-emu") && sh("pgrep -x aapcd").status != 0;
+}
+
+// An emulated cluster for one test: torn down even when the test fails.
+struct Cluster {
+  explicit Cluster(const std::string& topo, const std::string& daemon_args = "", const std::string& faults = "") {
+    sh(kEmu + " down");
+    auto up = sh(kEmu + " up " + topo);
+    INFO(up.out);
+    REQUIRE(up.status == 0);
+    start(daemon_args, faults);
+  }
+  void start(const std::string& daemon_args = "", const std::string& faults = "") {
+    std::string cmd = kEmu + " start";
+    if (!daemon_args.empty()) cmd += " --daemon-args '" + daemon_args + "'";
+    if (!faults.empty()) cmd += " --faults " + faults;
+    auto st = sh(cmd);
+    INFO(st.out);
+    REQUIRE(st.status == 0);
+  }
+  ~Cluster() { sh(kEmu + " down"); }
+};
+
+std::vector<std::string> exchange(std::size_t size, const std::string& schedule, const std::string& sync = "auto", int iters = 2) {
+  return {kClient, "exchange", std::to_string(size), schedule, sync, std::to_string(iters)};
+}
+
+}  // namespace
+
+TEST_CASE("every schedule is byte-exact on the 8-machine one-switch and two-switch clusters") {
+  for (const char* topo : {"8-one-switch", "8-two-switch"}) {
+    Cluster c(topo);
+    for (const char* schedule : {"auto", "tree", "sync-shuffle", "group-shuffle", "pairwise", "pairwise-ec", "ring", "linear", "lp"})
+      require_all_ok(everywhere(exchange(3000, schedule)), std::string(topo) + " " + schedule);
+    for (const char* sync : {"none", "dummy", "receiver-all", "sender-partial:3", "barrier-all"})
+      require_all_ok(everywhere(exchange(2000, "tree", sync)), std::string(topo) + " tree + " + sync);
+    require_all_ok(everywhere({kClient, "alltoallv"}), std::string(topo) + " alltoallv");
+    require_all_ok(everywhere({kClient, "nonblocking", "50000"}), std::string(topo) + " nonblocking");
+  }
+  CHECK(nothing_left());
+}
+
+TEST_CASE("1% loss injected in every daemon: still byte-exact") {
+  Cluster c("8-two-switch", "", "drop=0.01,seed=3");
+  auto procs = everywhere(exchange(64 * 1024, "tree", "auto", 2));
+  require_all_ok(procs, "tree at 1% loss");
+  auto out = procs[0].output();
+  INFO(out);
+  CHECK(out.find("retransmissions 0") == std::string::npos);  // the loss was there and recovered
+  require_all_ok(everywhere(exchange(20'000, "sync-shuffle", "auto", 2)), "sync-shuffle at 1% loss");
+}
+
+TEST_CASE("a client killed mid-exchange: the others get an error naming it, the daemons keep serving") {
+  Cluster c("8-two-switch", "--peer-deadline-ms 2000");
+  std::vector<Proc> procs;
+  for (const auto& m : machines()) procs.push_back(spawn_in(m, exchange(4'000'000, "tree", "auto", 100)));
+  std::this_thread::sleep_for(1500ms);
+  ::kill(procs[3].pid, SIGKILL);  // ip netns exec execs the client: this is the client
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < procs.size(); ++i) {
+    if (i == 3) continue;
+    INFO(procs[i].machine);
+    REQUIRE(wait_for(procs[i], 15s));
+    std::string out = procs[i].output();
+    INFO(out);
+    CHECK(procs[i].status != 0);
+    CHECK(out.find("rank 3") != std::string::npos);
+  }
+  wait_for(procs[3], 5s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  // The daemons still serve, and agree on what comes next. (Exchanges started within a peer
+  // deadline of the abort belong to the aborted session and fail at once.)
+  std::this_thread::sleep_for(200ms);
+  require_all_ok(everywhere(exchange(5000, "tree")), "after the killed client");
+}
+
+TEST_CASE("a daemon killed mid-exchange: errors within seconds; its restart is reported to old clients") {
+  Cluster c("8-two-switch", "--peer-deadline-ms 2000");
+  Proc hold = spawn_in("n5", {kClient, "hold"});
+  for (int i = 0; i < 200 && hold.output().find("ready") == std::string::npos; ++i) std::this_thread::sleep_for(20ms);
+  REQUIRE(hold.output().find("ready") != std::string::npos);
+  std::vector<Proc> procs;
+  for (const auto& m : machines()) procs.push_back(spawn_in(m, exchange(4'000'000, "tree", "auto", 100)));
+  std::this_thread::sleep_for(1500ms);
+  pid_t victim = 0;
+  const nlohmann::json s = state();
+  for (const auto& d : s["daemons"])
+    if (d["machine"] == "n5") victim = d["pid"];
+  REQUIRE(victim > 0);
+  ::kill(victim, SIGKILL);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& p : procs) {
+    INFO(p.machine);
+    REQUIRE(wait_for(p, 20s));
+    std::string out = p.output();
+    INFO(out);
+    CHECK(p.status != 0);
+    if (p.machine != "n5") CHECK(out.find("rank 5") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  // Restarted: a client of the old daemon is told so; everyone can exchange again.
+  c.start("--peer-deadline-ms 2000");
+  ::kill(hold.pid, SIGUSR1);
+  REQUIRE(wait_for(hold, 10s));
+  INFO(hold.output());
+  CHECK(hold.status == 0);
+  CHECK(hold.output().find("restarted") != std::string::npos);
+  std::this_thread::sleep_for(300ms);  // the peers have heard of the new epoch
+  require_all_ok(everywhere(exchange(5000, "tree")), "after the restart");
+}
+
+TEST_CASE("bad requests and foreign users are refused; the daemon keeps serving") {
+  Cluster c("8-one-switch", "--socket-mode 0666");
+  Proc bad = spawn_in("n0", {kClient, "bad-requests"});
+  REQUIRE(wait_for(bad, 20s));
+  INFO(bad.output());
+  CHECK(bad.status == 0);
+  Proc other = spawn_in("n1", {kClient, "other-uid", "65534"});
+  REQUIRE(wait_for(other, 20s));
+  INFO(other.output());
+  CHECK(other.status == 0);
+  CHECK(other.output().find("uid 65534") != std::string::npos);
+  require_all_ok(everywhere(exchange(3000, "auto")), "after the refusals");
+}
+
+TEST_CASE("a program built only from the installed header and aapc.pc performs an exchange") {
+  fs::path dest = kLogs / "install";
+  auto inst = sh("meson install -C " + std::string(AAPC_BUILD_DIR) + " --destdir " + dest.string() + " --no-rebuild --quiet");
+  INFO(inst.out);
+  REQUIRE(inst.status == 0);
+  auto pc = sh("find " + dest.string() + " -name aapc.pc");
+  REQUIRE(pc.status == 0);
+  std::string pcdir = fs::path(pc.out.substr(0, pc.out.find('\n'))).parent_path().string();
+  // The .pc names the install prefix; point it into the staging directory.
+  auto prefix = sh("PKG_CONFIG_PATH=" + pcdir + " pkg-config --variable=prefix aapc");
+  std::string pkgconfig = "PKG_CONFIG_PATH=" + pcdir + " pkg-config --define-variable=prefix=" + dest.string() + prefix.out.substr(0, prefix.out.find('\n'));
+  fs::path exe = kLogs / "example";
+  auto build = sh("g++ " + std::string(AAPC_EXAMPLE) + " -o " + exe.string() + " $(" + pkgconfig + " --cflags --libs aapc)");
+  INFO(build.out);
+  REQUIRE(build.status == 0);
+  auto libdir = sh(pkgconfig + " --variable=libdir aapc");
+  std::string ld = libdir.out.substr(0, libdir.out.find('\n'));
+  Cluster c("8-one-switch");
+  auto procs = everywhere({"env", "LD_LIBRARY_PATH=" + ld, exe.string(), "4096"});
+  require_all_ok(procs, "the packaged example");
+  CHECK(procs[0].output().find("exchange ok") != std::string::npos);
+}
+
+TEST_CASE("nothing is left behind: namespaces, interfaces, sockets, daemons") {
+  {
+    Cluster c("8-two-switch");
+    require_all_ok(everywhere(exchange(1000, "auto", "auto", 1)), "one exchange");
+  }
+  CHECK(nothing_left());
+  // Even after a crash of aapc-emu itself: down finds what it made by name.
+  REQUIRE(sh(kEmu + " up 8-one-switch").status == 0);
+  fs::remove("/run/aapc-emu/state.json");
+  REQUIRE(sh(kEmu + " down").status == 0);
+  CHECK(nothing_left());
+}
+
+int main(int argc, char** argv) {
+  if (::geteuid() != 0) {
+    std::cerr << "the cluster suite needs root (network namespaces, bridges); skipped\n";
+    return 77;
+  }
+  int rc = Catch::Session().run(argc, argv);
+  sh(kEmu + " down");
+  fs::remove_all(kLogs);
+  return rc;
+}
