@@ -350,10 +350,12 @@ volatile sig_atomic_t g_interrupted = 0;
 void on_signal(int) { g_interrupted = 1; }
 
 pid_t spawn(const std::vector<std::string>& argv, const std::string& log, const std::vector<std::string>& env) {
+  // The log is truncated here, not in the child: whoever reads it after spawn() returns must
+  // not see a previous run's output.
+  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
@@ -366,6 +368,7 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log, const 
     std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);
   }
+  if (fd >= 0) ::close(fd);
   return pid;
 }
 
@@ -506,7 +509,19 @@ int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char
     std::vector<int> status(pids.size(), -1);
     auto end = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s);
     std::size_t running = pids.size();
+    // Rank 0's output is shown as it comes (progress of long runs).
+    std::ifstream rank0;
+    auto stream_rank0 = [&] {
+      if (!rank0.is_open()) rank0.open(logs[0]);
+      if (!rank0.is_open()) return;
+      rank0.clear();
+      std::string chunk((std::istreambuf_iterator<char>(rank0)), std::istreambuf_iterator<char>());
+      if (!chunk.empty()) {
+        std::cout << chunk << std::flush;
+      }
+    };
     while (running > 0) {
+      stream_rank0();
       for (std::size_t i = 0; i < pids.size(); ++i) {
         if (status[i] != -1) continue;
         int st = 0;
@@ -522,13 +537,13 @@ int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    // One report: rank 0's output, and the output of every machine that failed.
+    stream_rank0();
+    // One report: rank 0's output (shown above), and the output of every machine that failed.
     int failed = 0;
     for (std::size_t i = 0; i < pids.size(); ++i) {
       std::ifstream in(logs[i]);
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       std::string name = state["machines"][i]["name"];
-      if (i == 0) std::cout << text;
       if (status[i] != 0) {
         ++failed;
         std::cerr << "aapc-emu: " << name << " (rank " << i << ") exited with " << status[i] << (i == 0 ? "" : ":\n" + text) << "\n";

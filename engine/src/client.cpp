@@ -177,6 +177,8 @@ Result<Stats> stats_from(const std::vector<std::uint8_t>& reply) {
   s.bytes_sent = r.get<std::uint64_t>();
   s.bytes_received = r.get<std::uint64_t>();
   s.retransmissions = r.get<std::uint64_t>();
+  s.sync_wait_seconds = static_cast<double>(r.get<std::int64_t>()) / 1e9;
+  s.daemon_cpu_seconds = static_cast<double>(r.get<std::int64_t>()) / 1e9;
   auto rounds = r.get<std::uint32_t>();
   for (std::uint32_t i = 0; i < rounds && r.ok(); ++i) {
     RoundTime t;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -58,11 +59,18 @@ struct ExchangeRecord {
   int client = -1;  // fd of the owner
   std::string schedule, sync;
   std::set<std::uint32_t> buffers;
+  std::int64_t cpu_ns = 0;  // process CPU time at the start, then spent during the exchange
   std::optional<ExchangeReport> report;
   std::vector<std::uint32_t> waiters;  // request ids of WAITs to answer
 };
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
+
+std::int64_t cpu_now() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
 
 }  // namespace
 
@@ -77,6 +85,7 @@ struct Daemon::Impl {
   std::unique_ptr<Engine> engine;
   int listen_fd = -1;
   int epoll_fd = -1;
+  int port_fd = -1;  // in epoll_fd: readable when frames wait (else the port is polled)
   std::map<int, ClientState> clients;
   std::map<std::uint32_t, ExchangeRecord> exchanges;
   std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;  // by "algo/sync"
@@ -190,6 +199,13 @@ struct Daemon::Impl {
     ev.events = EPOLLIN;
     ev.data.fd = listen_fd;
     ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd, &ev);
+    // Frames arriving wake the loop too, when the port can say so (net_af_packet).
+    if (int fd = eth->wait_fd(); fd >= 0) {
+      epoll_event pev{};
+      pev.events = EPOLLIN;
+      pev.data.fd = fd;
+      if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &pev) == 0) port_fd = fd;
+    }
   }
 
   // --- clients ------------------------------------------------------------------------------
@@ -437,6 +453,7 @@ struct Daemon::Impl {
     auto started = engine->start(std::move(spec));
     ++next_id;  // a collective's id is used up, started or not
     if (!started) return reply_error(c.fd, p.request, started.error().code(), started.error().message());
+    p.rec.cpu_ns = cpu_now();
     exchanges[id] = std::move(p.rec);
     c.exchanges.insert(id);
     c.started = true;
@@ -535,6 +552,7 @@ struct Daemon::Impl {
     w.put(id).put(static_cast<std::uint8_t>(rep.state == ExchangeState::kDone ? 1 : 2)).put(static_cast<std::uint32_t>(rep.code)).str(rep.error);
     w.str(rec.schedule).str(rec.sync);
     w.put(rep.duration_ns).put(rep.counters.data_bytes_sent).put(rep.counters.data_bytes_received).put(rep.counters.retransmitted_frames);
+    w.put(rep.counters.wait_ns).put(rec.cpu_ns);
     w.put(static_cast<std::uint32_t>(rep.counters.rounds.size()));
     for (const auto& rt : rep.counters.rounds) w.put(rt.start_ns).put(rt.end_ns);
     proto::send_message(fd, w.done());
@@ -603,6 +621,7 @@ struct Daemon::Impl {
       if (it == exchanges.end()) continue;  // its client went away
       if (rep.state == ExchangeState::kFailed) spdlog::warn("exchange {} failed: {}", rep.id, rep.error);
       it->second.report = rep;
+      it->second.cpu_ns = cpu_now() - it->second.cpu_ns;
       for (std::uint32_t request : it->second.waiters) send_done(it->second.client, request, rep.id, it->second);
       if (!it->second.waiters.empty()) {
         clients[it->second.client].exchanges.erase(rep.id);
@@ -656,8 +675,23 @@ std::string Daemon::describe() const {
   const Impl& m = *impl_;
   return "rank " + std::to_string(m.rank) + " of " + std::to_string(m.topo.machine_count()) + " (" + m.topo.machine(m.rank).name + ", " +
          m.topo.machine(m.rank).mac.str() + ") on " + m.cfg.device + ", epoch " + std::to_string(m.engine->epoch()) + ", pacing " +
-         (m.pace_bps > 0 ? sched::format_rate(m.pace_bps) : "off") + ", socket " + m.cfg.socket_path;
+         (m.pace_bps > 0 ? sched::format_rate(m.pace_bps) : "off") + (m.port_fd >= 0 ? ", idles in poll(2) on the port" : ", idles polling the port") +
+         ", socket " + m.cfg.socket_path;
 }
+
+namespace {
+
+// Sleeps until the epoll set (clients, and the port when it has a descriptor) has something,
+// or `until`; nanosecond timeouts, which epoll_wait lacks, through ppoll on the epoll fd.
+void sleep_in(int epoll_fd, Clock::time_point until) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until - Clock::now()).count();
+  if (ns <= 0) return;
+  pollfd p{epoll_fd, POLLIN, 0};
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  ::ppoll(&p, 1, &ts, nullptr);
+}
+
+}  // namespace
 
 int Daemon::run(const std::atomic<bool>& stop) {
   Impl& m = *impl_;
@@ -671,17 +705,23 @@ int Daemon::run(const std::atomic<bool>& stop) {
     const auto now = Clock::now();
     if (m.engine->quiet()) {
       idle = 0;
-      m.service(5);  // nothing to send: wait for a client (frames are polled every 5 ms)
+      m.service(5);  // nothing to send: wait for a client or a frame (without a port fd, polled every 5 ms)
       continue;
     }
-    // An exchange runs: poll the port, look at the clients once a millisecond, and when
-    // nothing comes, sleep a little (many daemons share few cores in emulation).
+    // An exchange runs: look at the clients once a millisecond (sooner when woken by one).
     if (now >= next_service) {
       m.service(0);
       next_service = now + std::chrono::milliseconds(1);
     }
     if (busy) {
       idle = 0;
+      continue;
+    }
+    if (m.port_fd >= 0) {
+      // Sleep until a frame or a client comes, or the engine has something to send or time
+      // out: many daemons share few cores in emulation, and spinning ones starve the rest.
+      sleep_in(m.epoll_fd, std::min(m.engine->next_event(Clock::now()), next_service));
+      next_service = std::min(next_service, Clock::now());
     } else if (++idle > 16) {
       std::this_thread::sleep_for(std::chrono::microseconds(idle > 2000 ? 200 : 30));
     }

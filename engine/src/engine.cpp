@@ -108,9 +108,7 @@ Result<void> Engine::start(ExchangeSpec spec) {
   auto invalid = [&](const std::string& what) { return Error(Errc::kInvalidArgument, "exchange " + std::to_string(spec.id) + ": " + what); };
   if (started_any_ && !later(spec.id, last_started_))
     return invalid("ids must grow; the last exchange started here was " + std::to_string(last_started_));
-  std::size_t running = 0;
-  for (const auto& [id, ex] : exchanges_)
-    if (ex->running()) ++running;
+  const auto running = static_cast<std::size_t>(std::count_if(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->running(); }));
   if (running >= config_.max_live_exchanges)
     return Error(Errc::kBusy, "exchange " + std::to_string(spec.id) + ": " + std::to_string(running) + " exchanges are already running");
   if (spec.send.size() != n || spec.recv.size() != n) return invalid("send and recv need one block per rank (" + std::to_string(n) + ")");
@@ -142,6 +140,7 @@ Result<void> Engine::start(ExchangeSpec spec) {
   auto ex = std::make_unique<Exchange>(*this, std::move(spec), now);
   Exchange* raw = ex.get();
   exchanges_[id] = std::move(ex);
+  active_.push_back(raw);
   last_started_ = id;
   started_any_ = true;
   std::vector<bool> early_ready;
@@ -378,14 +377,10 @@ void Engine::receive(Clock::time_point now) {
 
 void Engine::timers(Clock::time_point now) {
   join_timers(now);
-  for (auto& [id, ex] : exchanges_) ex->timers(now);
-  for (auto it = exchanges_.begin(); it != exchanges_.end();) {
-    Exchange& ex = *it->second;
-    if (!ex.running() && now > ex.linger_until()) {
-      it = exchanges_.erase(it);
-    } else {
-      ++it;
-    }
+  for (Exchange* ex : active_) ex->timers(now);
+  while (!lingering_.empty() && now > lingering_.front().first) {
+    exchanges_.erase(lingering_.front().second);
+    lingering_.pop_front();
   }
   for (auto it = early_.begin(); it != early_.end();) it = now - it->second.seen > config_.linger ? early_.erase(it) : std::next(it);
 }
@@ -397,8 +392,8 @@ void Engine::transmit(Clock::time_point now) {
     pace_last_ = now;
   }
   std::vector<Exchange*> ready;
-  for (auto& [id, ex] : exchanges_)
-    if (ex->has_data()) ready.push_back(ex.get());
+  for (Exchange* ex : active_)
+    if (ex->has_data()) ready.push_back(ex);
   if (ready.empty()) return;
   // Leave mbufs for control frames and for receiving; checked once per pass.
   const unsigned avail = rte_mempool_avail_count(port_.pool());
@@ -436,11 +431,16 @@ bool Engine::poll() {
   }
   transmit(now);
   flush();
-  for (auto& [id, ex] : exchanges_) {
-    if (!ex->running() && !ex->reported) {
-      ex->reported = true;
-      finished_.push_back(ex->report(now));
+  for (auto it = active_.begin(); it != active_.end();) {
+    Exchange* ex = *it;
+    if (ex->running()) {
+      ++it;
+      continue;
     }
+    ex->reported = true;
+    finished_.push_back(ex->report(now));
+    lingering_.emplace_back(ex->linger_until(), ex->id());
+    it = active_.erase(it);
   }
   // Work means frames of ours handled or sent; frames dropped (our own, looped back by
   // af_packet, or other protocols) do not keep the loop spinning.
@@ -463,9 +463,20 @@ std::vector<ExchangeReport> Engine::take_finished() {
   return out;
 }
 
+Clock::time_point Engine::next_event(Clock::time_point now) const {
+  if (!txq_.empty()) return now;  // the port pushed back: offer them again
+  Clock::time_point at = next_timers_;
+  if (std::any_of(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->has_data(); })) {
+    if (config_.pace_bps == 0 || tokens_ > 0) return now;
+    const auto refill = std::chrono::nanoseconds(static_cast<std::int64_t>(-tokens_ * 8e9 / static_cast<double>(config_.pace_bps)) + 1);
+    at = std::min(at, pace_last_ + std::chrono::duration_cast<Clock::duration>(refill));
+  }
+  return std::max(at, now);
+}
+
 bool Engine::quiet() const {
   if (!txq_.empty()) return false;
-  return std::none_of(exchanges_.begin(), exchanges_.end(), [](const auto& e) { return e.second->running(); });
+  return std::none_of(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->running(); });
 }
 
 void Idler::idle() {

@@ -202,6 +202,8 @@ void Exchange::end_round(Clock::time_point now) {
   const sched::Round& round = spec_.program.rounds[round_];
   counters_.rounds[round_].end_ns = since_start(now);
   // Sender-based tokens leave after the round's data: they are queued behind its frames.
+  // (Sending them a little earlier was measured: on a link busy all the time, any lead makes
+  // phases overlap, and the queue grows phase after phase until the switch drops frames.)
   for (std::uint32_t id : round.emits) emit(id, now);
   ++round_;
   round_state_ = RoundState::kWaiting;

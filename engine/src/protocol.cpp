@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <memory>
 
 namespace aapc::proto {
 
@@ -32,10 +33,12 @@ bool send_message(int sock, const std::vector<std::uint8_t>& msg, int fd) {
 }
 
 Received recv_message(int sock, std::vector<std::uint8_t>& msg, int& fd, bool& truncated) {
-  msg.resize(kMaxMessage);
+  // Received into a buffer kept from call to call and never cleared: sizing `msg` to the
+  // largest message every time would zero a megabyte per request.
+  thread_local std::unique_ptr<std::uint8_t[]> buffer(new std::uint8_t[kMaxMessage]);
   fd = -1;
   truncated = false;
-  iovec iov{msg.data(), msg.size()};
+  iovec iov{buffer.get(), kMaxMessage};
   msghdr mh{};
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
@@ -62,7 +65,7 @@ Received recv_message(int sock, std::vector<std::uint8_t>& msg, int& fd, bool& t
     }
   }
   truncated = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
-  msg.resize(static_cast<std::size_t>(n));
+  msg.assign(buffer.get(), buffer.get() + n);
   return Received::kMessage;
 }
 

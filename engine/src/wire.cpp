@@ -180,10 +180,11 @@ void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t
   put32(p + kCrcOffset, crc);
 }
 
-// Our header of a frame already known to be long enough and of our EtherType: fields, lengths
-// and CRC.
-DropReason decode(std::span<const std::uint8_t> frame, Header& h) {
-  const std::uint8_t* p = frame.data() + kEthHeaderLen;
+namespace {
+
+// The fields of our header, of a frame known to hold one: magic, version, type and header
+// length checked; not the payload length nor the CRC.
+DropReason decode_fields(const std::uint8_t* p, Header& h) {
   if (get16(p) != kMagic) return DropReason::kBadMagic;
   if (p[2] != kVersion) return DropReason::kBadVersion;
   if (p[3] == 0 || p[3] >= kFrameTypes) return DropReason::kBadType;
@@ -200,11 +201,49 @@ DropReason decode(std::span<const std::uint8_t> frame, Header& h) {
   h.payload_len = get16(p + 32);
   h.chunk = get16(p + 34);
   h.aux = get32(p + 36);
-  if (h.payload_len > frame.size() - kFrameOverhead) return DropReason::kBadLength;
-  std::uint32_t crc = crc32c(0, p, kCrcOffset);
-  crc = crc32c(crc, p + kHeaderLen, h.payload_len);
-  if (crc != get32(p + kCrcOffset)) return DropReason::kBadCrc;
   return DropReason::kOk;
+}
+
+bool crc_matches(const std::uint8_t* p, std::uint16_t payload_len) {
+  std::uint32_t crc = crc32c(0, p, kCrcOffset);
+  crc = crc32c(crc, p + kHeaderLen, payload_len);
+  return crc == get32(p + kCrcOffset);
+}
+
+// Our header of a frame already known to be long enough and of our EtherType: fields, lengths
+// and CRC.
+DropReason decode(std::span<const std::uint8_t> frame, Header& h) {
+  const std::uint8_t* p = frame.data() + kEthHeaderLen;
+  if (DropReason r = decode_fields(p, h); r != DropReason::kOk) return r;
+  if (h.payload_len > frame.size() - kFrameOverhead) return DropReason::kBadLength;
+  if (!crc_matches(p, h.payload_len)) return DropReason::kBadCrc;
+  return DropReason::kOk;
+}
+
+}  // namespace
+
+Captured peek_captured(std::span<const std::uint8_t> captured, std::size_t wire_len, std::uint16_t ethertype) {
+  Captured out;
+  if (captured.size() < kEthHeaderLen || get16(captured.data() + 12) != ethertype) {
+    out.reason = DropReason::kEtherType;
+    return out;
+  }
+  if (captured.size() < kFrameOverhead) {
+    out.reason = DropReason::kRunt;
+    return out;
+  }
+  const std::uint8_t* p = captured.data() + kEthHeaderLen;
+  out.reason = decode_fields(p, out.h);
+  if (out.reason != DropReason::kOk) return out;
+  if (out.h.payload_len > wire_len - kFrameOverhead) {
+    out.reason = DropReason::kBadLength;
+    return out;
+  }
+  if (captured.size() >= kFrameOverhead + out.h.payload_len) {
+    out.crc_checked = true;
+    if (!crc_matches(p, out.h.payload_len)) out.reason = DropReason::kBadCrc;
+  }
+  return out;
 }
 
 std::optional<Header> peek(std::span<const std::uint8_t> frame, std::uint16_t ethertype) {

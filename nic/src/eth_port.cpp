@@ -7,8 +7,13 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <iterator>
+#include <set>
 
 #include "aapc/nic/eal.hpp"
 
@@ -29,11 +34,30 @@ namespace {
 // "net_af_packet0,iface=veth0" -> "net_af_packet0"
 std::string device_name(const std::string& device) { return device.substr(0, device.find(',')); }
 
+// The AF_PACKET sockets of this process (DPDK's af_packet driver opens one per queue pair).
+std::set<int> packet_sockets() {
+  std::set<int> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = -1;
+    try {
+      fd = std::stoi(e.path().filename().string());
+    } catch (const std::exception&) {
+      continue;
+    }
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_PACKET) out.insert(fd);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   if (!eal_running()) throw NicError("port " + options.device + ": the DPDK EAL is not running (call eal_init first)");
   std::string name = device_name(options.device);
+  const std::set<int> sockets_before = packet_sockets();
   std::uint16_t port = 0;
   if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) {
     int rc = rte_dev_probe(options.device.c_str());
@@ -86,6 +110,18 @@ std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   rte_eth_macaddr_get(port, &addr);
   std::copy(std::begin(addr.addr_bytes), std::end(addr.addr_bytes), p->mac_.begin());
   if (options.mac) p->mac_ = *options.mac;  // devices that cannot change MAC still send ours
+  // net_af_packet with one queue pair: its socket is the one this port opened (or the only one
+  // there is, when the EAL probed it). Its mmap'ed receive ring makes poll(2) report POLLIN
+  // while a frame waits for the driver, so an idle daemon can sleep until one arrives.
+  if (std::string(info.driver_name) == "net_af_packet") {
+    std::set<int> now = packet_sockets(), fresh;
+    std::set_difference(now.begin(), now.end(), sockets_before.begin(), sockets_before.end(), std::inserter(fresh, fresh.end()));
+    if (fresh.size() == 1) {
+      p->wait_fd_ = *fresh.begin();
+    } else if (fresh.empty() && now.size() == 1) {
+      p->wait_fd_ = *now.begin();
+    }
+  }
   return p;
 }
 

@@ -89,7 +89,7 @@ Topology load_topology(const std::string& path) {
   return Topology::from_spec(read_dot(text.str(), file.string()));
 }
 
-std::string to_dot(const Topology& t) {
+std::string to_dot(const Topology& t, std::optional<std::uint64_t> rate) {
   std::ostringstream out;
   out << "graph \"" << (t.name().empty() ? "cluster" : t.name()) << "\" {\n";
   if (t.mtu() != kDefaultMtu) out << "  mtu=" << t.mtu() << ";\n";
@@ -105,7 +105,8 @@ std::string to_dot(const Topology& t) {
   }
   for (const Link& l : t.links()) {
     out << "  \"" << t.node(l.a).name << "\" -- \"" << t.node(l.b).name << "\"";
-    if (l.rate_bps != kDefaultRateBps) out << " [rate=\"" << format_rate(l.rate_bps) << "\"]";
+    const std::uint64_t bps = rate.value_or(l.rate_bps);
+    if (bps != kDefaultRateBps) out << " [rate=\"" << format_rate(bps) << "\"]";
     out << ";\n";
   }
   out << "}\n";

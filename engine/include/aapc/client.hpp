@@ -51,6 +51,8 @@ struct Stats {
   double seconds = 0;  // from start to completion on this node
   std::uint64_t bytes_sent = 0, bytes_received = 0;
   std::uint64_t retransmissions = 0;
+  double sync_wait_seconds = 0;  // rounds waiting for sync tokens and READY, summed
+  double daemon_cpu_seconds = 0; // CPU the daemon spent while the exchange ran
   std::vector<RoundTime> rounds;
 };
 

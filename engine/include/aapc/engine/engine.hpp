@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -127,6 +128,10 @@ class Engine final : private ParseContext {
   std::vector<ExchangeReport> take_finished();
   // True when nothing is running and nothing waits to be sent.
   bool quiet() const;
+  // When poll() next has something to do other than receiving: now when frames can be sent,
+  // else when pacing lets the next one go or the timers are due. A caller that sleeps until
+  // then (or until a frame arrives, Port::wait_fd) loses nothing.
+  Clock::time_point next_event(Clock::time_point now) const;
   // Says hello to every peer (a PING), so that peers learn this engine's epoch at once: a
   // daemon that restarted is noticed before its first exchange.
   void announce();
@@ -203,6 +208,11 @@ class Engine final : private ParseContext {
   };
   std::vector<AbortedBy> aborted_by_;
   std::map<std::uint32_t, std::unique_ptr<Exchange>> exchanges_;  // running and lingering
+  // The poll loop looks only at these: running, or finished and not yet reported. Reported
+  // exchanges linger (they answer late frames) in `lingering_`, oldest first, until erased;
+  // a benchmark leaves thousands of them, which the loop must not walk.
+  std::vector<Exchange*> active_;
+  std::deque<std::pair<Clock::time_point, std::uint32_t>> lingering_;
   std::map<std::uint32_t, Early> early_;
   std::vector<ExchangeReport> finished_;
   std::uint32_t last_started_ = 0;

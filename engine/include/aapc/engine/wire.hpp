@@ -19,7 +19,7 @@
 //   32     2   payload length
 //   34     2   chunk: payload bytes of every full DATA frame of the block
 //   36     4   aux: for ACK, the type acknowledged; for ABORT, a reason code
-//   40     4   CRC32C of the header (this field zero) and the payload
+//   40     4   CRC32C of header bytes 0..39, then the payload (this field itself skipped)
 //
 // parse() is the only way in: it checks everything, including DATA offsets against the
 // block the receiver posted, before a single byte is written anywhere. It does not depend
@@ -159,6 +159,17 @@ Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx);
 // Reads the header of a frame of ours without the receiver's context (for traces and tools):
 // checks EtherType, magic, version, lengths and CRC; nullopt when any fails.
 std::optional<Header> peek(std::span<const std::uint8_t> frame, std::uint16_t ethertype = kDefaultEtherType);
+
+// For traces: the header of a captured frame of ours that the capture's snap length may have
+// cut short (`wire_len` is its length on the wire). Magic, version, type and lengths are always
+// checked; the CRC only when the whole frame was captured (`crc_checked`). `reason` is kOk,
+// or why the frame is not sound (kEtherType for another protocol).
+struct Captured {
+  DropReason reason = DropReason::kOk;
+  Header h;
+  bool crc_checked = false;
+};
+Captured peek_captured(std::span<const std::uint8_t> captured, std::size_t wire_len, std::uint16_t ethertype = kDefaultEtherType);
 
 // NACK payload: range `index` = (first missing frame, number of frames).
 void put_nack_range(std::uint8_t* payload, std::uint32_t index, std::uint32_t first, std::uint32_t count);

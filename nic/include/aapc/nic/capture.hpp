@@ -44,6 +44,7 @@ class CapturePort final : public Port {
   MacAddr mac() const override { return inner_.mac(); }
   int mtu() const override { return inner_.mtu(); }
   std::uint64_t link_speed_bps() const override { return inner_.link_speed_bps(); }
+  int wait_fd() const override { return inner_.wait_fd(); }
   std::string name() const override { return inner_.name() + "+capture"; }
 
   std::uint64_t frames_captured() const { return captured_; }

@@ -39,6 +39,8 @@ class EthPort final : public Port {
   int mtu() const override { return mtu_; }
   std::uint64_t link_speed_bps() const override;
   std::string name() const override { return name_; }
+  // net_af_packet: its socket, which polls readable when its receive ring holds frames.
+  int wait_fd() const override { return wait_fd_; }
   std::uint16_t port_id() const { return port_id_; }
 
   // Statistics as the device counts them.
@@ -54,6 +56,7 @@ class EthPort final : public Port {
   rte_mempool* pool_ = nullptr;
   MacAddr mac_{};
   int mtu_ = 1500;
+  int wait_fd_ = -1;
 };
 
 }  // namespace aapc::nic

@@ -39,6 +39,9 @@ class Port {
   // Link speed in bit/s as the device reports it; 0 when unknown (virtual devices).
   virtual std::uint64_t link_speed_bps() const = 0;
   virtual std::string name() const = 0;
+  // A descriptor that polls readable when frames wait to be received, for sleeping in
+  // poll(2) instead of spinning; -1 when the device has none (poll it).
+  virtual int wait_fd() const { return -1; }
 };
 
 }  // namespace aapc::nic

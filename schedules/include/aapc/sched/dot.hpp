@@ -7,6 +7,8 @@
 // every machine has a `rank` attribute.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -24,7 +26,8 @@ Topology load_topology(const std::string& path);
 // Where shipped topologies are looked up: $AAPC_TOPOLOGIES, else the directory compiled in.
 std::string topologies_dir();
 
-// Writes a topology back as DOT (used by tools that generate topologies).
-std::string to_dot(const Topology& topology);
+// Writes a topology back as DOT (used by tools that generate topologies); with `rate`, every
+// link runs at that rate instead.
+std::string to_dot(const Topology& topology, std::optional<std::uint64_t> rate = std::nullopt);
 
 }  // namespace aapc::sched
