@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -141,10 +142,11 @@ struct Cluster {
     REQUIRE(up.status == 0);
     start(daemon_args, faults);
   }
-  void start(const std::string& daemon_args = "", const std::string& faults = "") {
+  void start(const std::string& daemon_args = "", const std::string& faults = "", const std::string& capture_dir = "") {
     std::string cmd = kEmu + " start";
     if (!daemon_args.empty()) cmd += " --daemon-args '" + daemon_args + "'";
     if (!faults.empty()) cmd += " --faults " + faults;
+    if (!capture_dir.empty()) cmd += " --capture-dir " + capture_dir;
     auto st = sh(cmd);
     INFO(st.out);
     REQUIRE(st.status == 0);
@@ -275,6 +277,109 @@ TEST_CASE("a program built only from the installed header and aapc.pc performs a
   auto procs = everywhere({"env", "LD_LIBRARY_PATH=" + ld, exe.string(), "4096"});
   require_all_ok(procs, "the packaged example");
   CHECK(procs[0].output().find("exchange ok") != std::string::npos);
+}
+
+TEST_CASE("traces: linear contends on the inter-switch link, tree with receiver-all never, sender-all only at phase ends") {
+  Cluster c("8-two-switch");
+  const std::string trace = kTools + "/aapc-trace";
+  // One capture directory per schedule: the daemons are restarted with a new one each time.
+  auto captured = [&](const std::string& schedule, const std::string& sync) {
+    fs::path dir = kLogs / ("capture-" + schedule + "-" + sync);
+    fs::create_directories(dir);
+    REQUIRE(sh(kEmu + " stop").status == 0);
+    c.start("", "", dir.string());
+    require_all_ok(everywhere(exchange(64 * 1024, schedule, sync, 1)), schedule + " + " + sync);
+    REQUIRE(sh(kEmu + " stop").status == 0);  // the captures are complete
+    return dir.string();
+  };
+  auto links = [&](const std::string& dir) {
+    auto r = sh(trace + " links --json --same-clock -t 8-two-switch " + dir);
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  auto on_trunk = [](const nlohmann::json& contention) {
+    double s = 0;
+    for (const auto& k : contention)
+      if (k["edge"] == "s0->s1" || k["edge"] == "s1->s0") s += k["seconds"].get<double>();
+    return s;
+  };
+  const std::string linear = captured("linear", "none"), receiver = captured("tree", "receiver-all"), sender = captured("tree", "sender-all");
+  auto lin = links(linear);
+  INFO(lin.dump(1));
+  CHECK(on_trunk(lin["contention"]) > 0.010);  // blocks of different senders share s0-s1 for tens of ms
+  auto rcv = links(receiver);
+  CHECK(rcv["contention"].empty());
+  // Sender-based tokens let a block start while the previous user's tail is still queued in
+  // the network (Faraj/Yuan/Patarasuk section 6): overlaps only at a block's end, each shorter
+  // than a switch buffer takes to drain (64 KiB at 100 Mbit/s: 5.2 ms).
+  auto snd = links(sender);
+  double total = 0;
+  for (const auto& k : snd["contention"]) {
+    INFO(k.dump());
+    CHECK(k["a"]["end_s"].get<double>() <= k["b"]["end_s"].get<double>());
+    CHECK(k["seconds"].get<double>() < 0.006);
+    total += k["seconds"].get<double>();
+  }
+  CHECK(total < on_trunk(lin["contention"]) / 3);
+  // The rounds of both tree runs started after their tokens (exit status 0), and the summary,
+  // the offsets and the plots work on these captures.
+  for (const auto& dir : {receiver, sender}) {
+    auto ph = sh(trace + " phases -t 8-two-switch " + dir);
+    INFO(ph.out);
+    CHECK(ph.status == 0);
+    CHECK(ph.out.find("tree+") != std::string::npos);
+    CHECK(ph.out.find("every one started after its tokens arrived") != std::string::npos);
+  }
+  auto sum = sh(trace + " summary --json -t 8-two-switch " + linear);
+  INFO(sum.out);
+  REQUIRE(sum.status == 0);
+  auto js = nlohmann::json::parse(sum.out);
+  std::uint64_t received = 0;
+  for (const auto& n : js["nodes"]) received += n["data_bytes_received"].get<std::uint64_t>();
+  CHECK(received >= 8ULL * 7 * 64 * 1024);  // the exchange (and its warm-up), every byte
+  for (const auto& k : js["clocks"]) CHECK(std::abs(k["offset_ns"].get<double>()) < 1e6);  // one host: offsets near 0
+  auto plot = sh(trace + " plot -t 8-two-switch -o " + (kLogs / "plots").string() + " " + sender);
+  INFO(plot.out);
+  CHECK(plot.status == 0);
+  CHECK(fs::file_size(kLogs / "plots" / "timeline.png") > 1000);
+  CHECK(fs::file_size(kLogs / "plots" / "links.svg") > 1000);
+}
+
+TEST_CASE("aapc-bench: a short sweep with the MPI baselines gives a well-formed report") {
+  sh(kEmu + " down");
+  fs::path out = kLogs / "bench";
+  auto r = sh(kTools + "/aapc-bench -t 8-two-switch --sizes 4K 64K --schedules auto tree linear --tree-syncs sender-all "
+                       "--mpi openmpi mpich --default-mpi-algorithms-only --check --max-iters 3 --point-seconds 1 -o " + out.string());
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  auto report = nlohmann::json::parse(std::ifstream(out / "results.json"));
+  CHECK(report["machines"] == 8);
+  CHECK(report["peak_bps"].get<double>() > 0);
+  std::set<std::string> labels;
+  for (const auto& p : report["points"]) {
+    INFO(p.dump());
+    labels.insert(p["label"].get<std::string>());
+    CHECK((p["size"] == 4096 || p["size"] == 65536));
+    CHECK(p["seconds"].get<double>() > 0);
+    CHECK(p["aggregate_bps"].get<double>() > 0);
+    CHECK(p["check_ok"] == true);
+    CHECK(p.contains("why"));
+  }
+  CHECK(labels == std::set<std::string>{"auto", "tree+sender-all", "linear", "openmpi default", "mpich default"});
+  CHECK(report["points"].size() == 2 * labels.size());
+  CHECK(report["summary"].size() == 2);
+  std::ifstream csv(out / "results.csv");
+  std::string line;
+  std::size_t rows = 0;
+  std::getline(csv, line);
+  CHECK(line.rfind("impl,label,schedule,sync,size", 0) == 0);
+  while (std::getline(csv, line)) ++rows;
+  CHECK(rows == report["points"].size());
+  CHECK(fs::file_size(out / "throughput.png") > 1000);
+  CHECK(fs::file_size(out / "throughput.svg") > 1000);
+  CHECK(r.out.find("per block size") != std::string::npos);
+  CHECK(!fs::exists("/etc/netns/aapc-n0"));  // the MPI hosts files are gone with the cluster
 }
 
 TEST_CASE("nothing is left behind: namespaces, interfaces, sockets, daemons") {

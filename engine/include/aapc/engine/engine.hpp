@@ -171,6 +171,9 @@ class Engine final : private ParseContext {
   void handle(const Parsed& f, Clock::time_point now);
   void timers(Clock::time_point now);
   void transmit(Clock::time_point now);
+  void refill(Clock::time_point now);  // pacing tokens earned since the last refill
+  // A round starts: it may not open with the burst the bucket saved while the node waited.
+  void restart_pacing(Clock::time_point now);
   void flush();
   bool note_epoch(Rank src, std::uint32_t epoch);  // false: stale
   Exchange* find(std::uint32_t id) const;

@@ -1,0 +1,246 @@
+// aapc-trace's analyses on captures of the vdev fabric: the summary counts what the engines
+// counted, exactly; lost frames are resent at the right blocks; bad input gets clear errors.
+#include <catch2/catch.hpp>
+
+#include <pcap/pcap.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/dot.hpp"
+#include "aapc/sched/sync.hpp"
+#include "fabric.hpp"
+#include "paths.hpp"
+#include "trace/trace.hpp"
+
+using namespace aapc;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("aapc-trace-test-" + std::to_string(::getpid()) + "-" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+struct Captured {
+  sched::Topology topo;
+  std::vector<std::vector<engine::ExchangeReport>> reports;  // by exchange, by rank
+  std::vector<engine::EngineCounters> engines;
+  std::uint64_t injected_drops = 0;
+  fs::path dir;
+};
+
+// A tree exchange with sender-based tokens and a synchronous shuffle on the 8-machine
+// two-switch topology, through ports that drop 2% of frames each way, captured whole.
+const Captured& lossy_run() {
+  static Captured c = [] {
+    Captured out{sched::load_topology(test::topology_path("8-two-switch")), {}, {}, 0, scratch("lossy")};
+    auto opts = test::nodes(out.topo.machine_count());
+    opts.faults = nic::FaultOptions::parse("drop=0.02,seed=11");
+    opts.capture_dir = out.dir.string();
+    {
+      test::Fabric fabric(opts);
+      std::uint32_t id = 1;
+      for (const auto& [algo, sync] : std::vector<std::pair<std::string, std::string>>{{"tree", "sender-all"}, {"sync-shuffle", "none"}}) {
+        auto s = sched::plan_sync(out.topo, sched::make_schedule(out.topo, *sched::AlgorithmSpec::parse(algo)), *sched::SyncSpec::parse(sync));
+        auto run = test::run_exchange(fabric, s, id++, 30'000);
+        REQUIRE(run.byte_exact);
+        out.reports.push_back(run.reports);
+      }
+      fabric.settle();
+      for (int i = 0; i < fabric.size(); ++i) {
+        out.engines.push_back(fabric.engine(i).counters());
+        out.injected_drops += fabric.faults(i)->rx_counts().dropped + fabric.faults(i)->tx_counts().dropped;
+      }
+    }  // the captures are flushed and closed
+    return out;
+  }();
+  return c;
+}
+
+trace::Trace load(const Captured& c) {
+  std::vector<trace::Capture> caps;
+  for (int i = 0; i < c.topo.machine_count(); ++i) caps.push_back(trace::read_capture((c.dir / ("node" + std::to_string(i) + ".pcap")).string(), c.topo));
+  return trace::Trace(c.topo, std::move(caps));
+}
+
+void write_pcap(const fs::path& path, const std::vector<std::vector<std::uint8_t>>& frames, int linktype = DLT_EN10MB) {
+  pcap_t* p = pcap_open_dead_with_tstamp_precision(linktype, 65535, PCAP_TSTAMP_PRECISION_NANO);
+  pcap_dumper_t* d = pcap_dump_open(p, path.c_str());
+  REQUIRE(d != nullptr);
+  std::uint32_t ns = 0;
+  for (const auto& f : frames) {
+    pcap_pkthdr h{};
+    h.ts.tv_sec = 1;
+    h.ts.tv_usec = ns += 1000;
+    h.caplen = h.len = static_cast<bpf_u_int32>(f.size());
+    pcap_dump(reinterpret_cast<u_char*>(d), &h, f.data());
+  }
+  pcap_dump_close(d);
+  pcap_close(p);
+}
+
+// A sealed frame of ours between two ranks of the fabric.
+std::vector<std::uint8_t> frame(int src, int dst, engine::FrameType type, std::uint32_t exchange, std::uint32_t epoch, std::uint32_t seq = 0) {
+  engine::Header h;
+  h.type = type;
+  h.exchange = exchange;
+  h.epoch = epoch;
+  h.src = static_cast<std::uint16_t>(src);
+  h.dst = static_cast<std::uint16_t>(dst);
+  h.seq = seq;
+  std::vector<std::uint8_t> f(engine::kFrameOverhead);
+  engine::encode(f.data(), test::Fabric::mac(dst), test::Fabric::mac(src), engine::kDefaultEtherType, h);
+  engine::seal(f.data());
+  return f;
+}
+
+bool mentions(const std::function<void()>& f, const std::string& words) {
+  try {
+    f();
+  } catch (const trace::TraceError& e) {
+    INFO(e.what());
+    CHECK(std::string(e.what()).find(words) != std::string::npos);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("the summary's byte and frame counts are the engines' counters, exactly") {
+  const Captured& c = lossy_run();
+  trace::Trace t = load(c);
+  REQUIRE(t.exchanges() == std::vector<std::uint32_t>{1, 2});
+  auto rows = trace::summarize(t);
+  REQUIRE(rows.size() == 2 * 8);
+  std::uint64_t retransmitted = 0, lost = 0;
+  for (const auto& s : rows) {
+    INFO("exchange " << s.exchange << " rank " << s.node);
+    const auto& k = c.reports[s.exchange - 1][static_cast<std::size_t>(s.node)].counters;
+    CHECK(s.data_frames_sent == k.data_frames_sent);
+    CHECK(s.data_bytes_sent == k.data_bytes_sent);
+    CHECK(s.retransmitted_frames == k.retransmitted_frames);
+    CHECK(s.dummy_frames_sent == k.dummy_frames_sent);
+    CHECK(s.data_frames_received == k.data_frames_received);
+    CHECK(s.data_bytes_received == k.data_bytes_received);
+    CHECK(s.syncs_sent == k.syncs_sent + k.syncs_resent);
+    CHECK(s.nacks_sent == k.nacks_sent);
+    CHECK(s.nacks_received == k.nacks_received);
+    CHECK(s.bad_crc_frames == 0);
+    CHECK(s.end > s.start);
+    retransmitted += s.retransmitted_frames;
+    lost += s.lost_frames;
+  }
+  CHECK(retransmitted > 0);  // the loss was there
+  // Every frame an engine sent is in its capture; every frame dropped on the way is lost.
+  std::uint64_t outside = 0;  // lost frames that belong to no exchange (PING, JOIN)
+  for (const auto& cap : t.captures()) {
+    std::uint64_t sent = 0;
+    for (const auto& f : cap.frames) sent += f.tx ? 1 : 0;
+    CHECK(sent == c.engines[static_cast<std::size_t>(cap.node)].frames_sent);
+    for (const auto& f : cap.frames) outside += f.tx && (f.h.type == engine::FrameType::kPing || f.h.type == engine::FrameType::kJoin) ? 1 : 0;
+  }
+  CHECK(lost <= c.injected_drops);
+  CHECK(lost + outside >= c.injected_drops);
+}
+
+TEST_CASE("a capture with injected loss shows the retransmissions at the right blocks") {
+  const Captured& c = lossy_run();
+  trace::Trace t = load(c);
+  using Key = std::tuple<std::uint32_t, int, int, std::uint32_t>;  // exchange, src, dst, frame
+  std::map<Key, int> trips, arrivals;
+  std::set<Key> resent;
+  for (const auto& cap : t.captures())
+    for (const auto& f : cap.frames) {
+      if (!f.data() || f.dummy()) continue;
+      Key k{f.h.exchange, f.h.src, f.h.dst, f.h.seq};
+      if (f.tx) ++trips[k];
+      if (f.tx && f.retransmitted()) resent.insert(k);
+      if (!f.tx) ++arrivals[k];
+    }
+  // A frame lost on the way: sent more often than it arrived.
+  std::set<Key> lost;
+  std::set<std::tuple<std::uint32_t, int, int>> lossy_blocks;
+  for (const auto& [k, n] : trips)
+    if (n > arrivals[k]) lost.insert(k), lossy_blocks.insert({std::get<0>(k), std::get<1>(k), std::get<2>(k)});
+  REQUIRE(!lost.empty());
+  // Every lost frame went again, and arrived in the end.
+  for (const auto& k : lost) {
+    INFO("exchange " << std::get<0>(k) << " " << std::get<1>(k) << "->" << std::get<2>(k) << " frame " << std::get<3>(k));
+    CHECK(resent.count(k) == 1);
+    CHECK(arrivals[k] >= 1);
+  }
+  // Only blocks that lost frames had frames resent (a lost ACK makes the sender poll, and the
+  // receiver answers that it has everything: nothing is resent for it).
+  for (const auto& k : resent) {
+    INFO("resent: exchange " << std::get<0>(k) << " " << std::get<1>(k) << "->" << std::get<2>(k) << " frame " << std::get<3>(k));
+    CHECK(lossy_blocks.count({std::get<0>(k), std::get<1>(k), std::get<2>(k)}) == 1);
+  }
+}
+
+TEST_CASE("clock offsets: captures on one clock come out near zero") {
+  trace::Trace t = load(lossy_run());
+  for (const auto& k : t.clocks()) {
+    INFO("rank " << k.node);
+    CHECK(k.known);
+    CHECK(std::abs(k.offset_ns) <= k.uncertainty_ns + 1000);
+  }
+}
+
+TEST_CASE("bad input: clear messages, and unknown frames are counted, not fatal") {
+  const Captured& c = lossy_run();
+  fs::path dir = scratch("bad");
+  SECTION("not a pcap") {
+    std::ofstream(dir / "notes.pcap") << "these are not frames\n";
+    CHECK(mentions([&] { trace::read_capture((dir / "notes.pcap").string(), c.topo); }, "not a pcap"));
+    CHECK(mentions([&] { trace::read_capture((dir / "missing.pcap").string(), c.topo); }, "no such file"));
+  }
+  SECTION("a file cut in the middle of a frame: read up to the damage, with a warning") {
+    auto whole = fs::file_size(c.dir / "node0.pcap");
+    fs::copy_file(c.dir / "node0.pcap", dir / "cut.pcap");
+    fs::resize_file(dir / "cut.pcap", whole / 2 + 7);
+    auto cap = trace::read_capture((dir / "cut.pcap").string(), c.topo);
+    CHECK(!cap.frames.empty());
+    REQUIRE(cap.warnings.size() == 1);
+    CHECK(cap.warnings[0].find("damaged") != std::string::npos);
+  }
+  SECTION("frames of other protocols are counted") {
+    auto ours = frame(0, 1, engine::FrameType::kReady, 5, 77);
+    auto ip = ours;
+    ip[12] = 0x08, ip[13] = 0x00;  // IPv4
+    write_pcap(dir / "n0.pcap", {ip, ours, ip});  // (named after its machine: 0 and 1 are ends of every frame)
+    auto cap = trace::read_capture((dir / "n0.pcap").string(), c.topo);
+    CHECK(cap.other_protocols == 2);
+    CHECK(cap.frames.size() == 1);
+    write_pcap(dir / "ip-only.pcap", {ip});
+    CHECK(mentions([&] { trace::read_capture((dir / "ip-only.pcap").string(), c.topo); }, "none of them aapc frames"));
+    write_pcap(dir / "raw.pcap", {ours}, DLT_RAW);
+    CHECK(mentions([&] { trace::read_capture((dir / "raw.pcap").string(), c.topo); }, "not Ethernet"));
+  }
+  SECTION("captures of different runs, or two of one node") {
+    using engine::FrameType;
+    // Rank 0 (epochs: 0 is 77, 1 is 88) and rank 1 of another run (1 is 99), or of exchange 9.
+    write_pcap(dir / "a.pcap", {frame(0, 1, FrameType::kReady, 5, 77), frame(1, 0, FrameType::kReady, 5, 88), frame(0, 2, FrameType::kReady, 5, 77)});
+    write_pcap(dir / "b.pcap", {frame(1, 0, FrameType::kReady, 5, 99), frame(0, 1, FrameType::kReady, 5, 66), frame(1, 2, FrameType::kReady, 5, 99)});
+    write_pcap(dir / "c.pcap", {frame(1, 0, FrameType::kReady, 9, 88), frame(0, 1, FrameType::kReady, 9, 77), frame(1, 2, FrameType::kReady, 9, 88)});
+    auto read = [&](const char* name) { return trace::read_capture((dir / name).string(), c.topo); };
+    CHECK(read("a.pcap").node == 0);
+    CHECK(read("b.pcap").node == 1);
+    CHECK(mentions([&] { trace::Trace(c.topo, {read("a.pcap"), read("b.pcap")}); }, "different runs"));
+    CHECK(mentions([&] { trace::Trace(c.topo, {read("a.pcap"), read("c.pcap")}); }, "no exchange in common"));
+    CHECK(mentions([&] { trace::Trace(c.topo, {read("a.pcap"), read("a.pcap")}); }, "both captures of"));
+    // Between two machines only, the file's name tells whose capture it is.
+    write_pcap(dir / "two.pcap", {frame(0, 1, FrameType::kReady, 5, 77), frame(1, 0, FrameType::kReady, 5, 88)});
+    CHECK(mentions([&] { read("two.pcap"); }, "name the file after its machine"));
+    fs::copy_file(dir / "two.pcap", dir / "n1.pcap");
+    CHECK(read("n1.pcap").node == 1);
+  }
+  fs::remove_all(dir);
+}

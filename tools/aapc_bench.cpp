@@ -1,0 +1,517 @@
+// aapc-bench: every schedule against the physical limit of the topology and against MPI.
+//
+// On an emulated cluster (the default; needs root) it brings up the topology with aapc-emu,
+// runs itself in measurement mode on every machine for each schedule, runs Open MPI's and
+// MPICH's MPI_Alltoall (each algorithm they let you force) over TCP on the same network, and
+// writes a table, CSV, JSON and plots. With --existing it measures on daemons already running
+// (start it on every node at once, e.g. with mpirun or srun; rank 0 reports).
+//
+// Timing as in the papers (Faraj/Yuan/Patarasuk Figure 5): warm-up exchanges, a barrier, then
+// iterations of an exchange followed by a barrier, averaged; more iterations for small blocks.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "aapc/client.hpp"
+#include "aapc/sched/dot.hpp"
+#include "aapc/sched/tree.hpp"
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+namespace {
+
+struct Args {
+  std::string topology = "8-two-switch";
+  std::string rate;
+  std::vector<std::string> sizes = {"1K", "2K", "4K", "8K", "16K", "32K", "64K", "128K", "256K", "512K", "1M"};
+  std::vector<std::string> schedules = {"auto", "tree", "sync-shuffle", "group-shuffle", "pairwise", "ring", "linear"};
+  std::vector<std::string> tree_syncs = {"sender-all", "receiver-all", "none"};
+  std::vector<std::string> mpi = {"openmpi", "mpich"};
+  bool all_mpi_algorithms = true;
+  double point_seconds = 2.0;
+  int max_iters = 50;
+  bool check = false;
+  std::string out;
+  bool existing = false;
+  bool measure = false;  // internal: one configuration on one node
+  std::string schedule = "auto", sync = "auto";
+  bool plot = true;
+};
+
+std::vector<std::uint64_t> parse_sizes(const std::vector<std::string>& sizes) {
+  std::vector<std::uint64_t> out;
+  for (const auto& s : sizes) {
+    auto b = aapc::sched::parse_bytes(s);
+    if (!b || *b == 0) throw std::runtime_error("size '" + s + "' is not like 64K or 1M");
+    out.push_back(*b);
+  }
+  return out;
+}
+
+// The papers' iteration counts (50 up to 256 KB, 20 above), fewer when a point would take
+// longer than the budget; every node computes the same.
+int iterations(std::uint64_t block, int n, double peak_bps, double budget_s, int max_iters) {
+  double estimate = static_cast<double>(n) * (n - 1) * static_cast<double>(block) * 8 / peak_bps + 0.003;
+  int papers = block <= 256 * 1024 ? 50 : 20;
+  int fit = static_cast<int>(budget_s / estimate);
+  return std::max(3, std::min({papers, fit, max_iters}));
+}
+
+std::string label_of(const std::string& schedule, const std::string& sync) {
+  return sync.empty() || sync == "auto" || sync == "none" ? schedule : schedule + "+" + sync;
+}
+
+// --- measurement mode: runs on every node ------------------------------------------------
+
+int measure(const Args& a) {
+  aapc::Client c = aapc::Client::connect();
+  const int me = c.rank(), n = c.size();
+  aapc::Options o;
+  o.schedule = a.schedule;
+  o.sync = a.sync;
+  for (std::uint64_t block : parse_sizes(a.sizes)) {
+    const int iters = iterations(block, n, c.info().peak_bps, a.point_seconds, a.max_iters);
+    aapc::Buffer send = c.allocate(n * block), recv = c.allocate(n * block);
+    for (std::size_t k = 0; k < n * block; ++k) send.data()[k] = static_cast<std::uint8_t>(k * 7 + static_cast<std::size_t>(me) * 13);
+    std::string schedule, sync;
+    auto fail = [&](const aapc::Error& e) {
+      std::cerr << "aapc-bench: rank " << me << ": " << e.message() << "\n";
+      return 1;
+    };
+    for (int w = 0; w < 2; ++w) {
+      auto r = c.alltoall(send, recv, block, o);
+      if (!r) return fail(r.error());
+      schedule = r->schedule;
+      sync = r->sync;
+    }
+    if (auto b = c.barrier(); !b) return fail(b.error());
+    std::uint64_t retransmissions = 0;
+    double wait = 0, cpu = 0, busy = 0, barrier = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      auto r = c.alltoall(send, recv, block, o);
+      if (!r) return fail(r.error());
+      retransmissions += r->retransmissions;
+      wait += r->sync_wait_seconds;
+      cpu += r->daemon_cpu_seconds;
+      busy += r->seconds;
+      const auto b0 = std::chrono::steady_clock::now();
+      if (auto b = c.barrier(); !b) return fail(b.error());
+      barrier += std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+    // Every rank's counters to rank 0, with a small exchange of our own: the figures below are
+    // the cluster's (resent frames summed, waits and daemon CPU averaged over the ranks).
+    {
+      struct Counters {
+        double retransmissions, wait, cpu, busy, barrier;
+      };
+      aapc::Buffer out = c.allocate(n * sizeof(Counters)), in = c.allocate(n * sizeof(Counters));
+      for (int d = 0; d < n; ++d) out.as<Counters>()[d] = {static_cast<double>(retransmissions), wait, cpu, busy, barrier};
+      if (auto r = c.alltoall(out, in, sizeof(Counters), aapc::Options{}); !r) return fail(r.error());
+      retransmissions = 0;
+      wait = cpu = busy = barrier = 0;
+      for (int s = 0; s < n; ++s) {
+        const Counters& k = in.as<Counters>()[s];
+        retransmissions += static_cast<std::uint64_t>(k.retransmissions);
+        wait += k.wait / n;
+        cpu += k.cpu / n;
+        busy += k.busy / n;
+        barrier += k.barrier / n;
+      }
+    }
+    bool ok = true;
+    if (a.check)
+      for (int s = 0; s < n && ok; ++s)
+        for (std::size_t k = 0; k < block; ++k)
+          if (recv.data()[s * block + k] != static_cast<std::uint8_t>((static_cast<std::size_t>(me) * block + k) * 7 + static_cast<std::size_t>(s) * 13)) {
+            ok = false;
+            break;
+          }
+    if (!ok) std::cerr << "aapc-bench: rank " << me << ": CHECK FAILED at " << block << " bytes\n";
+    if (me == 0) {
+      Json j = {{"impl", "aapc"},          {"schedule", schedule},  {"sync", sync},     {"label", label_of(a.schedule == "auto" ? "auto" : schedule, a.schedule == "auto" ? "" : sync)},
+                {"size", block},           {"iters", iters},        {"seconds", seconds}, {"retransmissions", retransmissions},
+                {"sync_wait_s", wait / iters}, {"cpu_s", cpu / iters}, {"exchange_s", busy / iters}, {"barrier_s", barrier / iters}, {"checked", a.check}, {"check_ok", ok}};
+      if (a.schedule == "auto") j["chosen"] = label_of(schedule, sync);
+      std::cout << j.dump() << std::endl;
+    }
+    if (!ok) return 1;
+  }
+  return 0;
+}
+
+// --- orchestration on an emulated cluster --------------------------------------------------
+
+struct Run {
+  int status = -1;
+  std::vector<Json> points;
+  std::string other;  // lines that were not JSON
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs a command and collects JSON lines as they come, calling `on_point` for each.
+Run run_collect(const std::string& cmd, const std::function<void(const Json&)>& on_point) {
+  Run r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[65536];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) {
+    std::string line(buf);
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    if (!line.empty() && line.front() == '{') {
+      try {
+        Json j = Json::parse(line);
+        r.points.push_back(j);
+        on_point(j);
+        continue;
+      } catch (const std::exception&) {
+      }
+    }
+    r.other += line + "\n";
+  }
+  int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+fs::path self_dir() { return fs::canonical("/proc/self/exe").parent_path(); }
+
+struct MpiVariant {
+  std::string impl, label, env;  // env: extra mpirun arguments or environment
+};
+
+std::vector<MpiVariant> mpi_variants(const Args& a) {
+  std::vector<MpiVariant> out;
+  for (const auto& impl : a.mpi) {
+    if (!fs::exists(self_dir() / ("mpi-alltoall-" + impl))) {
+      std::cerr << "aapc-bench: skipping " << impl << ": mpi-alltoall-" << impl << " was not built (is " << impl << " installed?)\n";
+      continue;
+    }
+    if (impl == "openmpi") {
+      out.push_back({impl, "openmpi default", ""});
+      if (a.all_mpi_algorithms) {
+        // coll_tuned_alltoall_algorithm: 1 basic linear, 2 pairwise, 3 modified Bruck, 4 linear with sync.
+        const char* names[] = {"", "linear", "pairwise", "bruck", "linear-sync"};
+        for (int k = 1; k <= 4; ++k)
+          out.push_back({impl, std::string("openmpi ") + names[k],
+                         "--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_alltoall_algorithm " + std::to_string(k)});
+      }
+    } else {
+      out.push_back({impl, "mpich default", ""});
+      if (a.all_mpi_algorithms)
+        for (const char* alg : {"brucks", "isend_irecv", "pairwise", "pairwise_sendrecv_replace", "scattered"})
+          out.push_back({impl, std::string("mpich ") + alg, std::string("MPIR_CVAR_ALLTOALL_INTRA_ALGORITHM=") + alg});
+    }
+  }
+  return out;
+}
+
+std::string mb(double bps) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1) << bps / 1e6;
+  return o.str();
+}
+
+// Why a point falls short of 90% of the limit, from what it measured.
+std::string why(const Json& p, double fraction, bool multi_switch) {
+  if (fraction >= 0.9) return "";
+  std::vector<std::string> reasons;
+  const double secs = p.value("seconds", 0.0);
+  if (p.value("impl", std::string()) != "aapc") return "TCP, MPI's own schedule";
+  if (p.value("retransmissions", 0) > 0) reasons.push_back(std::to_string(p["retransmissions"].get<std::uint64_t>()) + " frames resent (queues overflowed)");
+  const double wait = p.value("sync_wait_s", 0.0), cpu = p.value("cpu_s", 0.0);
+  if (wait > 0.1 * secs) reasons.push_back("sync wait " + std::to_string(static_cast<int>(wait / secs * 100)) + "%");
+  if (cpu > 0.8 * secs) reasons.push_back("daemon CPU " + std::to_string(static_cast<int>(cpu / secs * 100)) + "%");
+  const std::string s = p.value("schedule", std::string());
+  if (multi_switch && s != "tree") reasons.push_back("not contention-free on this tree");
+  const double fixed = secs - p.value("exchange_s", secs);
+  if (fixed > 0.1 * secs) reasons.push_back("barrier/start " + std::to_string(static_cast<int>(fixed / secs * 100)) + "%");
+  if (reasons.empty()) reasons.push_back("per-exchange overhead at this size");
+  std::string out;
+  for (const auto& r : reasons) out += (out.empty() ? "" : "; ") + r;
+  return out;
+}
+
+void plot(const fs::path& dir, const std::vector<Json>& points, double peak_bps, const std::string& title) {
+  std::map<std::string, std::vector<std::pair<std::uint64_t, double>>> series;
+  for (const auto& p : points) series[p["label"]].emplace_back(p["size"].get<std::uint64_t>(), p["aggregate_bps"].get<double>() / 1e6);
+  std::ofstream script(dir / "plot.gp");
+  script << "set title \"" << title << "\"\nset xlabel \"block size (bytes)\"\nset ylabel \"aggregate throughput (Mbit/s)\"\n"
+         << "set logscale x 2\nset format x \"%.0s%cB\"\nset key outside right\nset grid\n";
+  std::string plots;
+  int i = 0;
+  for (auto& [label, data] : series) {
+    std::sort(data.begin(), data.end());
+    std::string file = "series-" + std::to_string(i++) + ".dat";
+    std::ofstream d(dir / file);
+    for (auto& [x, y] : data) d << x << " " << y << "\n";
+    plots += (plots.empty() ? "" : ", ") + std::string("'") + file + "' with linespoints title '" + label + "'";
+  }
+  plots += ", " + std::to_string(peak_bps / 1e6) + " with lines dashtype 2 lw 2 title 'peak (physical limit)'";
+  for (const char* term : {"pngcairo size 1200,700", "svg size 1200,700"}) {
+    std::string ext = std::string(term).rfind("png", 0) == 0 ? "png" : "svg";
+    script << "set terminal " << term << "\nset output \"throughput." << ext << "\"\nplot " << plots << "\n";
+  }
+  script.close();
+  std::string cmd = "cd " + quote(dir.string()) + " && gnuplot plot.gp 2>&1";
+  if (std::system(cmd.c_str()) != 0) std::cerr << "aapc-bench: gnuplot failed (is gnuplot installed?); data and script are in " << dir << "\n";
+}
+
+int orchestrate(const Args& a, char** argv) {
+  if (::geteuid() != 0) throw std::runtime_error("the emulated cluster needs root; on a real cluster use --existing on every node");
+  aapc::sched::Topology topo = aapc::sched::load_topology(a.topology);
+  std::string name = fs::path(topo.source()).stem().string() + (a.rate.empty() ? "" : "-" + a.rate);
+  fs::path out = a.out.empty() ? fs::path("bench") / name : fs::path(a.out);
+  fs::create_directories(out);
+  out = fs::canonical(out);
+  fs::path topo_file = fs::absolute(topo.source());
+  if (!a.rate.empty()) {
+    auto bps = aapc::sched::parse_rate(a.rate);
+    if (!bps) throw std::runtime_error("--rate " + a.rate + " is not a rate like 10Mbit");
+    topo_file = out / "topology.dot";
+    std::ofstream(topo_file) << aapc::sched::to_dot(topo, *bps);
+    topo = aapc::sched::load_topology(topo_file.string());
+  }
+  aapc::sched::TreeModel model(topo);
+  const double peak = model.peak_aggregate_bps();
+  const int n = topo.machine_count();
+  const bool multi_switch = !topo.single_switch();
+  const auto sizes = parse_sizes(a.sizes);
+  const fs::path tools = self_dir();
+  const std::string emu = (tools / "aapc-emu").string();
+
+  // Configurations: every schedule, and the tree with each sync variant asked for.
+  std::vector<std::pair<std::string, std::string>> configs;
+  for (const auto& s : a.schedules) {
+    if (s == "tree") {
+      for (const auto& y : a.tree_syncs) configs.emplace_back(s, y);
+    } else {
+      configs.emplace_back(s, "auto");
+    }
+  }
+  auto variants = mpi_variants(a);
+  const std::size_t total = (configs.size() + variants.size()) * sizes.size();
+  std::size_t done = 0;
+  std::vector<Json> points;
+  auto progress = [&](const Json& p) {
+    ++done;
+    double agg = static_cast<double>(n) * (n - 1) * p["size"].get<double>() * 8 / p["seconds"].get<double>();
+    std::cout << "[" << std::setw(3) << done << "/" << total << "] " << std::left << std::setw(34) << p["label"].get<std::string>() << std::right
+              << std::setw(8) << p["size"].get<std::uint64_t>() << " B  " << std::setw(8) << mb(agg) << " Mbit/s  " << std::setw(5)
+              << std::fixed << std::setprecision(1) << agg / peak * 100 << "% of the limit" << std::endl;
+  };
+
+  std::cout << "aapc-bench: " << name << ", " << n << " machines, physical limit " << mb(peak) << " Mbit/s; " << total << " points; results in "
+            << out << "\n";
+  auto st = run_collect(emu + " status", [](const Json&) {});
+  if (st.other.find("nothing is up") == std::string::npos) throw std::runtime_error("an emulated cluster is already up: `aapc-emu down` it first");
+  auto up = run_collect(emu + " up " + quote(topo_file.string()), [](const Json&) {});
+  if (up.status != 0) throw std::runtime_error("aapc-emu up failed:\n" + up.other);
+  int failures = 0;
+  try {
+    std::string sizes_arg;
+    for (const auto& s : a.sizes) sizes_arg += " " + s;
+    for (const auto& [schedule, sync] : configs) {
+      std::ostringstream cmd;
+      cmd << emu << " run " << quote(topo_file.string()) << " --keep -- " << quote((tools / "aapc-bench").string()) << " --measure --schedule " << schedule
+          << " --sync " << sync << " --point-seconds " << a.point_seconds << " --max-iters " << a.max_iters << (a.check ? " --check" : "") << " --sizes"
+          << sizes_arg;
+      auto r = run_collect(cmd.str(), [&](Json p) {
+        p["label"] = schedule == "auto" ? std::string("auto") : label_of(schedule, sync);
+        progress(p);
+      });
+      for (auto& p : r.points) {
+        p["label"] = schedule == "auto" ? std::string("auto") : label_of(schedule, sync);
+        points.push_back(p);
+      }
+      if (r.status != 0) {
+        ++failures;
+        std::cerr << "aapc-bench: " << label_of(schedule, sync) << " failed:\n" << r.other;
+      }
+    }
+    // MPI over TCP on the same emulated network: hosts files per namespace, an rsh-like agent.
+    if (!variants.empty()) {
+      Json state = Json::parse(std::ifstream("/run/aapc-emu/state.json"));
+      std::string hosts = "127.0.0.1 localhost\n", hostlist;
+      for (const auto& m : state["machines"]) {
+        hosts += m["ip"].get<std::string>() + " " + m["name"].get<std::string>() + "\n";
+        hostlist += (hostlist.empty() ? "" : ",") + m["name"].get<std::string>();
+      }
+      for (const auto& m : state["machines"]) {
+        fs::path dir = fs::path("/etc/netns") / m["netns"].get<std::string>();
+        fs::create_directories(dir);
+        std::ofstream(dir / "hosts") << hosts;
+      }
+      fs::path agent = out / "mpi-agent";
+      std::ofstream(agent) << "#!/bin/sh\n# rsh for MPI launchers: run the command in the machine's namespace, with its hostname.\n"
+                              "while [ \"${1#-}\" != \"$1\" ]; do shift; done\nhost=$1; shift\n"
+                              "exec ip netns exec \"aapc-$host\" unshare --uts sh -c \"hostname $host; $*\"\n";
+      fs::permissions(agent, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
+      fs::path hostfile = out / "mpi-hosts";
+      {
+        std::ofstream h(hostfile);
+        for (const auto& m : state["machines"]) h << m["name"].get<std::string>() << " slots=1\n";
+      }
+      const std::string first = state["machines"][0]["name"];
+      const std::string subnet = state["machines"][0]["ip"].get<std::string>().substr(0, state["machines"][0]["ip"].get<std::string>().find('.', 3)) + ".0.0/16";
+      std::string points_arg;
+      for (std::uint64_t b : sizes) points_arg += " " + std::to_string(b) + ":" + std::to_string(iterations(b, n, peak, a.point_seconds, a.max_iters));
+      for (const auto& v : variants) {
+        std::string exe = (tools / ("mpi-alltoall-" + v.impl)).string() + (a.check ? " --check" : "") + points_arg;
+        std::string launch;
+        if (v.impl == "openmpi") {
+          launch = "mpirun.openmpi --allow-run-as-root -np " + std::to_string(n) + " --hostfile " + hostfile.string() + " --mca plm_rsh_agent " +
+                   agent.string() + " --mca btl tcp,self --mca pml ob1 --mca btl_tcp_if_include " + subnet + " --mca oob_tcp_if_include " + subnet +
+                   " " + v.env + " " + exe;
+        } else {
+          launch = "mpiexec.mpich -n " + std::to_string(n) + " -hosts " + hostlist + " -launcher rsh -launcher-exec " + agent.string() + " -iface aapc0 " +
+                   (v.env.empty() ? "" : "-genv " + v.env.substr(0, v.env.find('=')) + " " + v.env.substr(v.env.find('=') + 1) + " ") + exe;
+        }
+        std::string cmd = "ip netns exec aapc-" + first + " unshare --uts sh -c " + quote("hostname " + first + "; " + launch);
+        auto r = run_collect(cmd, [&](Json p) {
+          p["impl"] = v.impl;
+          p["label"] = v.label;
+          progress(p);
+        });
+        for (auto& p : r.points) {
+          p["impl"] = v.impl;
+          p["label"] = v.label;
+          points.push_back(p);
+        }
+        if (r.status != 0) {
+          ++failures;
+          std::cerr << "aapc-bench: " << v.label << " failed:\n" << r.other;
+        }
+      }
+      for (const auto& m : state["machines"]) fs::remove_all(fs::path("/etc/netns") / m["netns"].get<std::string>());
+    }
+  } catch (...) {
+    run_collect(emu + " down", [](const Json&) {});
+    throw;
+  }
+  run_collect(emu + " down", [](const Json&) {});
+
+  // The report.
+  for (auto& p : points) {
+    double agg = static_cast<double>(n) * (n - 1) * p["size"].get<double>() * 8 / p["seconds"].get<double>();
+    p["aggregate_bps"] = agg;
+    p["fraction_of_peak"] = agg / peak;
+    p["why"] = why(p, agg / peak, multi_switch);
+  }
+  std::sort(points.begin(), points.end(), [](const Json& x, const Json& y) {
+    if (x["size"] != y["size"]) return x["size"].get<std::uint64_t>() < y["size"].get<std::uint64_t>();
+    return x["aggregate_bps"].get<double>() > y["aggregate_bps"].get<double>();
+  });
+  Json report = {{"topology", name}, {"machines", n}, {"peak_bps", peak}, {"points", points}};
+  // auto against the best aapc schedule at every size.
+  Json auto_check = Json::array();
+  for (std::uint64_t b : sizes) {
+    double best = 0, chosen = 0;
+    std::string best_label;
+    for (const auto& p : points) {
+      if (p["size"] != b || p["impl"] != "aapc") continue;
+      if (p["label"] == "auto") chosen = p["aggregate_bps"];
+      if (p["aggregate_bps"].get<double>() > best) best = p["aggregate_bps"], best_label = p["label"];
+    }
+    double best_mpi = 0;
+    std::string best_mpi_label;
+    for (const auto& p : points)
+      if (p["size"] == b && p["impl"] != "aapc" && p["aggregate_bps"].get<double>() > best_mpi) best_mpi = p["aggregate_bps"], best_mpi_label = p["label"];
+    Json row = {{"size", b}, {"best", best_label}, {"best_bps", best}, {"auto_bps", chosen}};
+    if (best > 0 && chosen > 0) row["auto_within_5pct"] = chosen >= 0.95 * best;
+    if (best_mpi > 0) {
+      row["best_mpi"] = best_mpi_label;
+      row["best_mpi_bps"] = best_mpi;
+      row["speedup_over_best_mpi"] = best / best_mpi;
+    }
+    auto_check.push_back(row);
+  }
+  report["summary"] = auto_check;
+  std::ofstream(out / "results.json") << report.dump(2);
+  {
+    std::ofstream csv(out / "results.csv");
+    csv << "impl,label,schedule,sync,size,iters,seconds,aggregate_bps,fraction_of_peak,retransmissions,sync_wait_s,daemon_cpu_s,why\n";
+    for (const auto& p : points)
+      csv << p.value("impl", std::string()) << "," << p["label"].get<std::string>() << "," << p.value("schedule", std::string()) << ","
+          << p.value("sync", std::string()) << "," << p["size"] << "," << p["iters"] << "," << p["seconds"] << "," << p["aggregate_bps"] << ","
+          << p["fraction_of_peak"] << "," << p.value("retransmissions", 0) << "," << p.value("sync_wait_s", 0.0) << "," << p.value("cpu_s", 0.0) << ",\""
+          << p["why"].get<std::string>() << "\"\n";
+  }
+  std::ostringstream table;
+  table << "\n" << name << ": " << n << " machines, physical limit " << mb(peak) << " Mbit/s\n";
+  table << std::left << std::setw(34) << "schedule" << std::right << std::setw(9) << "block" << std::setw(11) << "ms/exch" << std::setw(11) << "Mbit/s"
+        << std::setw(8) << "limit" << std::setw(9) << "resent" << "  why below 90%\n";
+  for (const auto& p : points) {
+    table << std::left << std::setw(34) << p["label"].get<std::string>() << std::right << std::setw(9) << p["size"].get<std::uint64_t>() << std::setw(11)
+          << std::fixed << std::setprecision(2) << p["seconds"].get<double>() * 1e3 << std::setw(11) << mb(p["aggregate_bps"]) << std::setw(7)
+          << std::setprecision(1) << p["fraction_of_peak"].get<double>() * 100 << "%" << std::setw(9) << p.value("retransmissions", 0) << "  "
+          << p["why"].get<std::string>() << "\n";
+  }
+  table << "\nper block size: best aapc schedule, auto, best MPI\n";
+  for (const auto& r : auto_check) {
+    table << "  " << std::setw(8) << r["size"].get<std::uint64_t>() << " B  best " << std::left << std::setw(24) << r["best"].get<std::string>() << std::right
+          << std::setw(8) << mb(r["best_bps"]) << "  auto " << std::setw(8) << mb(r["auto_bps"]);
+    if (r.contains("auto_within_5pct")) table << (r["auto_within_5pct"].get<bool>() ? " (within 5%)" : " (MORE than 5% below)");
+    if (r.contains("best_mpi"))
+      table << "  best MPI " << r["best_mpi"].get<std::string>() << " " << mb(r["best_mpi_bps"]) << "  speedup " << std::setprecision(2)
+            << r["speedup_over_best_mpi"].get<double>() << "x";
+    table << "\n";
+  }
+  std::cout << table.str();
+  std::ofstream(out / "results.txt") << table.str();
+  if (a.plot && !points.empty()) plot(out, points, peak, name + ": aggregate throughput (" + std::to_string(n) + " machines)");
+  std::cout << "written: " << out / "results.txt" << ", results.csv, results.json" << (a.plot ? ", throughput.png, throughput.svg" : "") << "\n";
+  (void)argv;
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"aapc-bench: every schedule against the physical limit of the topology and against MPI_Alltoall on the same network"};
+  Args a;
+  app.add_option("--topology,-t", a.topology, "topology (file or shipped name)")->capture_default_str();
+  app.add_option("--rate", a.rate, "run every link at this rate (e.g. 20Mbit for large topologies on few cores)");
+  app.add_option("--sizes", a.sizes, "block sizes")->capture_default_str();
+  app.add_option("--schedules", a.schedules, "aapc schedules")->capture_default_str();
+  app.add_option("--tree-syncs", a.tree_syncs, "sync variants swept for the tree schedule")->capture_default_str();
+  app.add_option("--mpi", a.mpi, "MPI baselines: openmpi, mpich (none for no MPI)")->capture_default_str();
+  app.add_flag("!--default-mpi-algorithms-only", a.all_mpi_algorithms, "only the MPIs' default algorithm, not every forced one");
+  app.add_option("--point-seconds", a.point_seconds, "time budget per point (iterations follow the papers within it)")->capture_default_str();
+  app.add_option("--max-iters", a.max_iters, "iterations per point at most")->capture_default_str();
+  app.add_flag("--check", a.check, "validate every received byte");
+  app.add_option("--out,-o", a.out, "directory for results.{txt,csv,json} and throughput.{png,svg} (default bench/<topology>)");
+  app.add_flag("--existing", a.existing, "measure on daemons already running: start this on every node at once (rank 0 reports)");
+  app.add_flag("!--no-plot", a.plot, "skip the gnuplot plots");
+  app.add_flag("--measure", a.measure, "(internal) measure one schedule on this node")->group("");
+  app.add_option("--schedule", a.schedule, "(with --existing) the schedule")->group("");
+  app.add_option("--sync", a.sync, "(with --existing) the sync variant")->group("");
+  CLI11_PARSE(app, argc, argv);
+  if (std::find(a.mpi.begin(), a.mpi.end(), "none") != a.mpi.end()) a.mpi.clear();
+  try {
+    if (a.measure || a.existing) return measure(a);
+    return orchestrate(a, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "aapc-bench: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,63 @@
+/* mpi-alltoall: the MPI baseline of aapc-bench. MPI_Alltoall timed as in the papers (Faraj,
+ * Yuan, Patarasuk, Figure 5): warm-up exchanges, a barrier, then iterations of an exchange
+ * followed by a barrier, averaged. Rank 0 prints one JSON line per size.
+ *
+ *   mpi-alltoall [--check] SIZE:ITERS [SIZE:ITERS ...]
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static unsigned char pattern(int src, int dst, size_t k) { return (unsigned char)(k * 131 + (k >> 8) * 7 + (size_t)src * 17 + (size_t)dst * 29); }
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int me = 0, n = 0, check = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  for (int a = 1; a < argc; ++a) {
+    if (strcmp(argv[a], "--check") == 0) {
+      check = 1;
+      continue;
+    }
+    size_t size = 0;
+    int iters = 0;
+    if (sscanf(argv[a], "%zu:%d", &size, &iters) != 2 || size == 0 || iters <= 0) {
+      if (me == 0) fprintf(stderr, "mpi-alltoall: '%s' is not SIZE:ITERS\n", argv[a]);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    unsigned char* send = malloc((size_t)n * size);
+    unsigned char* recv = malloc((size_t)n * size);
+    if (send == NULL || recv == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+    for (int d = 0; d < n; ++d)
+      for (size_t k = 0; k < size; ++k) send[(size_t)d * size + k] = pattern(me, d, k);
+    for (int w = 0; w < 2; ++w) MPI_Alltoall(send, (int)size, MPI_BYTE, recv, (int)size, MPI_BYTE, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < iters; ++i) {
+      MPI_Alltoall(send, (int)size, MPI_BYTE, recv, (int)size, MPI_BYTE, MPI_COMM_WORLD);
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    double seconds = (MPI_Wtime() - t0) / iters;
+    int ok = 1;
+    if (check)
+      for (int s = 0; s < n && ok; ++s)
+        for (size_t k = 0; k < size; ++k)
+          if (recv[(size_t)s * size + k] != pattern(s, me, k)) {
+            ok = 0;
+            break;
+          }
+    int all_ok = 0;
+    MPI_Reduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, 0, MPI_COMM_WORLD);
+    if (me == 0) {
+      printf("{\"size\": %zu, \"iters\": %d, \"seconds\": %.9f, \"checked\": %s, \"check_ok\": %s}\n", size, iters, seconds, check ? "true" : "false",
+             all_ok ? "true" : "false");
+      fflush(stdout);
+    }
+    free(send);
+    free(recv);
+  }
+  MPI_Finalize();
+  return 0;
+}
