@@ -17,7 +17,9 @@
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/generate.hpp"
 #include "aapc/sched/sync.hpp"
+#include "checks.hpp"
 #include "fabric.hpp"
+#include "pcap_files.hpp"
 
 #ifndef AAPC_DISSECTOR
 #error "AAPC_DISSECTOR (the path of tools/wireshark/aapc.lua) must be defined"
@@ -29,30 +31,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratch_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("aapc-test-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-struct Captured {
-  std::vector<std::uint8_t> bytes;  // what the capture holds (caplen)
-  std::uint32_t len = 0;            // the frame's length on the wire
-};
-
-std::vector<Captured> read_pcap(const fs::path& path) {
-  char err[PCAP_ERRBUF_SIZE];
-  pcap_t* p = pcap_open_offline_with_tstamp_precision(path.c_str(), PCAP_TSTAMP_PRECISION_NANO, err);
-  INFO(path.string() << ": " << err);
-  REQUIRE(p != nullptr);
-  std::vector<Captured> out;
-  pcap_pkthdr* h = nullptr;
-  const u_char* data = nullptr;
-  while (pcap_next_ex(p, &h, &data) == 1) out.push_back({std::vector<std::uint8_t>(data, data + h->caplen), h->len});
-  pcap_close(p);
-  return out;
-}
+using test::read_pcap;
+using test::scratch_dir;
+using test::write_pcap;
+using Captured = test::PcapFrame;
 
 std::optional<std::string> find_tshark() {
   const char* path = std::getenv("PATH");
@@ -329,28 +311,8 @@ void capture_exchange(const fs::path& dir, const nic::FaultOptions& faults, int 
   opts.capture_dir = dir.string();
   opts.capture_snaplen = snaplen;
   test::Fabric fabric(opts);
-  auto run = test::run_exchange(fabric, s, 1, 20'000);
-  REQUIRE(run.finished);
-  for (const auto& r : run.reports) {
-    INFO(r.error);
-    REQUIRE(r.state == engine::ExchangeState::kDone);
-  }
-  INFO(run.first_mismatch);
-  REQUIRE(run.byte_exact);
+  test::expect_ok(test::run_exchange(fabric, s, 1, 20'000), "the captured exchange");
   fabric.settle();
-}
-
-void write_pcap(const fs::path& path, const std::vector<std::vector<std::uint8_t>>& frames) {
-  pcap_t* p = pcap_open_dead(DLT_EN10MB, 65535);
-  pcap_dumper_t* d = pcap_dump_open(p, path.c_str());
-  REQUIRE(d != nullptr);
-  for (const auto& f : frames) {
-    pcap_pkthdr h{};
-    h.caplen = h.len = static_cast<bpf_u_int32>(f.size());
-    pcap_dump(reinterpret_cast<u_char*>(d), &h, f.data());
-  }
-  pcap_dump_close(d);
-  pcap_close(p);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "aapc/sched/generate.hpp"
 #include "aapc/sched/sync.hpp"
 #include "aapc/sched/verify.hpp"
+#include "checks.hpp"
 #include "fabric.hpp"
 #include "paths.hpp"
 
@@ -21,16 +22,7 @@ Schedule planned(const Topology& t, const std::string& algo, const std::string& 
   return plan_sync(t, s, *SyncSpec::parse(sync));
 }
 
-void expect_ok(const test::ExchangeRun& run, const std::string& what) {
-  INFO(what);
-  REQUIRE(run.finished);
-  for (std::size_t r = 0; r < run.reports.size(); ++r) {
-    INFO("rank " << r << ": " << run.reports[r].error);
-    REQUIRE(run.reports[r].state == engine::ExchangeState::kDone);
-  }
-  INFO(run.first_mismatch);
-  REQUIRE(run.byte_exact);
-}
+using test::expect_ok;
 
 }  // namespace
 

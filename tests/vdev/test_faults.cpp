@@ -8,6 +8,7 @@
 #include "aapc/sched/dot.hpp"
 #include "aapc/sched/generate.hpp"
 #include "aapc/sched/sync.hpp"
+#include "checks.hpp"
 #include "fabric.hpp"
 #include "paths.hpp"
 
@@ -56,14 +57,7 @@ Totals run_with_faults(const std::string& spec, const std::string& topology = "8
            {"tree", "sender-all"}, {"sync-shuffle", "none"}, {"tree", "receiver-all"}, {"group-shuffle:3", "none"}}) {
     Schedule s = plan_sync(t, make_schedule(t, *AlgorithmSpec::parse(algo)), *SyncSpec::parse(sync));
     auto run = test::run_exchange(fabric, s, id++, block);
-    INFO(spec << ": " << algo << " + " << sync);
-    REQUIRE(run.finished);
-    for (const auto& r : run.reports) {
-      INFO(r.error);
-      REQUIRE(r.state == engine::ExchangeState::kDone);
-    }
-    INFO(run.first_mismatch);
-    REQUIRE(run.byte_exact);
+    test::expect_ok(run, spec + ": " + algo + " + " + sync);
     all.insert(all.end(), run.reports.begin(), run.reports.end());
   }
   fabric.settle();

@@ -14,6 +14,7 @@
 #include "aapc/sched/sync.hpp"
 #include "fabric.hpp"
 #include "paths.hpp"
+#include "pcap_files.hpp"
 
 using namespace aapc;
 using namespace aapc::sched;
@@ -22,41 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratch_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("aapc-test-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-struct Frame {
-  std::vector<std::uint8_t> bytes;
-};
-
-std::vector<Frame> read_pcap(const fs::path& path) {
-  char err[PCAP_ERRBUF_SIZE];
-  pcap_t* p = pcap_open_offline_with_tstamp_precision(path.c_str(), PCAP_TSTAMP_PRECISION_NANO, err);
-  REQUIRE(p != nullptr);
-  std::vector<Frame> out;
-  pcap_pkthdr* h = nullptr;
-  const u_char* data = nullptr;
-  while (pcap_next_ex(p, &h, &data) == 1) out.push_back({std::vector<std::uint8_t>(data, data + h->caplen)});
-  pcap_close(p);
-  return out;
-}
-
-void write_pcap(const fs::path& path, const std::vector<std::vector<std::uint8_t>>& frames) {
-  pcap_t* p = pcap_open_dead(DLT_EN10MB, 65535);
-  pcap_dumper_t* d = pcap_dump_open(p, path.c_str());
-  REQUIRE(d != nullptr);
-  for (const auto& f : frames) {
-    pcap_pkthdr h{};
-    h.caplen = h.len = static_cast<bpf_u_int32>(f.size());
-    pcap_dump(reinterpret_cast<u_char*>(d), &h, f.data());
-  }
-  pcap_dump_close(d);
-  pcap_close(p);
-}
+using test::read_pcap;
+using test::scratch_dir;
+using test::write_pcap;
 
 std::uint64_t drops(const engine::Engine& e, DropReason r) { return e.counters().drops[static_cast<std::size_t>(r)]; }
 

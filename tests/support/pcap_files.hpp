@@ -1,0 +1,58 @@
+// Scratch directories and pcap files for the tests that capture, replay or forge frames.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <pcap/pcap.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace aapc::test {
+
+// An empty directory of this test process, under the system's temporary directory.
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("aapc-test-" + std::to_string(::getpid()) + "-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+struct PcapFrame {
+  std::vector<std::uint8_t> bytes;  // what the capture holds (caplen)
+  std::uint32_t len = 0;            // the frame's length on the wire
+};
+
+inline std::vector<PcapFrame> read_pcap(const std::filesystem::path& path) {
+  char err[PCAP_ERRBUF_SIZE] = {};
+  pcap_t* p = pcap_open_offline_with_tstamp_precision(path.c_str(), PCAP_TSTAMP_PRECISION_NANO, err);
+  INFO(path.string() << ": " << err);
+  REQUIRE(p != nullptr);
+  std::vector<PcapFrame> out;
+  pcap_pkthdr* h = nullptr;
+  const u_char* data = nullptr;
+  while (pcap_next_ex(p, &h, &data) == 1) out.push_back({std::vector<std::uint8_t>(data, data + h->caplen), h->len});
+  pcap_close(p);
+  return out;
+}
+
+// Whole frames, 1 us apart, with nanosecond timestamps.
+inline void write_pcap(const std::filesystem::path& path, const std::vector<std::vector<std::uint8_t>>& frames, int linktype = DLT_EN10MB) {
+  pcap_t* p = pcap_open_dead_with_tstamp_precision(linktype, 65535, PCAP_TSTAMP_PRECISION_NANO);
+  pcap_dumper_t* d = pcap_dump_open(p, path.c_str());
+  REQUIRE(d != nullptr);
+  std::uint32_t ns = 0;
+  for (const auto& f : frames) {
+    pcap_pkthdr h{};
+    h.ts.tv_sec = 1;
+    h.ts.tv_usec = ns += 1000;  // nanoseconds, with this precision
+    h.caplen = h.len = static_cast<bpf_u_int32>(f.size());
+    pcap_dump(reinterpret_cast<u_char*>(d), &h, f.data());
+  }
+  pcap_dump_close(d);
+  pcap_close(p);
+}
+
+}  // namespace aapc::test
