@@ -512,7 +512,10 @@ struct Daemon::Impl {
       sched::AlgorithmSpec algo;
       sched::SyncSpec sync;
       if (algo_name == "auto") {
-        sched::Choice choice = sched::auto_choice(topo, largest);
+        // Every rank must pick the same schedule: an alltoall's block size is the same on all
+        // of them (the collective's contract), an alltoallv's largest block is not, so it gets
+        // the choice for large blocks.
+        sched::Choice choice = sched::auto_choice(topo, kind == proto::Kind::kAlltoall ? largest : sched::kAnyBlockSize);
         algo = choice.algorithm;
         sync = choice.sync;
       } else {

@@ -3,14 +3,31 @@
 namespace aapc::sched {
 
 Choice auto_choice(const Topology& topology, std::uint64_t block_bytes) {
-  // Provisional rules (issue 5 calibrates them from aapc-bench sweeps):
-  // - on one switch, packet-level interleave (Tam/Wang's synchronous shuffle) keeps every
-  //   port busy without any synchronisation;
-  // - on a tree of switches, the contention-free phases of Faraj/Yuan with sender-based
-  //   pair-wise tokens, which their section 6 finds best for large messages.
-  (void)block_bytes;
+  // Calibrated with aapc-bench (2 cores, emulated clusters with 100 Mbit/s links, tbf, Linux
+  // bridges; aggregate Mbit/s, auto's own row in parentheses where it differs):
+  //
+  // One switch (8-one-switch, limit 800): the synchronous shuffle of Tam/Wang (Alg. 2) needs
+  // no synchronisation and was best or within noise at every size, 1 KiB to 1 MiB:
+  //   1 KiB 202 (next best tree 141), 8 KiB 521 (tree 500), 64 KiB 717 (pairwise 710),
+  //   1 MiB 764 (tree 763). Phased schedules pay for tokens they do not need on one switch.
+  //
+  // A tree of switches (8-two-switch limit 350, 12-three-level limit 367):
+  // - small blocks (<= kSmallBlock): a block is at most 3 frames, the bridges' queues absorb
+  //   what contends, and tokens cost more than they save; the tree's phases without sync:
+  //     8-two-switch   1 KiB tree 211 vs tree+sender-all 152; 2 KiB 301 vs 289; 4 KiB 319 vs 311
+  //     12-three-level 1 KiB tree 230 vs 176;                  2 KiB 309 vs 257; 4 KiB 302 vs 286
+  // - larger blocks: without sync, consecutive phases overlap, queues overflow and frames are
+  //   resent (8-two-switch 16 KiB: tree 238 with 4518 frames resent); Faraj/Yuan/Patarasuk
+  //   section 6's sender-based pair-wise tokens keep the phases apart at the lowest cost:
+  //     8-two-switch   8 KiB 318 (tree 319, 9 resent), 64 KiB 331, 1 MiB 336 = 96.0%
+  //     12-three-level 8 KiB 326 (tree 275),           64 KiB 349, 1 MiB 352 = 96.0%
+  //   receiver-based tokens are 1-15% behind below 64 KiB (one more token round trip per
+  //   phase) and equal above.
+  constexpr std::uint64_t kSmallBlock = 4096;
   if (topology.single_switch())
     return {{Algorithm::kSyncShuffle, 4}, {SyncKind::kNone, 1}, "one switch: synchronous shuffle, no synchronisation needed"};
+  if (block_bytes <= kSmallBlock)
+    return {{Algorithm::kTree, 4}, {SyncKind::kNone, 1}, "tree of switches, small blocks: contention-free phases, switch queues absorb the overlap"};
   return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1}, "tree of switches: contention-free phases with sender-based tokens"};
 }
 

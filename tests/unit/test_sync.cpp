@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/choice.hpp"
 #include "aapc/sched/dot.hpp"
 #include "aapc/sched/generate.hpp"
 #include "aapc/sched/sync.hpp"
@@ -183,4 +184,28 @@ TEST_CASE("tree schedule fails verification when it is not contention-free on a 
   auto report = verify(t, ring);
   CHECK(!report.ok());
   CHECK_THAT(report.errors.front(), Catch::Contains("both use edge"));
+}
+
+TEST_CASE("auto picks the calibrated schedule and sync variant, and verified plans") {
+  Topology one = load_topology(aapc::test::topology_path("8-one-switch"));
+  Topology two = load_topology(aapc::test::topology_path("8-two-switch"));
+  Topology three = load_topology(aapc::test::topology_path("12-three-level"));
+  for (std::uint64_t b : {std::uint64_t{1}, std::uint64_t{4096}, std::uint64_t{1} << 20, kAnyBlockSize}) {
+    Choice c = auto_choice(one, b);
+    CHECK(c.algorithm.algorithm == Algorithm::kSyncShuffle);
+    CHECK(c.sync.kind == SyncKind::kNone);
+  }
+  for (const Topology* t : {&two, &three}) {
+    CHECK(auto_choice(*t, 1024).sync.kind == SyncKind::kNone);
+    CHECK(auto_choice(*t, 4096).sync.kind == SyncKind::kNone);
+    CHECK(auto_choice(*t, 4097).sync.kind == SyncKind::kSenderAll);
+    // alltoallv: ranks see different sizes, so all of them take the large-block choice.
+    CHECK(auto_choice(*t, kAnyBlockSize).sync.kind == SyncKind::kSenderAll);
+    for (std::uint64_t b : {std::uint64_t{1024}, std::uint64_t{65536}}) {
+      Choice c = auto_choice(*t, b);
+      CHECK(c.algorithm.algorithm == Algorithm::kTree);
+      CHECK(!c.reason.empty());
+      CHECK(verify(*t, plan_sync(*t, make_schedule(*t, c.algorithm), c.sync)).ok());
+    }
+  }
 }

@@ -18,6 +18,9 @@ struct Choice {
   std::string reason;  // one line: why this choice
 };
 
+// A block size that stands for "not the same on every rank" (alltoallv): the large-block choice.
+inline constexpr std::uint64_t kAnyBlockSize = UINT64_MAX;
+
 // What `auto` runs for blocks of `block_bytes` on `topology`.
 Choice auto_choice(const Topology& topology, std::uint64_t block_bytes);
 
