@@ -293,7 +293,7 @@ Result<Request> Client::start_alltoall(const Buffer& send, Buffer& recv, std::si
   const auto n = static_cast<std::size_t>(size());
   std::vector<std::size_t> counts(n, block), displs(n);
   for (std::size_t i = 0; i < n; ++i) displs[i] = i * block;
-  return start_alltoallv(send, counts, displs, recv, counts, displs, options);
+  return start_blocks(true, send, counts, displs, recv, counts, displs, options);
 }
 
 Result<Stats> Client::alltoall(const Buffer& send, Buffer& recv, std::size_t block, const Options& options) {
@@ -305,6 +305,12 @@ Result<Stats> Client::alltoall(const Buffer& send, Buffer& recv, std::size_t blo
 Result<Request> Client::start_alltoallv(const Buffer& send, const std::vector<std::size_t>& send_counts,
                                         const std::vector<std::size_t>& send_displs, Buffer& recv, const std::vector<std::size_t>& recv_counts,
                                         const std::vector<std::size_t>& recv_displs, const Options& options) {
+  return start_blocks(false, send, send_counts, send_displs, recv, recv_counts, recv_displs, options);
+}
+
+Result<Request> Client::start_blocks(bool uniform, const Buffer& send, const std::vector<std::size_t>& send_counts,
+                                     const std::vector<std::size_t>& send_displs, Buffer& recv, const std::vector<std::size_t>& recv_counts,
+                                     const std::vector<std::size_t>& recv_displs, const Options& options) {
   const auto n = static_cast<std::size_t>(size());
   if (send_counts.size() != n || send_displs.size() != n || recv_counts.size() != n || recv_displs.size() != n)
     return Error(Errc::kInvalidArgument, "counts and displacements need one entry per rank (" + std::to_string(n) + ")");
@@ -320,7 +326,7 @@ Result<Request> Client::start_alltoallv(const Buffer& send, const std::vector<st
       return Error(Errc::kInvalidArgument, "receive block " + std::to_string(i) + " runs past the end of the receive buffer");
   }
   proto::Writer w(proto::Type::kStart, conn_->next_request++);
-  put_options(w, proto::Kind::kAlltoallv, options);
+  put_options(w, uniform ? proto::Kind::kAlltoall : proto::Kind::kAlltoallv, options);
   w.put(send.id_);
   w.put(recv.id_);
   w.put(static_cast<std::uint32_t>(n));

@@ -509,6 +509,10 @@ struct Daemon::Impl {
                                                                       " bytes) runs past the end of the " + std::to_string(rb->second.size) + "-byte receive buffer");
         largest = std::max({largest, sl, rl});
       }
+      if (kind == proto::Kind::kAlltoall)
+        for (std::size_t i = 0; i < n; ++i)
+          if (sends[i].second != largest || recvs[i].second != largest)
+            return refuse(Errc::kInvalidArgument, "an alltoall has blocks of one size; block " + std::to_string(i) + " differs (use alltoallv)");
       sched::AlgorithmSpec algo;
       sched::SyncSpec sync;
       if (algo_name == "auto") {

@@ -365,6 +365,11 @@ TEST_CASE("aapc-bench: a short sweep with the MPI baselines gives a well-formed 
     CHECK(p["aggregate_bps"].get<double>() > 0);
     CHECK(p["check_ok"] == true);
     CHECK(p.contains("why"));
+    // The MPIs' bytes crossed the emulated network (MPICH over UCX left alone does not).
+    if (p["impl"] != "aapc") CHECK(p["over_network"] == true);
+    CHECK(p["fraction_of_peak"].get<double>() <= 1.02);
+    // auto's calibrated choice on a tree of switches: no tokens for small blocks, sender-based above.
+    if (p["label"] == "auto") CHECK(p["chosen"] == (p["size"] == 4096 ? "tree" : "tree+sender-all"));
   }
   CHECK(labels == std::set<std::string>{"auto", "tree+sender-all", "linear", "openmpi default", "mpich default"});
   CHECK(report["points"].size() == 2 * labels.size());

@@ -158,6 +158,11 @@ class Client {
 
  private:
   Client() = default;
+  // Both forms: `uniform` says every block has the same size on every rank (alltoall), which
+  // lets the daemons choose the schedule by block size and still agree.
+  Result<Request> start_blocks(bool uniform, const Buffer& send, const std::vector<std::size_t>& send_counts,
+                               const std::vector<std::size_t>& send_displs, Buffer& recv, const std::vector<std::size_t>& recv_counts,
+                               const std::vector<std::size_t>& recv_displs, const Options& options);
   std::shared_ptr<Connection> conn_;
 };
 
