@@ -23,6 +23,11 @@ Choice auto_choice(const Topology& topology, std::uint64_t block_bytes) {
   //     12-three-level 8 KiB 326 (tree 275),           64 KiB 349, 1 MiB 352 = 96.0%
   //   receiver-based tokens are 1-15% behind below 64 KiB (one more token round trip per
   //   phase) and equal above.
+  //
+  // Below 16 KiB these differences are of the size of the run-to-run noise on a 2-core box
+  // (1 KiB sync-shuffle on one switch: 134 and 212 Mbit/s a minute apart); the 12-three-level
+  // reruns of 2026-11-22 put pairwise (no sync) ahead at 2-4 KiB (304 and 334 vs 233 and 282),
+  // which more runs should confirm before the rule changes.
   constexpr std::uint64_t kSmallBlock = 4096;
   if (topology.single_switch())
     return {{Algorithm::kSyncShuffle, 4}, {SyncKind::kNone, 1}, "one switch: synchronous shuffle, no synchronisation needed"};
