@@ -17,13 +17,11 @@
 
 #include "aapc/client.hpp"
 #include "aapc/sched/topology.hpp"
+#include "pattern.hpp"
 
 namespace {
 
-std::uint8_t pattern(int src, int dst, int iteration, std::size_t k) {
-  return static_cast<std::uint8_t>(k * 131 + (k >> 8) * 7 + static_cast<std::size_t>(src) * 17 + static_cast<std::size_t>(dst) * 29 +
-                                   static_cast<std::size_t>(iteration) * 53);
-}
+using aapc::tools::pattern;
 
 std::string human_bytes(std::uint64_t b) {
   std::ostringstream o;

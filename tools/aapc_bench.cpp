@@ -27,6 +27,7 @@
 #include "aapc/client.hpp"
 #include "aapc/sched/dot.hpp"
 #include "aapc/sched/tree.hpp"
+#include "pattern.hpp"
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
@@ -88,7 +89,8 @@ int measure(const Args& a) {
   for (std::uint64_t block : parse_sizes(a.sizes)) {
     const int iters = iterations(block, n, c.info().peak_bps, a.point_seconds, a.max_iters);
     aapc::Buffer send = c.allocate(n * block), recv = c.allocate(n * block);
-    for (std::size_t k = 0; k < n * block; ++k) send.data()[k] = static_cast<std::uint8_t>(k * 7 + static_cast<std::size_t>(me) * 13);
+    for (int d = 0; d < n; ++d)
+      for (std::size_t k = 0; k < block; ++k) send.data()[static_cast<std::size_t>(d) * block + k] = aapc::tools::pattern(me, d, 0, k);
     std::string schedule, sync;
     auto fail = [&](const aapc::Error& e) {
       std::cerr << "aapc-bench: rank " << me << ": " << e.message() << "\n";
@@ -142,7 +144,7 @@ int measure(const Args& a) {
     if (a.check)
       for (int s = 0; s < n && ok; ++s)
         for (std::size_t k = 0; k < block; ++k)
-          if (recv.data()[s * block + k] != static_cast<std::uint8_t>((static_cast<std::size_t>(me) * block + k) * 7 + static_cast<std::size_t>(s) * 13)) {
+          if (recv.data()[s * block + k] != aapc::tools::pattern(s, me, 0, k)) {
             ok = false;
             break;
           }

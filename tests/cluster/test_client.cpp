@@ -20,14 +20,12 @@
 #include <vector>
 
 #include "aapc/client.hpp"
+#include "pattern.hpp"
 #include "protocol.hpp"
 
 namespace {
 
-std::uint8_t pattern(int src, int dst, int it, std::size_t k) {
-  return static_cast<std::uint8_t>(k * 131 + (k >> 8) * 7 + static_cast<std::size_t>(src) * 17 + static_cast<std::size_t>(dst) * 29 +
-                                   static_cast<std::size_t>(it) * 53);
-}
+using aapc::tools::pattern;
 
 int fail(const std::string& what) {
   std::cerr << "test-client: " << what << "\n";
