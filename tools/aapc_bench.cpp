@@ -44,11 +44,13 @@ struct Args {
   bool all_mpi_algorithms = true;
   double point_seconds = 2.0;
   int max_iters = 500;
+  int repeat = 1;
   bool check = false;
   std::string out;
   bool existing = false;
   bool measure = false;  // internal: one configuration on one node
   std::string schedule = "auto", sync = "auto";
+  std::vector<std::string> configs;  // internal: schedule:sync measured interleaved
   bool plot = true;
 };
 
@@ -80,83 +82,137 @@ std::string label_of(const std::string& schedule, const std::string& sync) {
 
 // --- measurement mode: runs on every node ------------------------------------------------
 
+// Several configurations are measured interleaved, a few exchanges of each in turn, so that
+// they share the machine's slow and fast moments: on a box where the daemons share two cores
+// the same schedule measured a minute apart differs by 5-60% at 1 KiB, which would swamp
+// the differences between schedules that `auto` is calibrated from.
+struct Config {
+  std::string schedule, sync;
+};
+
+std::vector<Config> parse_configs(const std::vector<std::string>& specs) {
+  std::vector<Config> out;
+  for (const auto& s : specs) {
+    auto colon = s.find(':');
+    out.push_back(colon == std::string::npos ? Config{s, "auto"} : Config{s.substr(0, colon), s.substr(colon + 1)});
+  }
+  return out;
+}
+
 int measure(const Args& a) {
   aapc::Client c = aapc::Client::connect();
   const int me = c.rank(), n = c.size();
-  aapc::Options o;
-  o.schedule = a.schedule;
-  o.sync = a.sync;
+  const std::vector<Config> configs = a.configs.empty() ? std::vector<Config>{{a.schedule, a.sync}} : parse_configs(a.configs);
+  auto fail = [&](const aapc::Error& e) {
+    std::cerr << "aapc-bench: rank " << me << ": " << e.message() << "\n";
+    return 1;
+  };
   for (std::uint64_t block : parse_sizes(a.sizes)) {
     const int iters = iterations(block, n, c.info().peak_bps, a.point_seconds, a.max_iters);
+    // In turns of a few exchanges: ten per configuration, together at least `iters`.
+    const int rounds = std::min(iters, 10), per_round = (iters + rounds - 1) / rounds;
     aapc::Buffer send = c.allocate(n * block), recv = c.allocate(n * block);
     for (int d = 0; d < n; ++d)
       for (std::size_t k = 0; k < block; ++k) send.data()[static_cast<std::size_t>(d) * block + k] = aapc::tools::pattern(me, d, 0, k);
-    std::string schedule, sync;
-    auto fail = [&](const aapc::Error& e) {
-      std::cerr << "aapc-bench: rank " << me << ": " << e.message() << "\n";
-      return 1;
+    // What each configuration measured; summed over its turns.
+    struct Tally {
+      std::string schedule, sync;  // what ran
+      double retransmissions = 0, wait = 0, cpu = 0, busy = 0, barrier = 0, seconds = 0;
+      bool ok = true;
     };
-    for (int w = 0; w < 2; ++w) {
-      auto r = c.alltoall(send, recv, block, o);
-      if (!r) return fail(r.error());
-      schedule = r->schedule;
-      sync = r->sync;
-    }
-    // The check below must see what the timed exchanges delivered, not the warm-up's bytes.
-    std::fill(recv.data(), recv.data() + n * block, std::uint8_t{0});
-    if (auto b = c.barrier(); !b) return fail(b.error());
-    std::uint64_t retransmissions = 0;
-    double wait = 0, cpu = 0, busy = 0, barrier = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) {
-      auto r = c.alltoall(send, recv, block, o);
-      if (!r) return fail(r.error());
-      retransmissions += r->retransmissions;
-      wait += r->sync_wait_seconds;
-      cpu += r->daemon_cpu_seconds;
-      busy += r->seconds;
-      const auto b0 = std::chrono::steady_clock::now();
-      if (auto b = c.barrier(); !b) return fail(b.error());
-      barrier += std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-    // Every rank's counters to rank 0, with a small exchange of our own: the figures below are
-    // the cluster's (resent frames summed, waits and daemon CPU averaged over the ranks).
-    {
-      struct Counters {
-        double retransmissions, wait, cpu, busy, barrier;
-      };
-      aapc::Buffer out = c.allocate(n * sizeof(Counters)), in = c.allocate(n * sizeof(Counters));
-      for (int d = 0; d < n; ++d) out.as<Counters>()[d] = {static_cast<double>(retransmissions), wait, cpu, busy, barrier};
-      if (auto r = c.alltoall(out, in, sizeof(Counters), aapc::Options{}); !r) return fail(r.error());
-      retransmissions = 0;
-      wait = cpu = busy = barrier = 0;
-      for (int s = 0; s < n; ++s) {
-        const Counters& k = in.as<Counters>()[s];
-        retransmissions += static_cast<std::uint64_t>(k.retransmissions);
-        wait += k.wait / n;
-        cpu += k.cpu / n;
-        busy += k.busy / n;
-        barrier += k.barrier / n;
+    std::vector<Tally> tally(configs.size());
+    std::vector<aapc::Options> options(configs.size());
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      options[i].schedule = configs[i].schedule;
+      options[i].sync = configs[i].sync;
+      for (int w = 0; w < 2; ++w) {
+        auto r = c.alltoall(send, recv, block, options[i]);
+        if (!r) return fail(r.error());
+        tally[i].schedule = r->schedule;
+        tally[i].sync = r->sync;
       }
     }
-    bool ok = true;
-    if (a.check)
-      for (int s = 0; s < n && ok; ++s)
-        for (std::size_t k = 0; k < block; ++k)
-          if (recv.data()[s * block + k] != aapc::tools::pattern(s, me, 0, k)) {
-            ok = false;
-            break;
-          }
-    if (!ok) std::cerr << "aapc-bench: rank " << me << ": CHECK FAILED at " << block << " bytes\n";
-    if (me == 0) {
-      Json j = {{"impl", "aapc"},          {"schedule", schedule},  {"sync", sync},     {"label", label_of(a.schedule == "auto" ? "auto" : schedule, a.schedule == "auto" ? "" : sync)},
-                {"size", block},           {"iters", iters},        {"seconds", seconds}, {"retransmissions", retransmissions},
-                {"sync_wait_s", wait / iters}, {"cpu_s", cpu / iters}, {"exchange_s", busy / iters}, {"barrier_s", barrier / iters}, {"checked", a.check}, {"check_ok", ok}};
-      if (a.schedule == "auto") j["chosen"] = label_of(schedule, sync);
-      std::cout << j.dump() << std::endl;
+    for (int round = 0; round < rounds; ++round) {
+      // Each turn starts with another configuration, so that none always follows the same
+      // one (a schedule that overflows the queues leaves the next one a busier machine).
+      for (std::size_t j = 0; j < configs.size(); ++j) {
+        const std::size_t i = (j + static_cast<std::size_t>(round)) % configs.size();
+        Tally& t = tally[i];
+        // The check below must see what this turn's exchanges delivered, nothing earlier.
+        if (a.check) std::fill(recv.data(), recv.data() + n * block, std::uint8_t{0});
+        if (auto b = c.barrier(); !b) return fail(b.error());
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int k = 0; k < per_round; ++k) {
+          auto r = c.alltoall(send, recv, block, options[i]);
+          if (!r) return fail(r.error());
+          t.retransmissions += static_cast<double>(r->retransmissions);
+          t.wait += r->sync_wait_seconds;
+          t.cpu += r->daemon_cpu_seconds;
+          t.busy += r->seconds;
+          const auto b0 = std::chrono::steady_clock::now();
+          if (auto b = c.barrier(); !b) return fail(b.error());
+          t.barrier += std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
+        }
+        t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (a.check)
+          for (int s = 0; s < n && t.ok; ++s)
+            for (std::size_t k = 0; k < block; ++k)
+              if (recv.data()[s * block + k] != aapc::tools::pattern(s, me, 0, k)) {
+                t.ok = false;
+                break;
+              }
+      }
     }
-    if (!ok) return 1;
+    const int timed = rounds * per_round;
+    bool all_ok = true;
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      Tally& t = tally[i];
+      // Every rank's counters to rank 0, with a small exchange of our own: the figures below
+      // are the cluster's (resent frames summed, the rest averaged over the ranks; the time is
+      // the slowest rank's, which is when the exchange was done everywhere).
+      {
+        struct Counters {
+          double retransmissions, wait, cpu, busy, barrier, seconds, ok;
+        };
+        aapc::Buffer out = c.allocate(n * sizeof(Counters)), in = c.allocate(n * sizeof(Counters));
+        for (int d = 0; d < n; ++d) out.as<Counters>()[d] = {t.retransmissions, t.wait, t.cpu, t.busy, t.barrier, t.seconds, t.ok ? 1.0 : 0.0};
+        if (auto r = c.alltoall(out, in, sizeof(Counters), aapc::Options{}); !r) return fail(r.error());
+        t.retransmissions = t.wait = t.cpu = t.busy = t.barrier = t.seconds = 0;
+        for (int s = 0; s < n; ++s) {
+          const Counters& k = in.as<Counters>()[s];
+          t.retransmissions += k.retransmissions;
+          t.wait += k.wait / n;
+          t.cpu += k.cpu / n;
+          t.busy += k.busy / n;
+          t.barrier += k.barrier / n;
+          t.seconds = std::max(t.seconds, k.seconds);
+          t.ok = t.ok && k.ok != 0;
+        }
+      }
+      if (!t.ok && me == 0) std::cerr << "aapc-bench: CHECK FAILED at " << block << " bytes with " << label_of(configs[i].schedule, configs[i].sync) << "\n";
+      all_ok = all_ok && t.ok;
+      if (me == 0) {
+        const bool is_auto = configs[i].schedule == "auto";
+        Json j = {{"impl", "aapc"},
+                  {"schedule", t.schedule},
+                  {"sync", t.sync},
+                  {"label", is_auto ? std::string("auto") : label_of(configs[i].schedule, configs[i].sync)},
+                  {"size", block},
+                  {"iters", timed},
+                  {"seconds", t.seconds / timed},
+                  {"retransmissions", static_cast<std::uint64_t>(t.retransmissions)},
+                  {"sync_wait_s", t.wait / timed},
+                  {"cpu_s", t.cpu / timed},
+                  {"exchange_s", t.busy / timed},
+                  {"barrier_s", t.barrier / timed},
+                  {"checked", a.check},
+                  {"check_ok", t.ok},
+                  {"interleaved", configs.size()}};
+        if (is_auto) j["chosen"] = label_of(t.schedule, t.sync);
+        std::cout << j.dump() << std::endl;
+      }
+    }
+    if (!all_ok) return 1;
   }
   return 0;
 }
@@ -264,6 +320,34 @@ std::string why(const Json& p, double fraction, bool multi_switch) {
   return out;
 }
 
+// One point per label and size from repeated runs: the run with the median time (the slower
+// of the two middle ones for an even count), with every run's time and the spread
+// (max - min) / median kept. A point is trusted only if every run was: one failed check or
+// one run around the network marks it.
+std::vector<Json> median_points(const std::vector<Json>& runs) {
+  std::map<std::pair<std::string, std::uint64_t>, std::vector<const Json*>> by;
+  for (const auto& r : runs) by[{r["label"].get<std::string>(), r["size"].get<std::uint64_t>()}].push_back(&r);
+  std::vector<Json> out;
+  for (auto& [key, group] : by) {
+    std::sort(group.begin(), group.end(), [](const Json* x, const Json* y) { return (*x)["seconds"].get<double>() < (*y)["seconds"].get<double>(); });
+    Json p = *group[group.size() / 2];
+    Json all = Json::array();
+    bool check_ok = true, over_network = true;
+    for (const Json* r : group) {
+      all.push_back((*r)["seconds"]);
+      check_ok = check_ok && r->value("check_ok", true);
+      over_network = over_network && r->value("over_network", true);
+    }
+    p["runs"] = group.size();
+    p["seconds_all"] = all;
+    p["spread"] = (group.back()->at("seconds").get<double>() - group.front()->at("seconds").get<double>()) / p["seconds"].get<double>();
+    if (p.contains("check_ok")) p["check_ok"] = check_ok;
+    if (p.contains("over_network")) p["over_network"] = over_network;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 void plot(const fs::path& dir, const std::vector<Json>& points, double peak_bps, const std::string& title) {
   std::map<std::string, std::vector<std::pair<std::uint64_t, double>>> series;
   for (const auto& p : points) series[p["label"]].emplace_back(p["size"].get<std::uint64_t>(), p["aggregate_bps"].get<double>() / 1e6);
@@ -322,9 +406,8 @@ int orchestrate(const Args& a, char** argv) {
     }
   }
   auto variants = mpi_variants(a);
-  const std::size_t total = (configs.size() + variants.size()) * sizes.size();
+  const std::size_t total = (configs.size() + variants.size()) * sizes.size() * static_cast<std::size_t>(a.repeat);
   std::size_t done = 0;
-  std::vector<Json> points;
   auto progress = [&](const Json& p) {
     ++done;
     double agg = static_cast<double>(n) * (n - 1) * p["size"].get<double>() * 8 / p["seconds"].get<double>();
@@ -340,6 +423,7 @@ int orchestrate(const Args& a, char** argv) {
   auto up = run_collect(emu + " up " + quote(topo_file.string()), [](const Json&) {});
   if (up.status != 0) throw std::runtime_error("aapc-emu up failed:\n" + up.other);
   int failures = 0;
+  std::vector<Json> runs;  // every measurement; `points` below holds one per label and size
   try {
     std::string sizes_arg;
     for (const auto& s : a.sizes) sizes_arg += " " + s;
@@ -349,27 +433,24 @@ int orchestrate(const Args& a, char** argv) {
     run_collect(emu + " run " + quote(topo_file.string()) + " --keep -- " + quote((tools / "aapc-bench").string()) +
                     " --measure --schedule auto --sync auto --point-seconds 1 --max-iters 20 --sizes 4K 64K",
                 [](const Json&) {});
-    for (const auto& [schedule, sync] : configs) {
+    // Every aapc configuration in one run on the cluster, interleaved exchange by exchange.
+    auto run_aapc = [&] {
       std::ostringstream cmd;
-      cmd << emu << " run " << quote(topo_file.string()) << " --keep -- " << quote((tools / "aapc-bench").string()) << " --measure --schedule " << schedule
-          << " --sync " << sync << " --point-seconds " << a.point_seconds << " --max-iters " << a.max_iters << (a.check ? " --check" : "") << " --sizes"
-          << sizes_arg;
-      auto r = run_collect(cmd.str(), [&](Json p) {
-        p["label"] = schedule == "auto" ? std::string("auto") : label_of(schedule, sync);
-        progress(p);
-      });
-      for (auto& p : r.points) {
-        p["label"] = schedule == "auto" ? std::string("auto") : label_of(schedule, sync);
-        points.push_back(p);
-      }
+      cmd << emu << " run " << quote(topo_file.string()) << " --keep -- " << quote((tools / "aapc-bench").string()) << " --measure --point-seconds "
+          << a.point_seconds << " --max-iters " << a.max_iters << (a.check ? " --check" : "") << " --sizes" << sizes_arg << " --configs";
+      for (const auto& [schedule, sync] : configs) cmd << " " << schedule << ":" << sync;
+      auto r = run_collect(cmd.str(), [&](const Json& p) { progress(p); });
+      for (auto& p : r.points) runs.push_back(p);
       if (r.status != 0) {
         ++failures;
-        std::cerr << "aapc-bench: " << label_of(schedule, sync) << " failed:\n" << r.other;
+        std::cerr << "aapc-bench: the aapc schedules failed:\n" << r.other;
       }
-    }
+    };
     // MPI over TCP on the same emulated network: hosts files per namespace, an rsh-like agent.
+    std::function<void(const MpiVariant&)> run_mpi;
+    Json state;
     if (!variants.empty()) {
-      Json state = Json::parse(std::ifstream("/run/aapc-emu/state.json"));
+      state = Json::parse(std::ifstream("/run/aapc-emu/state.json"));
       std::string hosts = "127.0.0.1 localhost\n", hostlist;
       for (const auto& m : state["machines"]) {
         hosts += m["ip"].get<std::string>() + " " + m["name"].get<std::string>() + "\n";
@@ -402,11 +483,11 @@ int orchestrate(const Args& a, char** argv) {
         mpi_budget_s += (it + 2) * (0.1 + static_cast<double>(n) * (n - 1) * static_cast<double>(b) * 8 / (0.02 * peak));
       }
       const std::string tx_of_first = "ip netns exec " + state["machines"][0]["netns"].get<std::string>() + " cat /sys/class/net/aapc0/statistics/tx_bytes";
-      auto tx_bytes = [&] {
+      auto tx_bytes = [tx_of_first] {
         auto r = run_collect(tx_of_first, [](const Json&) {});
         return std::strtod(r.other.c_str(), nullptr);
       };
-      for (const auto& v : variants) {
+      run_mpi = [&, hostlist, agent, hostfile, first, subnet, points_arg, least_tx, mpi_budget_s, tx_bytes](const MpiVariant& v) {
         std::string exe = (tools / ("mpi-alltoall-" + v.impl)).string() + (a.check ? " --check" : "") + points_arg;
         std::string launch;
         if (v.impl == "openmpi") {
@@ -441,7 +522,7 @@ int orchestrate(const Args& a, char** argv) {
           p["impl"] = v.impl;
           p["label"] = v.label;
           p["over_network"] = !bypassed;
-          points.push_back(p);
+          runs.push_back(p);
         }
         if (r.status != 0 && r.points.size() == sizes.size()) {
           std::cerr << "aapc-bench: " << v.label << ": every point measured, then the job exited with status " << r.status
@@ -450,22 +531,30 @@ int orchestrate(const Args& a, char** argv) {
           ++failures;
           std::cerr << "aapc-bench: " << v.label << " failed:\n" << r.other;
         }
-      }
-      for (const auto& m : state["machines"]) fs::remove_all(fs::path("/etc/netns") / m["netns"].get<std::string>());
+      };
     }
+    // Repetitions are interleaved (every configuration once, then again) so that a slow
+    // minute of the machine falls on all of them alike rather than on one.
+    for (int rep = 0; rep < a.repeat; ++rep) {
+      if (!configs.empty()) run_aapc();
+      for (const auto& v : variants) run_mpi(v);
+    }
+    if (!variants.empty())
+      for (const auto& m : state["machines"]) fs::remove_all(fs::path("/etc/netns") / m["netns"].get<std::string>());
   } catch (...) {
     run_collect(emu + " down", [](const Json&) {});
     throw;
   }
   run_collect(emu + " down", [](const Json&) {});
 
-  // The report.
-  for (auto& p : points) {
+  // The report: one point per label and size, the median of its runs.
+  for (auto& p : runs) {
     double agg = static_cast<double>(n) * (n - 1) * p["size"].get<double>() * 8 / p["seconds"].get<double>();
     p["aggregate_bps"] = agg;
     p["fraction_of_peak"] = agg / peak;
-    p["why"] = why(p, agg / peak, multi_switch);
   }
+  std::vector<Json> points = median_points(runs);
+  for (auto& p : points) p["why"] = why(p, p["fraction_of_peak"].get<double>(), multi_switch);
   std::sort(points.begin(), points.end(), [](const Json& x, const Json& y) {
     if (x["size"] != y["size"]) return x["size"].get<std::uint64_t>() < y["size"].get<std::uint64_t>();
     return x["aggregate_bps"].get<double>() > y["aggregate_bps"].get<double>();
@@ -475,19 +564,26 @@ int orchestrate(const Args& a, char** argv) {
   Json auto_check = Json::array();
   for (std::uint64_t b : sizes) {
     double best = 0, chosen = 0;
-    std::string best_label;
+    std::string best_label, choice;
     auto trusted = [](const Json& p) { return p.value("check_ok", true) && p.value("over_network", true) && p["fraction_of_peak"].get<double>() <= 1.02; };
     for (const auto& p : points) {
       if (p["size"] != b || p["impl"] != "aapc" || !trusted(p)) continue;
-      if (p["label"] == "auto") chosen = p["aggregate_bps"];
+      if (p["label"] == "auto") chosen = p["aggregate_bps"], choice = p.value("chosen", std::string());
       if (p["aggregate_bps"].get<double>() > best) best = p["aggregate_bps"], best_label = p["label"];
     }
+    // auto runs one of the other configurations; that one's own measurement, where the sweep
+    // has it, is a second reading of the same schedule.
+    double choice_bps = 0;
+    for (const auto& p : points)
+      if (p["size"] == b && p["impl"] == "aapc" && p["label"] == choice && trusted(p)) choice_bps = p["aggregate_bps"];
     double best_mpi = 0;
     std::string best_mpi_label;
     for (const auto& p : points)
       if (p["size"] == b && p["impl"] != "aapc" && trusted(p) && p["aggregate_bps"].get<double>() > best_mpi) best_mpi = p["aggregate_bps"], best_mpi_label = p["label"];
     Json row = {{"size", b}, {"best", best_label}, {"best_bps", best}, {"auto_bps", chosen}};
     if (best > 0 && chosen > 0) row["auto_within_5pct"] = chosen >= 0.95 * best;
+    if (!choice.empty()) row["auto_chose"] = choice;
+    if (choice_bps > 0) row["auto_choice_bps"] = choice_bps;
     if (best_mpi > 0) {
       row["best_mpi"] = best_mpi_label;
       row["best_mpi_bps"] = best_mpi;
@@ -499,28 +595,32 @@ int orchestrate(const Args& a, char** argv) {
   std::ofstream(out / "results.json") << report.dump(2);
   {
     std::ofstream csv(out / "results.csv");
-    csv << "impl,label,schedule,sync,size,iters,seconds,aggregate_bps,fraction_of_peak,retransmissions,sync_wait_s,daemon_cpu_s,why\n";
+    csv << "impl,label,schedule,sync,size,iters,seconds,aggregate_bps,fraction_of_peak,retransmissions,sync_wait_s,daemon_cpu_s,runs,spread,why\n";
     for (const auto& p : points)
       csv << p.value("impl", std::string()) << "," << p["label"].get<std::string>() << "," << p.value("schedule", std::string()) << ","
           << p.value("sync", std::string()) << "," << p["size"] << "," << p["iters"] << "," << p["seconds"] << "," << p["aggregate_bps"] << ","
-          << p["fraction_of_peak"] << "," << p.value("retransmissions", 0) << "," << p.value("sync_wait_s", 0.0) << "," << p.value("cpu_s", 0.0) << ",\""
+          << p["fraction_of_peak"] << "," << p.value("retransmissions", 0) << "," << p.value("sync_wait_s", 0.0) << "," << p.value("cpu_s", 0.0) << ","
+          << p["runs"] << "," << p["spread"] << ",\""
           << p["why"].get<std::string>() << "\"\n";
   }
   std::ostringstream table;
   table << "\n" << name << ": " << n << " machines, physical limit " << mb(peak) << " Mbit/s\n";
   table << std::left << std::setw(34) << "schedule" << std::right << std::setw(9) << "block" << std::setw(11) << "ms/exch" << std::setw(11) << "Mbit/s"
-        << std::setw(8) << "limit" << std::setw(9) << "resent" << "  why below 90%\n";
+        << std::setw(8) << "limit" << std::setw(9) << "resent" << (a.repeat > 1 ? "  spread" : "") << "  why below 90%\n";
   for (const auto& p : points) {
     table << std::left << std::setw(34) << p["label"].get<std::string>() << std::right << std::setw(9) << p["size"].get<std::uint64_t>() << std::setw(11)
           << std::fixed << std::setprecision(2) << p["seconds"].get<double>() * 1e3 << std::setw(11) << mb(p["aggregate_bps"]) << std::setw(7)
-          << std::setprecision(1) << p["fraction_of_peak"].get<double>() * 100 << "%" << std::setw(9) << p.value("retransmissions", 0) << "  "
-          << p["why"].get<std::string>() << "\n";
+          << std::setprecision(1) << p["fraction_of_peak"].get<double>() * 100 << "%" << std::setw(9) << p.value("retransmissions", 0);
+    if (a.repeat > 1) table << std::setw(7) << p["spread"].get<double>() * 100 << "%";
+    table << "  " << p["why"].get<std::string>() << "\n";
   }
-  table << "\nper block size: best aapc schedule, auto, best MPI\n";
+  table << "\nper block size: best aapc schedule, auto, best MPI" << (a.repeat > 1 ? " (medians of " + std::to_string(a.repeat) + " runs)" : "") << "\n";
   for (const auto& r : auto_check) {
     table << "  " << std::setw(8) << r["size"].get<std::uint64_t>() << " B  best " << std::left << std::setw(24) << r["best"].get<std::string>() << std::right
           << std::setw(8) << mb(r["best_bps"]) << "  auto " << std::setw(8) << mb(r["auto_bps"]);
     if (r.contains("auto_within_5pct")) table << (r["auto_within_5pct"].get<bool>() ? " (within 5%)" : " (MORE than 5% below)");
+    if (r.contains("auto_chose"))
+      table << " = " << r["auto_chose"].get<std::string>() << (r.contains("auto_choice_bps") ? ", measured as itself " + mb(r["auto_choice_bps"]) : "");
     if (r.contains("best_mpi"))
       table << "  best MPI " << r["best_mpi"].get<std::string>() << " " << mb(r["best_mpi_bps"]) << "  speedup " << std::setprecision(2)
             << r["speedup_over_best_mpi"].get<double>() << "x";
@@ -548,6 +648,9 @@ int main(int argc, char** argv) {
   app.add_flag("!--default-mpi-algorithms-only", a.all_mpi_algorithms, "only the MPIs' default algorithm, not every forced one");
   app.add_option("--point-seconds", a.point_seconds, "time budget per point (iterations follow the papers within it)")->capture_default_str();
   app.add_option("--max-iters", a.max_iters, "iterations per point at most")->capture_default_str();
+  app.add_option("--repeat", a.repeat, "measure every point this many times, interleaved, and report the median (odd counts are best)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 99));
   app.add_flag("--check", a.check, "validate every received byte");
   app.add_option("--out,-o", a.out, "directory for results.{txt,csv,json} and throughput.{png,svg} (default bench/<topology>)");
   app.add_flag("--existing", a.existing, "measure on daemons already running: start this on every node at once (rank 0 reports)");
@@ -555,6 +658,7 @@ int main(int argc, char** argv) {
   app.add_flag("--measure", a.measure, "(internal) measure one schedule on this node")->group("");
   app.add_option("--schedule", a.schedule, "(with --existing) the schedule")->group("");
   app.add_option("--sync", a.sync, "(with --existing) the sync variant")->group("");
+  app.add_option("--configs", a.configs, "(with --existing) schedule:sync pairs measured interleaved, e.g. auto tree:sender-all linear");
   CLI11_PARSE(app, argc, argv);
   if (std::find(a.mpi.begin(), a.mpi.end(), "none") != a.mpi.end()) a.mpi.clear();
   try {
