@@ -175,23 +175,38 @@ std::vector<std::string> our_links() {
   return out;
 }
 
+// A daemon process that still runs. kill(pid, 0) alone is not enough: a daemon whose
+// `aapc-emu start` has exited is reparented, and until its new parent reaps it a killed one
+// stays a zombie that kill(pid, 0) still finds (seen: a SIGKILLed daemon was taken for
+// running, not restarted, and `start` waited 20 s on its dead socket).
+bool running(pid_t pid) {
+  if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto paren = line.rfind(')');  // the state follows "pid (comm) "
+  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+  const char state = line[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
 void stop_daemons(const Json& state, bool quiet = false) {
   if (!state.contains("daemons")) return;
   std::vector<pid_t> pids;
   for (const auto& d : state["daemons"]) {
     pid_t pid = d.value("pid", 0);
-    if (pid > 0 && ::kill(pid, 0) == 0) {
+    if (running(pid)) {
       ::kill(pid, SIGTERM);
       pids.push_back(pid);
     }
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (pid_t pid : pids) {
-    while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+    while (running(pid) && std::chrono::steady_clock::now() < deadline) {
       ::waitpid(pid, nullptr, WNOHANG);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (::kill(pid, 0) == 0) {
+    if (running(pid)) {
       if (!quiet) std::cerr << "aapc-emu: daemon " << pid << " did not stop in 5 s; killing it\n";
       ::kill(pid, SIGKILL);
       ::waitpid(pid, nullptr, 0);
@@ -327,7 +342,7 @@ int cmd_status() {
   if (state.contains("daemons"))
     for (const auto& d : state["daemons"]) {
       pid_t pid = d.value("pid", 0);
-      std::cout << "  aapcd on " << d.value("machine", std::string("?")) << ": pid " << pid << (pid > 0 && ::kill(pid, 0) == 0 ? " running" : " gone")
+      std::cout << "  aapcd on " << d.value("machine", std::string("?")) << ": pid " << pid << (running(pid) ? " running" : " gone")
                 << ", socket " << d.value("socket", std::string()) << "\n";
     }
   return 0;
@@ -416,7 +431,7 @@ void start_daemons(Json& state, const RunOptions& o, const char* argv0) {
   Json daemons = Json::array();
   for (const auto& d : state["daemons"]) {
     pid_t pid = d.value("pid", 0);
-    if (pid > 0 && ::kill(pid, 0) == 0) daemons.push_back(d);
+    if (running(pid)) daemons.push_back(d);
   }
   for (const auto& m : state["machines"]) {
     std::string name = m["name"];

@@ -84,6 +84,7 @@ struct Daemon::Impl {
   std::unique_ptr<nic::CapturePort> capture;
   std::unique_ptr<Engine> engine;
   int listen_fd = -1;
+  bool bound = false;  // the socket file is ours to remove (not another daemon's we refused)
   int epoll_fd = -1;
   int port_fd = -1;  // in epoll_fd: readable when frames wait (else the port is polled)
   std::map<int, ClientState> clients;
@@ -98,10 +99,8 @@ struct Daemon::Impl {
   ~Impl() {
     for (auto& [fd, c] : clients) close_client_resources(c);
     if (epoll_fd >= 0) ::close(epoll_fd);
-    if (listen_fd >= 0) {
-      ::close(listen_fd);
-      ::unlink(cfg.socket_path.c_str());
-    }
+    if (listen_fd >= 0) ::close(listen_fd);
+    if (bound) ::unlink(cfg.socket_path.c_str());
     engine.reset();
     capture.reset();
     faults.reset();
@@ -191,6 +190,7 @@ struct Daemon::Impl {
     int rc = ::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
     ::umask(old);
     if (rc != 0) fail("cannot bind " + cfg.socket_path + ": " + std::strerror(errno));
+    bound = true;
     ::chmod(cfg.socket_path.c_str(), cfg.socket_mode);
     if (gid != static_cast<gid_t>(-1)) (void)::chown(cfg.socket_path.c_str(), static_cast<uid_t>(-1), gid);
     if (::listen(listen_fd, 16) != 0) fail(std::string("listen: ") + std::strerror(errno));

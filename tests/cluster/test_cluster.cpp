@@ -253,6 +253,14 @@ TEST_CASE("bad requests and foreign users are refused; the daemon keeps serving"
   INFO(other.output());
   CHECK(other.status == 0);
   CHECK(other.output().find("uid 65534") != std::string::npos);
+  // A second daemon on a socket that a running one serves is refused, and leaves that
+  // socket alone (it used to remove the file on its way out, stranding the first daemon).
+  auto second = sh("ip netns exec aapc-n0 " + kTools + "/aapcd --topology " + state()["topology"].get<std::string>() +
+                   " --vdev net_null0 --rank 0 --socket " + socket_of("n0"));
+  INFO(second.out);
+  CHECK(second.status != 0);
+  CHECK(second.out.find("another aapcd already serves") != std::string::npos);
+  CHECK(fs::is_socket(socket_of("n0")));
   require_all_ok(everywhere(exchange(3000, "auto")), "after the refusals");
 }
 
