@@ -329,12 +329,12 @@ std::vector<Json> median_points(const std::vector<Json>& runs) {
   for (const auto& r : runs) by[{r["label"].get<std::string>(), r["size"].get<std::uint64_t>()}].push_back(&r);
   std::vector<Json> out;
   for (auto& [key, group] : by) {
+    Json all = Json::array();  // in the order of the repetitions
+    for (const Json* r : group) all.push_back((*r)["seconds"]);
     std::sort(group.begin(), group.end(), [](const Json* x, const Json* y) { return (*x)["seconds"].get<double>() < (*y)["seconds"].get<double>(); });
     Json p = *group[group.size() / 2];
-    Json all = Json::array();
     bool check_ok = true, over_network = true;
     for (const Json* r : group) {
-      all.push_back((*r)["seconds"]);
       check_ok = check_ok && r->value("check_ok", true);
       over_network = over_network && r->value("over_network", true);
     }
@@ -424,6 +424,7 @@ int orchestrate(const Args& a, char** argv) {
   if (up.status != 0) throw std::runtime_error("aapc-emu up failed:\n" + up.other);
   int failures = 0;
   std::vector<Json> runs;  // every measurement; `points` below holds one per label and size
+  int rep = 0;             // the repetition being measured, recorded with every run
   try {
     std::string sizes_arg;
     for (const auto& s : a.sizes) sizes_arg += " " + s;
@@ -440,7 +441,10 @@ int orchestrate(const Args& a, char** argv) {
           << a.point_seconds << " --max-iters " << a.max_iters << (a.check ? " --check" : "") << " --sizes" << sizes_arg << " --configs";
       for (const auto& [schedule, sync] : configs) cmd << " " << schedule << ":" << sync;
       auto r = run_collect(cmd.str(), [&](const Json& p) { progress(p); });
-      for (auto& p : r.points) runs.push_back(p);
+      for (auto& p : r.points) {
+        p["rep"] = rep;
+        runs.push_back(p);
+      }
       if (r.status != 0) {
         ++failures;
         std::cerr << "aapc-bench: the aapc schedules failed:\n" << r.other;
@@ -522,6 +526,7 @@ int orchestrate(const Args& a, char** argv) {
           p["impl"] = v.impl;
           p["label"] = v.label;
           p["over_network"] = !bypassed;
+          p["rep"] = rep;
           runs.push_back(p);
         }
         if (r.status != 0 && r.points.size() == sizes.size()) {
@@ -535,7 +540,7 @@ int orchestrate(const Args& a, char** argv) {
     }
     // Repetitions are interleaved (every configuration once, then again) so that a slow
     // minute of the machine falls on all of them alike rather than on one.
-    for (int rep = 0; rep < a.repeat; ++rep) {
+    for (rep = 0; rep < a.repeat; ++rep) {
       if (!configs.empty()) run_aapc();
       for (const auto& v : variants) run_mpi(v);
     }
@@ -561,29 +566,58 @@ int orchestrate(const Args& a, char** argv) {
   });
   Json report = {{"topology", name}, {"machines", n}, {"peak_bps", peak}, {"points", points}};
   // auto against the best aapc schedule at every size.
+  auto trusted = [](const Json& p) { return p.value("check_ok", true) && p.value("over_network", true) && p["fraction_of_peak"].get<double>() <= 1.02; };
+  // A configuration against the best one of the same repetition, the median over the
+  // repetitions: the schedules of one repetition ran interleaved, so this ratio is what the
+  // machine's slow and fast minutes do not move (the medians of the points above are each
+  // from whichever repetition was in the middle for that configuration).
+  auto paired = [&](std::uint64_t b, const std::string& label) {
+    std::vector<double> ratios;
+    for (int r = 0; r < a.repeat; ++r) {
+      double best = 0, mine = 0;
+      for (const auto& p : runs) {
+        if (p["size"] != b || p.value("rep", 0) != r || p["impl"] != "aapc" || !trusted(p)) continue;
+        best = std::max(best, p["aggregate_bps"].get<double>());
+        if (p["label"] == label) mine = p["aggregate_bps"];
+      }
+      if (best > 0 && mine > 0) ratios.push_back(mine / best);
+    }
+    if (ratios.empty()) return 0.0;
+    std::sort(ratios.begin(), ratios.end());
+    return ratios[(ratios.size() - 1) / 2];
+  };
   Json auto_check = Json::array();
   for (std::uint64_t b : sizes) {
     double best = 0, chosen = 0;
     std::string best_label, choice;
-    auto trusted = [](const Json& p) { return p.value("check_ok", true) && p.value("over_network", true) && p["fraction_of_peak"].get<double>() <= 1.02; };
     for (const auto& p : points) {
       if (p["size"] != b || p["impl"] != "aapc" || !trusted(p)) continue;
       if (p["label"] == "auto") chosen = p["aggregate_bps"], choice = p.value("chosen", std::string());
       if (p["aggregate_bps"].get<double>() > best) best = p["aggregate_bps"], best_label = p["label"];
     }
     // auto runs one of the other configurations; that one's own measurement, where the sweep
-    // has it, is a second reading of the same schedule.
+    // has it, is a second reading of the same schedule, and how far the two differ is how
+    // finely this machine can tell schedules apart.
     double choice_bps = 0;
+    std::string choice_label;
     for (const auto& p : points)
-      if (p["size"] == b && p["impl"] == "aapc" && p["label"] == choice && trusted(p)) choice_bps = p["aggregate_bps"];
+      if (p["size"] == b && p["impl"] == "aapc" && p["label"] != "auto" && label_of(p["schedule"], p["sync"]) == choice && trusted(p))
+        choice_bps = p["aggregate_bps"], choice_label = p["label"];
     double best_mpi = 0;
     std::string best_mpi_label;
     for (const auto& p : points)
       if (p["size"] == b && p["impl"] != "aapc" && trusted(p) && p["aggregate_bps"].get<double>() > best_mpi) best_mpi = p["aggregate_bps"], best_mpi_label = p["label"];
     Json row = {{"size", b}, {"best", best_label}, {"best_bps", best}, {"auto_bps", chosen}};
-    if (best > 0 && chosen > 0) row["auto_within_5pct"] = chosen >= 0.95 * best;
+    if (best > 0 && chosen > 0) {
+      row["auto_of_best"] = paired(b, "auto");
+      row["auto_within_5pct"] = row["auto_of_best"].get<double>() >= 0.95;
+    }
     if (!choice.empty()) row["auto_chose"] = choice;
-    if (choice_bps > 0) row["auto_choice_bps"] = choice_bps;
+    if (choice_bps > 0) {
+      row["auto_choice"] = choice_label;
+      row["auto_choice_bps"] = choice_bps;
+      row["auto_choice_of_best"] = paired(b, choice_label);
+    }
     if (best_mpi > 0) {
       row["best_mpi"] = best_mpi_label;
       row["best_mpi_bps"] = best_mpi;
@@ -614,13 +648,19 @@ int orchestrate(const Args& a, char** argv) {
     if (a.repeat > 1) table << std::setw(7) << p["spread"].get<double>() * 100 << "%";
     table << "  " << p["why"].get<std::string>() << "\n";
   }
-  table << "\nper block size: best aapc schedule, auto, best MPI" << (a.repeat > 1 ? " (medians of " + std::to_string(a.repeat) + " runs)" : "") << "\n";
+  table << "\nper block size: best aapc schedule, auto, best MPI"
+        << (a.repeat > 1 ? " (Mbit/s: medians of " + std::to_string(a.repeat) + " runs; auto's % of the best: median over the runs of its ratio to the best of the same run)"
+                         : "")
+        << "\n";
   for (const auto& r : auto_check) {
     table << "  " << std::setw(8) << r["size"].get<std::uint64_t>() << " B  best " << std::left << std::setw(24) << r["best"].get<std::string>() << std::right
           << std::setw(8) << mb(r["best_bps"]) << "  auto " << std::setw(8) << mb(r["auto_bps"]);
-    if (r.contains("auto_within_5pct")) table << (r["auto_within_5pct"].get<bool>() ? " (within 5%)" : " (MORE than 5% below)");
-    if (r.contains("auto_chose"))
-      table << " = " << r["auto_chose"].get<std::string>() << (r.contains("auto_choice_bps") ? ", measured as itself " + mb(r["auto_choice_bps"]) : "");
+    if (r.contains("auto_of_best"))
+      table << " = " << std::setprecision(1) << r["auto_of_best"].get<double>() * 100 << "% of the best"
+            << (r["auto_within_5pct"].get<bool>() ? " (within 5%)" : " (MORE than 5% below)");
+    if (r.contains("auto_chose")) table << ", ran " << r["auto_chose"].get<std::string>();
+    if (r.contains("auto_choice"))
+      table << " (as " << r["auto_choice"].get<std::string>() << ": " << mb(r["auto_choice_bps"]) << ", " << r["auto_choice_of_best"].get<double>() * 100 << "%)";
     if (r.contains("best_mpi"))
       table << "  best MPI " << r["best_mpi"].get<std::string>() << " " << mb(r["best_mpi_bps"]) << "  speedup " << std::setprecision(2)
             << r["speedup_over_best_mpi"].get<double>() << "x";

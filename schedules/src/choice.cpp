@@ -10,29 +10,42 @@ Choice auto_choice(const Topology& topology, std::uint64_t block_bytes) {
   // no synchronisation and was best or within noise at every size, 1 KiB to 1 MiB:
   //   1 KiB 202 (next best tree 141), 8 KiB 521 (tree 500), 64 KiB 717 (pairwise 710),
   //   1 MiB 764 (tree 763). Phased schedules pay for tokens they do not need on one switch.
+  //   Interleaved at 1-8 KiB (2 sessions x 3 repetitions, ratio to the best of the same
+  //   repetition, median): sync-shuffle 91-98%, every other schedule without tokens 90-99%,
+  //   the order changing from run to run; the tree with tokens 65-91%.
   //
   // A tree of switches (8-two-switch limit 350, 12-three-level limit 367):
   // - small blocks (<= kSmallBlock): a block is at most 3 frames, the bridges' queues absorb
-  //   what contends, and tokens cost more than they save; the tree's phases without sync:
-  //     8-two-switch   1 KiB tree 211 vs tree+sender-all 152; 2 KiB 301 vs 289; 4 KiB 319 vs 311
-  //     12-three-level 1 KiB tree 230 vs 176;                  2 KiB 309 vs 257; 4 KiB 302 vs 286
+  //   what contends, and tokens cost more than they save (tree + sender-all 68-85% of the
+  //   best below). Among the schedules without tokens the order changes from run to run; the
+  //   group shuffle of Tam/Wang (Alg. 3, w = 4) was never below 94% of the best. aapc-bench
+  //   with every schedule interleaved turn by turn, 3 sessions x 3 repetitions on 2026-11-22,
+  //   each schedule's ratio to the best of the same repetition, median of the 9:
+  //                    1 KiB                 2 KiB                 4 KiB
+  //     8-two-switch   sync-shuffle 100      ring 99               group-shuffle 99
+  //                    group-shuffle 94      group-shuffle 96      pairwise 89
+  //                    tree 97, pairwise 94  pairwise 96, tree 93  tree 98, sync-shuffle 94
+  //     12-three-level sync-shuffle 99       pairwise 100          pairwise 100
+  //                    group-shuffle 95      group-shuffle 99      group-shuffle 94
+  //                    pairwise 95, tree 92  tree 94, ring 92      tree 93, sync-shuffle 87
+  //     tree + sender-all: 78, 77, 85 and 68, 70, 84.
   // - larger blocks: without sync, consecutive phases overlap, queues overflow and frames are
-  //   resent (8-two-switch 16 KiB: tree 238 with 4518 frames resent); Faraj/Yuan/Patarasuk
-  //   section 6's sender-based pair-wise tokens keep the phases apart at the lowest cost:
-  //     8-two-switch   8 KiB 318 (tree 319, 9 resent), 64 KiB 331, 1 MiB 336 = 96.0%
-  //     12-three-level 8 KiB 326 (tree 275),           64 KiB 349, 1 MiB 352 = 96.0%
+  //   resent (12-three-level 8 KiB: pairwise 245 with 1,781 frames resent, tree 246 with
+  //   3,308; 16 KiB: tree 235 with 21,228); Faraj/Yuan/Patarasuk section 6's sender-based
+  //   pair-wise tokens keep the phases apart at the lowest cost:
+  //     8-two-switch   8 KiB 268 (no frame resent), 64 KiB 331, 1 MiB 336 = 96.0%
+  //     12-three-level 8 KiB 298 (no frame resent), 64 KiB 349, 1 MiB 352 = 96.0%
   //   receiver-based tokens are 1-15% behind below 64 KiB (one more token round trip per
   //   phase) and equal above.
   //
-  // Below 16 KiB these differences are of the size of the run-to-run noise on a 2-core box
-  // (1 KiB sync-shuffle on one switch: 134 and 212 Mbit/s a minute apart); the 12-three-level
-  // reruns of 2026-11-22 put pairwise (no sync) ahead at 2-4 KiB (304 and 334 vs 233 and 282),
-  // which more runs should confirm before the rule changes.
+  // Below 16 KiB the spread of the same schedule over three runs is often 10-50% on this
+  // 2-core virtual machine (the host takes 5-20% of its time), so these are tendencies, not
+  // margins; above, the figures repeat within a few percent.
   constexpr std::uint64_t kSmallBlock = 4096;
   if (topology.single_switch())
     return {{Algorithm::kSyncShuffle, 4}, {SyncKind::kNone, 1}, "one switch: synchronous shuffle, no synchronisation needed"};
   if (block_bytes <= kSmallBlock)
-    return {{Algorithm::kTree, 4}, {SyncKind::kNone, 1}, "tree of switches, small blocks: contention-free phases, switch queues absorb the overlap"};
+    return {{Algorithm::kGroupShuffle, 4}, {SyncKind::kNone, 1}, "tree of switches, small blocks: group shuffle without tokens, switch queues absorb the contention"};
   return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1}, "tree of switches: contention-free phases with sender-based tokens"};
 }
 

@@ -201,9 +201,12 @@ TEST_CASE("auto picks the calibrated schedule and sync variant, and verified pla
     CHECK(auto_choice(*t, 4097).sync.kind == SyncKind::kSenderAll);
     // alltoallv: ranks see different sizes, so all of them take the large-block choice.
     CHECK(auto_choice(*t, kAnyBlockSize).sync.kind == SyncKind::kSenderAll);
+    // Small blocks: the group shuffle without tokens; above: the tree's contention-free phases.
+    CHECK(auto_choice(*t, 4096).algorithm.algorithm == Algorithm::kGroupShuffle);
+    CHECK(auto_choice(*t, 4097).algorithm.algorithm == Algorithm::kTree);
     for (std::uint64_t b : {std::uint64_t{1024}, std::uint64_t{65536}}) {
       Choice c = auto_choice(*t, b);
-      CHECK(c.algorithm.algorithm == Algorithm::kTree);
+      CHECK(c.algorithm.algorithm == (b <= 4096 ? Algorithm::kGroupShuffle : Algorithm::kTree));
       CHECK(!c.reason.empty());
       CHECK(verify(*t, plan_sync(*t, make_schedule(*t, c.algorithm), c.sync)).ok());
     }
