@@ -195,21 +195,24 @@ void stop_daemons(const Json& state, bool quiet = false) {
   std::vector<pid_t> pids;
   for (const auto& d : state["daemons"]) {
     pid_t pid = d.value("pid", 0);
-    if (running(pid)) {
-      ::kill(pid, SIGTERM);
-      pids.push_back(pid);
-    }
+    if (running(pid)) ::kill(pid, SIGTERM);
+    if (pid > 0 && ::kill(pid, 0) == 0) pids.push_back(pid);  // zombies too: wait until reaped
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  for (pid_t pid : pids) {
-    while (running(pid) && std::chrono::steady_clock::now() < deadline) {
+  // Until each is gone from the process table, so that nothing of ours is left once `down`
+  // returns (init here reaps orphans up to 2 s late).
+  auto wait_gone = [](pid_t pid, std::chrono::steady_clock::time_point deadline) {
+    while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
       ::waitpid(pid, nullptr, WNOHANG);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+  };
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (pid_t pid : pids) {
+    wait_gone(pid, deadline);
     if (running(pid)) {
       if (!quiet) std::cerr << "aapc-emu: daemon " << pid << " did not stop in 5 s; killing it\n";
       ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
+      wait_gone(pid, std::chrono::steady_clock::now() + std::chrono::seconds(5));
     }
   }
 }
