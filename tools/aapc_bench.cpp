@@ -48,9 +48,9 @@ struct Args {
   bool check = false;
   std::string out;
   bool existing = false;
-  bool measure = false;  // internal: one configuration on one node
+  bool measure = false;  // internal: measure the configurations on this node
   std::string schedule = "auto", sync = "auto";
-  std::vector<std::string> configs;  // internal: schedule:sync measured interleaved
+  std::vector<std::string> configs;  // schedule:sync pairs measured interleaved (--configs)
   bool plot = true;
 };
 
@@ -434,10 +434,15 @@ int orchestrate(const Args& a, char** argv) {
     run_collect(emu + " run " + quote(topo_file.string()) + " --keep -- " + quote((tools / "aapc-bench").string()) +
                     " --measure --schedule auto --sync auto --point-seconds 1 --max-iters 20 --sizes 4K 64K",
                 [](const Json&) {});
-    // Every aapc configuration in one run on the cluster, interleaved exchange by exchange.
+    // Never wait forever on a job: the time its points would take at 2% of the limit with 0.1 s
+    // more per exchange, plus start-up.
+    double job_budget_s = 120;
+    for (std::uint64_t b : sizes)
+      job_budget_s += (iterations(b, n, peak, a.point_seconds, a.max_iters) + 2) * (0.1 + static_cast<double>(n) * (n - 1) * static_cast<double>(b) * 8 / (0.02 * peak));
+    // Every aapc configuration in one run on the cluster, interleaved turn by turn.
     auto run_aapc = [&] {
       std::ostringstream cmd;
-      cmd << emu << " run " << quote(topo_file.string()) << " --keep -- " << quote((tools / "aapc-bench").string()) << " --measure --point-seconds "
+      cmd << emu << " run " << quote(topo_file.string()) << " --keep --timeout " << static_cast<int>(job_budget_s * static_cast<double>(configs.size())) << " -- " << quote((tools / "aapc-bench").string()) << " --measure --point-seconds "
           << a.point_seconds << " --max-iters " << a.max_iters << (a.check ? " --check" : "") << " --sizes" << sizes_arg << " --configs";
       for (const auto& [schedule, sync] : configs) cmd << " " << schedule << ":" << sync;
       auto r = run_collect(cmd.str(), [&](const Json& p) { progress(p); });
@@ -479,19 +484,18 @@ int orchestrate(const Args& a, char** argv) {
       const std::string subnet = state["machines"][0]["ip"].get<std::string>().substr(0, state["machines"][0]["ip"].get<std::string>().find('.', 3)) + ".0.0/16";
       std::string points_arg;
       // What rank 0 must at least put on its wire: every block to n-1 others, warm-ups included.
-      double least_tx = 0, mpi_budget_s = 120;
+      double least_tx = 0;
       for (std::uint64_t b : sizes) {
         const int it = iterations(b, n, peak, a.point_seconds, a.max_iters);
         points_arg += " " + std::to_string(b) + ":" + std::to_string(it);
         least_tx += static_cast<double>(n - 1) * static_cast<double>(b) * (it + 2);
-        mpi_budget_s += (it + 2) * (0.1 + static_cast<double>(n) * (n - 1) * static_cast<double>(b) * 8 / (0.02 * peak));
       }
       const std::string tx_of_first = "ip netns exec " + state["machines"][0]["netns"].get<std::string>() + " cat /sys/class/net/aapc0/statistics/tx_bytes";
       auto tx_bytes = [tx_of_first] {
         auto r = run_collect(tx_of_first, [](const Json&) {});
         return std::strtod(r.other.c_str(), nullptr);
       };
-      run_mpi = [&, hostlist, agent, hostfile, first, subnet, points_arg, least_tx, mpi_budget_s, tx_bytes](const MpiVariant& v) {
+      run_mpi = [&, hostlist, agent, hostfile, first, subnet, points_arg, least_tx, tx_bytes](const MpiVariant& v) {
         std::string exe = (tools / ("mpi-alltoall-" + v.impl)).string() + (a.check ? " --check" : "") + points_arg;
         std::string launch;
         if (v.impl == "openmpi") {
@@ -506,9 +510,7 @@ int orchestrate(const Args& a, char** argv) {
                    " -iface aapc0 -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES aapc0 " +
                    (v.env.empty() ? "" : "-genv " + v.env.substr(0, v.env.find('=')) + " " + v.env.substr(v.env.find('=') + 1) + " ") + exe;
         }
-        // Never wait forever on an MPI job: the time its points would take at 2% of the limit
-        // with 0.1 s more per exchange, plus start-up.
-        launch = "timeout -k 10 " + std::to_string(static_cast<int>(mpi_budget_s)) + " " + launch;
+        launch = "timeout -k 10 " + std::to_string(static_cast<int>(job_budget_s)) + " " + launch;
         std::string cmd = "ip netns exec aapc-" + first + " unshare --uts sh -c " + quote("hostname " + first + "; " + launch);
         const double tx0 = tx_bytes();
         auto r = run_collect(cmd, [&](Json p) {
