@@ -17,7 +17,7 @@
 
 #include "aapc/client.hpp"
 #include "aapc/sched/topology.hpp"
-#include "pattern.hpp"
+#include "pattern.h"
 
 namespace {
 

@@ -27,7 +27,7 @@
 #include "aapc/client.hpp"
 #include "aapc/sched/dot.hpp"
 #include "aapc/sched/tree.hpp"
-#include "pattern.hpp"
+#include "pattern.h"
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
@@ -64,12 +64,15 @@ std::vector<std::uint64_t> parse_sizes(const std::vector<std::string>& sizes) {
   return out;
 }
 
+// What one exchange of `block`-byte blocks moves, all machines together: |M|(|M|-1)B.
+double exchange_bits(int n, double block) { return static_cast<double>(n) * (n - 1) * block * 8; }
+
 // The papers' iteration counts (50 up to 256 KB, 20 above), fewer when a point would take
 // longer than the budget, more for small blocks (a quarter of the budget): a 1 KiB exchange
 // takes a few milliseconds and 50 of them vary by tens of percent from run to run on a
 // shared box. Every node computes the same.
 int iterations(std::uint64_t block, int n, double peak_bps, double budget_s, int max_iters) {
-  double estimate = static_cast<double>(n) * (n - 1) * static_cast<double>(block) * 8 / peak_bps + 0.003;
+  double estimate = exchange_bits(n, static_cast<double>(block)) / peak_bps + 0.003;
   int papers = block <= 256 * 1024 ? 50 : 20;
   int fit = static_cast<int>(budget_s / estimate);
   int it = fit >= papers ? std::max(papers, fit / 4) : fit;
@@ -164,30 +167,34 @@ int measure(const Args& a) {
       }
     }
     const int timed = rounds * per_round;
+    // Every rank's counters of every configuration to rank 0, in one small exchange of our
+    // own: the figures below are the cluster's (resent frames summed, the rest averaged over
+    // the ranks; the time is the slowest rank's, which is when the exchange was done
+    // everywhere).
+    struct Counters {
+      double retransmissions, wait, cpu, busy, barrier, seconds, ok;
+    };
+    const std::size_t k = configs.size();
+    aapc::Buffer out = c.allocate(n * k * sizeof(Counters)), in = c.allocate(n * k * sizeof(Counters));
+    for (int d = 0; d < n; ++d)
+      for (std::size_t i = 0; i < k; ++i) {
+        const Tally& t = tally[i];
+        out.as<Counters>()[static_cast<std::size_t>(d) * k + i] = {t.retransmissions, t.wait, t.cpu, t.busy, t.barrier, t.seconds, t.ok ? 1.0 : 0.0};
+      }
+    if (auto r = c.alltoall(out, in, k * sizeof(Counters), aapc::Options{}); !r) return fail(r.error());
     bool all_ok = true;
-    for (std::size_t i = 0; i < configs.size(); ++i) {
+    for (std::size_t i = 0; i < k; ++i) {
       Tally& t = tally[i];
-      // Every rank's counters to rank 0, with a small exchange of our own: the figures below
-      // are the cluster's (resent frames summed, the rest averaged over the ranks; the time is
-      // the slowest rank's, which is when the exchange was done everywhere).
-      {
-        struct Counters {
-          double retransmissions, wait, cpu, busy, barrier, seconds, ok;
-        };
-        aapc::Buffer out = c.allocate(n * sizeof(Counters)), in = c.allocate(n * sizeof(Counters));
-        for (int d = 0; d < n; ++d) out.as<Counters>()[d] = {t.retransmissions, t.wait, t.cpu, t.busy, t.barrier, t.seconds, t.ok ? 1.0 : 0.0};
-        if (auto r = c.alltoall(out, in, sizeof(Counters), aapc::Options{}); !r) return fail(r.error());
-        t.retransmissions = t.wait = t.cpu = t.busy = t.barrier = t.seconds = 0;
-        for (int s = 0; s < n; ++s) {
-          const Counters& k = in.as<Counters>()[s];
-          t.retransmissions += k.retransmissions;
-          t.wait += k.wait / n;
-          t.cpu += k.cpu / n;
-          t.busy += k.busy / n;
-          t.barrier += k.barrier / n;
-          t.seconds = std::max(t.seconds, k.seconds);
-          t.ok = t.ok && k.ok != 0;
-        }
+      t.retransmissions = t.wait = t.cpu = t.busy = t.barrier = t.seconds = 0;
+      for (int s = 0; s < n; ++s) {
+        const Counters& c_s = in.as<Counters>()[static_cast<std::size_t>(s) * k + i];
+        t.retransmissions += c_s.retransmissions;
+        t.wait += c_s.wait / n;
+        t.cpu += c_s.cpu / n;
+        t.busy += c_s.busy / n;
+        t.barrier += c_s.barrier / n;
+        t.seconds = std::max(t.seconds, c_s.seconds);
+        t.ok = t.ok && c_s.ok != 0;
       }
       if (!t.ok && me == 0) std::cerr << "aapc-bench: CHECK FAILED at " << block << " bytes with " << label_of(configs[i].schedule, configs[i].sync) << "\n";
       all_ok = all_ok && t.ok;
@@ -373,7 +380,7 @@ void plot(const fs::path& dir, const std::vector<Json>& points, double peak_bps,
   if (std::system(cmd.c_str()) != 0) std::cerr << "aapc-bench: gnuplot failed (is gnuplot installed?); data and script are in " << dir << "\n";
 }
 
-int orchestrate(const Args& a, char** argv) {
+int orchestrate(const Args& a) {
   if (::geteuid() != 0) throw std::runtime_error("the emulated cluster needs root; on a real cluster use --existing on every node");
   aapc::sched::Topology topo = aapc::sched::load_topology(a.topology);
   std::string name = fs::path(topo.source()).stem().string() + (a.rate.empty() ? "" : "-" + a.rate);
@@ -410,7 +417,7 @@ int orchestrate(const Args& a, char** argv) {
   std::size_t done = 0;
   auto progress = [&](const Json& p) {
     ++done;
-    double agg = static_cast<double>(n) * (n - 1) * p["size"].get<double>() * 8 / p["seconds"].get<double>();
+    double agg = exchange_bits(n, p["size"].get<double>()) / p["seconds"].get<double>();
     std::cout << "[" << std::setw(3) << done << "/" << total << "] " << std::left << std::setw(34) << p["label"].get<std::string>() << std::right
               << std::setw(8) << p["size"].get<std::uint64_t>() << " B  " << std::setw(8) << mb(agg) << " Mbit/s  " << std::setw(5)
               << std::fixed << std::setprecision(1) << agg / peak * 100 << "% of the limit" << std::endl;
@@ -422,9 +429,20 @@ int orchestrate(const Args& a, char** argv) {
   if (st.other.find("nothing is up") == std::string::npos) throw std::runtime_error("an emulated cluster is already up: `aapc-emu down` it first");
   auto up = run_collect(emu + " up " + quote(topo_file.string()), [](const Json&) {});
   if (up.status != 0) throw std::runtime_error("aapc-emu up failed:\n" + up.other);
+  // Per size, computed once: the iterations (the MPI program is told them), a time budget so
+  // that no job is waited for forever (its points at 2% of the limit with 0.1 s more per
+  // exchange, plus start-up), and what rank 0 must at least put on its wire in an MPI job
+  // (every block to n-1 others, warm-ups included).
+  double job_budget_s = 120, least_tx = 0;
+  std::string points_arg;
+  for (std::uint64_t b : sizes) {
+    const int it = iterations(b, n, peak, a.point_seconds, a.max_iters);
+    job_budget_s += (it + 2) * (0.1 + exchange_bits(n, static_cast<double>(b)) / (0.02 * peak));
+    points_arg += " " + std::to_string(b) + ":" + std::to_string(it);
+    least_tx += static_cast<double>(n - 1) * static_cast<double>(b) * (it + 2);
+  }
   int failures = 0;
   std::vector<Json> runs;  // every measurement; `points` below holds one per label and size
-  int rep = 0;             // the repetition being measured, recorded with every run
   try {
     std::string sizes_arg;
     for (const auto& s : a.sizes) sizes_arg += " " + s;
@@ -434,13 +452,8 @@ int orchestrate(const Args& a, char** argv) {
     run_collect(emu + " run " + quote(topo_file.string()) + " --keep -- " + quote((tools / "aapc-bench").string()) +
                     " --measure --schedule auto --sync auto --point-seconds 1 --max-iters 20 --sizes 4K 64K",
                 [](const Json&) {});
-    // Never wait forever on a job: the time its points would take at 2% of the limit with 0.1 s
-    // more per exchange, plus start-up.
-    double job_budget_s = 120;
-    for (std::uint64_t b : sizes)
-      job_budget_s += (iterations(b, n, peak, a.point_seconds, a.max_iters) + 2) * (0.1 + static_cast<double>(n) * (n - 1) * static_cast<double>(b) * 8 / (0.02 * peak));
     // Every aapc configuration in one run on the cluster, interleaved turn by turn.
-    auto run_aapc = [&] {
+    auto run_aapc = [&](int rep) {
       std::ostringstream cmd;
       cmd << emu << " run " << quote(topo_file.string()) << " --keep --timeout " << static_cast<int>(job_budget_s * static_cast<double>(configs.size())) << " -- " << quote((tools / "aapc-bench").string()) << " --measure --point-seconds "
           << a.point_seconds << " --max-iters " << a.max_iters << (a.check ? " --check" : "") << " --sizes" << sizes_arg << " --configs";
@@ -456,11 +469,12 @@ int orchestrate(const Args& a, char** argv) {
       }
     };
     // MPI over TCP on the same emulated network: hosts files per namespace, an rsh-like agent.
-    std::function<void(const MpiVariant&)> run_mpi;
     Json state;
+    std::string hostlist, first, subnet;
+    const fs::path agent = out / "mpi-agent", hostfile = out / "mpi-hosts";
     if (!variants.empty()) {
       state = Json::parse(std::ifstream("/run/aapc-emu/state.json"));
-      std::string hosts = "127.0.0.1 localhost\n", hostlist;
+      std::string hosts = "127.0.0.1 localhost\n";
       for (const auto& m : state["machines"]) {
         hosts += m["ip"].get<std::string>() + " " + m["name"].get<std::string>() + "\n";
         hostlist += (hostlist.empty() ? "" : ",") + m["name"].get<std::string>();
@@ -470,81 +484,71 @@ int orchestrate(const Args& a, char** argv) {
         fs::create_directories(dir);
         std::ofstream(dir / "hosts") << hosts;
       }
-      fs::path agent = out / "mpi-agent";
       std::ofstream(agent) << "#!/bin/sh\n# rsh for MPI launchers: run the command in the machine's namespace, with its hostname.\n"
                               "while [ \"${1#-}\" != \"$1\" ]; do shift; done\nhost=$1; shift\n"
                               "exec ip netns exec \"aapc-$host\" unshare --uts sh -c \"hostname $host; $*\"\n";
       fs::permissions(agent, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
-      fs::path hostfile = out / "mpi-hosts";
       {
         std::ofstream h(hostfile);
         for (const auto& m : state["machines"]) h << m["name"].get<std::string>() << " slots=1\n";
       }
-      const std::string first = state["machines"][0]["name"];
-      const std::string subnet = state["machines"][0]["ip"].get<std::string>().substr(0, state["machines"][0]["ip"].get<std::string>().find('.', 3)) + ".0.0/16";
-      std::string points_arg;
-      // What rank 0 must at least put on its wire: every block to n-1 others, warm-ups included.
-      double least_tx = 0;
-      for (std::uint64_t b : sizes) {
-        const int it = iterations(b, n, peak, a.point_seconds, a.max_iters);
-        points_arg += " " + std::to_string(b) + ":" + std::to_string(it);
-        least_tx += static_cast<double>(n - 1) * static_cast<double>(b) * (it + 2);
-      }
-      const std::string tx_of_first = "ip netns exec " + state["machines"][0]["netns"].get<std::string>() + " cat /sys/class/net/aapc0/statistics/tx_bytes";
-      auto tx_bytes = [tx_of_first] {
-        auto r = run_collect(tx_of_first, [](const Json&) {});
-        return std::strtod(r.other.c_str(), nullptr);
-      };
-      run_mpi = [&, hostlist, agent, hostfile, first, subnet, points_arg, least_tx, tx_bytes](const MpiVariant& v) {
-        std::string exe = (tools / ("mpi-alltoall-" + v.impl)).string() + (a.check ? " --check" : "") + points_arg;
-        std::string launch;
-        if (v.impl == "openmpi") {
-          launch = "mpirun.openmpi --allow-run-as-root -np " + std::to_string(n) + " --hostfile " + hostfile.string() + " --mca plm_rsh_agent " +
-                   agent.string() + " --mca btl tcp,self --mca pml ob1 --mca btl_tcp_if_include " + subnet + " --mca oob_tcp_if_include " + subnet +
-                   " " + v.env + " " + exe;
-        } else {
-          // Debian's MPICH is ch4:ucx, and UCX takes every namespace of one box for one host:
-          // left alone it moves the data through shared memory, not the emulated network
-          // (measured: 3 KB on a rank's wire for a 256 KiB exchange). TCP only, on aapc0.
-          launch = "mpiexec.mpich -n " + std::to_string(n) + " -hosts " + hostlist + " -launcher rsh -launcher-exec " + agent.string() +
-                   " -iface aapc0 -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES aapc0 " +
-                   (v.env.empty() ? "" : "-genv " + v.env.substr(0, v.env.find('=')) + " " + v.env.substr(v.env.find('=') + 1) + " ") + exe;
-        }
-        launch = "timeout -k 10 " + std::to_string(static_cast<int>(job_budget_s)) + " " + launch;
-        std::string cmd = "ip netns exec aapc-" + first + " unshare --uts sh -c " + quote("hostname " + first + "; " + launch);
-        const double tx0 = tx_bytes();
-        auto r = run_collect(cmd, [&](Json p) {
-          p["impl"] = v.impl;
-          p["label"] = v.label;
-          progress(p);
-        });
-        // An MPI that found a way around the network (shared memory) measures nothing of it.
-        const double sent = tx_bytes() - tx0;
-        const bool bypassed = r.status == 0 && sent < 0.9 * least_tx;
-        if (bypassed)
-          std::cerr << "aapc-bench: " << v.label << ": rank 0 sent " << static_cast<std::uint64_t>(sent) << " bytes on its link, at least "
-                    << static_cast<std::uint64_t>(least_tx) << " expected: it did not use the network; its figures are marked\n";
-        for (auto& p : r.points) {
-          p["impl"] = v.impl;
-          p["label"] = v.label;
-          p["over_network"] = !bypassed;
-          p["rep"] = rep;
-          runs.push_back(p);
-        }
-        if (r.status != 0 && r.points.size() == sizes.size()) {
-          std::cerr << "aapc-bench: " << v.label << ": every point measured, then the job exited with status " << r.status
-                    << " (MPICH over UCX/TCP can hang in MPI_Finalize; the program ends such a rank)\n";
-        } else if (r.status != 0) {
-          ++failures;
-          std::cerr << "aapc-bench: " << v.label << " failed:\n" << r.other;
-        }
-      };
+      first = state["machines"][0]["name"];
+      subnet = state["machines"][0]["ip"].get<std::string>().substr(0, state["machines"][0]["ip"].get<std::string>().find('.', 3)) + ".0.0/16";
     }
+    auto tx_bytes = [&] {
+      auto r = run_collect("ip netns exec " + state["machines"][0]["netns"].get<std::string>() + " cat /sys/class/net/aapc0/statistics/tx_bytes",
+                           [](const Json&) {});
+      return std::strtod(r.other.c_str(), nullptr);
+    };
+    auto run_mpi = [&](const MpiVariant& v, int rep) {
+      std::string exe = (tools / ("mpi-alltoall-" + v.impl)).string() + (a.check ? " --check" : "") + points_arg;
+      std::string launch;
+      if (v.impl == "openmpi") {
+        launch = "mpirun.openmpi --allow-run-as-root -np " + std::to_string(n) + " --hostfile " + hostfile.string() + " --mca plm_rsh_agent " +
+                 agent.string() + " --mca btl tcp,self --mca pml ob1 --mca btl_tcp_if_include " + subnet + " --mca oob_tcp_if_include " + subnet +
+                 " " + v.env + " " + exe;
+      } else {
+        // Debian's MPICH is ch4:ucx, and UCX takes every namespace of one box for one host:
+        // left alone it moves the data through shared memory, not the emulated network
+        // (measured: 3 KB on a rank's wire for a 256 KiB exchange). TCP only, on aapc0.
+        launch = "mpiexec.mpich -n " + std::to_string(n) + " -hosts " + hostlist + " -launcher rsh -launcher-exec " + agent.string() +
+                 " -iface aapc0 -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES aapc0 " +
+                 (v.env.empty() ? "" : "-genv " + v.env.substr(0, v.env.find('=')) + " " + v.env.substr(v.env.find('=') + 1) + " ") + exe;
+      }
+      launch = "timeout -k 10 " + std::to_string(static_cast<int>(job_budget_s)) + " " + launch;
+      std::string cmd = "ip netns exec aapc-" + first + " unshare --uts sh -c " + quote("hostname " + first + "; " + launch);
+      const double tx0 = tx_bytes();
+      auto r = run_collect(cmd, [&](Json p) {
+        p["impl"] = v.impl;
+        p["label"] = v.label;
+        progress(p);
+      });
+      // An MPI that found a way around the network (shared memory) measures nothing of it.
+      const double sent = tx_bytes() - tx0;
+      const bool bypassed = r.status == 0 && sent < 0.9 * least_tx;
+      if (bypassed)
+        std::cerr << "aapc-bench: " << v.label << ": rank 0 sent " << static_cast<std::uint64_t>(sent) << " bytes on its link, at least "
+                  << static_cast<std::uint64_t>(least_tx) << " expected: it did not use the network; its figures are marked\n";
+      for (auto& p : r.points) {
+        p["impl"] = v.impl;
+        p["label"] = v.label;
+        p["over_network"] = !bypassed;
+        p["rep"] = rep;
+        runs.push_back(p);
+      }
+      if (r.status != 0 && r.points.size() == sizes.size()) {
+        std::cerr << "aapc-bench: " << v.label << ": every point measured, then the job exited with status " << r.status
+                  << " (MPICH over UCX/TCP can hang in MPI_Finalize; the program ends such a rank)\n";
+      } else if (r.status != 0) {
+        ++failures;
+        std::cerr << "aapc-bench: " << v.label << " failed:\n" << r.other;
+      }
+    };
     // Repetitions are interleaved (every configuration once, then again) so that a slow
     // minute of the machine falls on all of them alike rather than on one.
-    for (rep = 0; rep < a.repeat; ++rep) {
-      if (!configs.empty()) run_aapc();
-      for (const auto& v : variants) run_mpi(v);
+    for (int rep = 0; rep < a.repeat; ++rep) {
+      if (!configs.empty()) run_aapc(rep);
+      for (const auto& v : variants) run_mpi(v, rep);
     }
     if (!variants.empty())
       for (const auto& m : state["machines"]) fs::remove_all(fs::path("/etc/netns") / m["netns"].get<std::string>());
@@ -556,7 +560,7 @@ int orchestrate(const Args& a, char** argv) {
 
   // The report: one point per label and size, the median of its runs.
   for (auto& p : runs) {
-    double agg = static_cast<double>(n) * (n - 1) * p["size"].get<double>() * 8 / p["seconds"].get<double>();
+    double agg = exchange_bits(n, p["size"].get<double>()) / p["seconds"].get<double>();
     p["aggregate_bps"] = agg;
     p["fraction_of_peak"] = agg / peak;
   }
@@ -672,7 +676,6 @@ int orchestrate(const Args& a, char** argv) {
   std::ofstream(out / "results.txt") << table.str();
   if (a.plot && !points.empty()) plot(out, points, peak, name + ": aggregate throughput (" + std::to_string(n) + " machines)");
   std::cout << "written: " << out / "results.txt" << ", results.csv, results.json" << (a.plot ? ", throughput.png, throughput.svg" : "") << "\n";
-  (void)argv;
   return failures == 0 ? 0 : 1;
 }
 
@@ -705,7 +708,7 @@ int main(int argc, char** argv) {
   if (std::find(a.mpi.begin(), a.mpi.end(), "none") != a.mpi.end()) a.mpi.clear();
   try {
     if (a.measure || a.existing) return measure(a);
-    return orchestrate(a, argv);
+    return orchestrate(a);
   } catch (const std::exception& e) {
     std::cerr << "aapc-bench: " << e.what() << "\n";
     return 1;

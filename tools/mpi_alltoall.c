@@ -11,14 +11,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "pattern.h"
+
 static void finalize_hung(int sig) {
   (void)sig;
   _exit(0);
 }
 
-static unsigned char pattern(int src, int dst, size_t k) { return (unsigned char)(k * 131 + (k >> 8) * 7 + (size_t)src * 17 + (size_t)dst * 29); }
 /* Never 0 (the cleared buffer) and different from one iteration to the next. */
-static unsigned char stamp(int src, int dst, int iter) { return (unsigned char)(1 + (pattern(src, dst, 0) + iter) % 255); }
+static unsigned char stamp(int src, int dst, int iter) { return (unsigned char)(1 + (aapc_pattern(src, dst, 0, 0) + iter) % 255); }
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
     unsigned char* recv = malloc((size_t)n * size);
     if (send == NULL || recv == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
     for (int d = 0; d < n; ++d)
-      for (size_t k = 0; k < size; ++k) send[(size_t)d * size + k] = pattern(me, d, k);
+      for (size_t k = 0; k < size; ++k) send[(size_t)d * size + k] = aapc_pattern(me, d, 0, k);
     for (int w = 0; w < 2; ++w) MPI_Alltoall(send, (int)size, MPI_BYTE, recv, (int)size, MPI_BYTE, MPI_COMM_WORLD);
     /* The check must see the timed exchanges' data, not the warm-up's: the receive buffer is
      * cleared, and every iteration stamps the first byte of each block with its number. */
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
       for (int s = 0; s < n && ok; ++s) {
         if (recv[(size_t)s * size] != stamp(s, me, iters - 1)) ok = 0;
         for (size_t k = 1; k < size && ok; ++k)
-          if (recv[(size_t)s * size + k] != pattern(s, me, k)) ok = 0;
+          if (recv[(size_t)s * size + k] != aapc_pattern(s, me, 0, k)) ok = 0;
       }
     int all_ok = 0;
     MPI_Reduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, 0, MPI_COMM_WORLD);

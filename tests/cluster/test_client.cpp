@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "aapc/client.hpp"
-#include "pattern.hpp"
+#include "pattern.h"
 #include "protocol.hpp"
 
 namespace {
