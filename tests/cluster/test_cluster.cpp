@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -50,10 +51,22 @@ nlohmann::json state() {
 
 std::string socket_of(const std::string& machine) { return "/run/aapc-emu/" + machine + "/aapcd.sock"; }
 
+// A process of a test; one still running when its test ends (a failed REQUIRE before the test
+// stops it) is killed and reaped rather than left waiting.
 struct Proc {
   pid_t pid = -1;
   std::string machine, log;
   int status = -1;
+  bool reaped = false;
+  Proc() = default;
+  Proc(Proc&& o) noexcept
+      : pid(std::exchange(o.pid, -1)), machine(std::move(o.machine)), log(std::move(o.log)), status(o.status), reaped(o.reaped) {}
+  Proc& operator=(Proc&&) = delete;
+  ~Proc() {
+    if (pid <= 0 || reaped) return;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
   std::string output() const {
     std::ifstream in(log);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -89,6 +102,7 @@ bool wait_for(Proc& p, std::chrono::milliseconds limit) {
   while (std::chrono::steady_clock::now() < end) {
     int st = 0;
     if (::waitpid(p.pid, &st, WNOHANG) == p.pid) {
+      p.reaped = true;
       p.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
       return true;
     }

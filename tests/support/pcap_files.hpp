@@ -8,17 +8,44 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace aapc::test {
 
-// An empty directory of this test process, under the system's temporary directory.
-inline std::filesystem::path scratch_dir(const std::string& name) {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("aapc-test-" + std::to_string(::getpid()) + "-" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+// An empty directory of this test process, under the system's temporary directory, removed
+// with everything in it when the object goes (a failed REQUIRE unwinds through it too).
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name)
+      : path_(std::filesystem::temp_directory_path() / ("aapc-test-" + std::to_string(::getpid()) + "-" + name)) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ScratchDir(ScratchDir&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+  ScratchDir& operator=(ScratchDir&& other) noexcept {
+    if (this != &other) {
+      remove();
+      path_ = std::exchange(other.path_, {});
+    }
+    return *this;
+  }
+  ~ScratchDir() { remove(); }
+
+  const std::filesystem::path& path() const { return path_; }
+  operator const std::filesystem::path&() const { return path_; }
+  std::filesystem::path operator/(const std::filesystem::path& name) const { return path_ / name; }
+  std::string string() const { return path_.string(); }
+
+ private:
+  void remove() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  std::filesystem::path path_;
+};
+
+inline ScratchDir scratch_dir(const std::string& name) { return ScratchDir(name); }
 
 struct PcapFrame {
   std::vector<std::uint8_t> bytes;  // what the capture holds (caplen)

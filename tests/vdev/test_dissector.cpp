@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <functional>
 #include <fstream>
 #include <iostream>
@@ -326,16 +327,15 @@ TEST_CASE("the Wireshark dissector decodes every captured frame as the engine wr
     // sits above the fault injector), so some captured frames fail their CRC. Seeds are tried
     // until a capture has all of them, so that nothing below passes vacuously.
     Tally t;
-    fs::path dir;
+    std::optional<test::ScratchDir> dir;
     for (std::uint64_t seed = 1; seed <= 8; ++seed) {
-      dir = scratch_dir("dissector-" + std::to_string(seed));
+      dir.emplace("dissector-" + std::to_string(seed));
       nic::FaultOptions faults = nic::FaultOptions::parse("drop=0.04,corrupt=0.03:rx");
       faults.seed = seed;
-      capture_exchange(dir, faults, 65535);
+      capture_exchange(*dir, faults, 65535);
       t = Tally{};
-      for (int i = 0; i < 4; ++i) check_capture(dir / ("node" + std::to_string(i) + ".pcap"), dir, t);
+      for (int i = 0; i < 4; ++i) check_capture(*dir / ("node" + std::to_string(i) + ".pcap"), *dir, t);
       if (t.bad_crc > 0 && t.retransmitted > 0 && t.nack > 0 && t.ack > 0) break;
-      fs::remove_all(dir);
     }
     std::cout << "dissector, whole frames: " << t.frames << " frames compared (" << t.ours << " aapc), " << t.compared_ok
               << " decoded as expected; " << t.verified << " CRCs verified, " << t.bad_crc << " bad (tshark flagged " << t.bad_crc_decoded
@@ -350,11 +350,10 @@ TEST_CASE("the Wireshark dissector decodes every captured frame as the engine wr
     CHECK(t.ack > 0);
     CHECK(t.sync > 0);
     CHECK(t.unverified == 0);
-    fs::remove_all(dir);
   }
 
   SECTION("forged frames: every type, and malformed ones reported rather than thrown") {
-    fs::path dir = scratch_dir("dissector-forged");
+    auto dir = scratch_dir("dissector-forged");
     const engine::MacAddr m0 = test::Fabric::mac(0), m1 = test::Fabric::mac(1);
     auto make = [&](engine::FrameType type, std::uint32_t seq, std::uint32_t aux, const std::vector<std::uint8_t>& payload,
                     const std::function<void(std::uint8_t*)>& tamper = {}) {
@@ -413,11 +412,10 @@ TEST_CASE("the Wireshark dissector decodes every captured frame as the engine wr
     CHECK(t.bad_crc_decoded == 1);
     CHECK(t.verified == frames.size() - 1);  // all but the one whose payload is beyond the frame
     CHECK(t.retransmitted == 1);
-    fs::remove_all(dir);
   }
 
   SECTION("headers only (snap length 64): headers decoded, no CRC verdict for frames cut short") {
-    fs::path dir = scratch_dir("dissector-snap64");
+    auto dir = scratch_dir("dissector-snap64");
     capture_exchange(dir, nic::FaultOptions::parse("drop=0.04,seed=3"), 64);
     Tally t;
     for (int i = 0; i < 4; ++i) check_capture(dir / ("node" + std::to_string(i) + ".pcap"), dir, t);
@@ -430,6 +428,5 @@ TEST_CASE("the Wireshark dissector decodes every captured frame as the engine wr
     CHECK(t.unverified > 0);  // DATA frames: the payload is not in the capture
     CHECK(t.bad_crc == 0);
     CHECK(t.bad_crc_decoded == 0);
-    fs::remove_all(dir);
   }
 }

@@ -89,7 +89,7 @@ TEST_CASE("an unreachable peer: the others report an error naming it within the 
 }
 
 TEST_CASE("replayed, forged and lying frames are dropped and counted; the buffer is untouched") {
-  fs::path dir = scratch_dir("replay");
+  auto dir = scratch_dir("replay");
   Topology t = single_switch_topology(2);
   const std::uint64_t block = 10'000;
   // An earlier exchange between ranks 0 and 1, captured.
@@ -213,11 +213,10 @@ TEST_CASE("replayed, forged and lying frames are dropped and counted; the buffer
   CHECK(r->counters.data_frames_received == 0);
   eng.abort(9, "test over");
   eng.abort(10, "test over");
-  fs::remove_all(dir);
 }
 
 TEST_CASE("golden trace: a 4-node synchronous shuffle puts its data frames in the schedule's packet order") {
-  fs::path dir = scratch_dir("golden");
+  auto dir = scratch_dir("golden");
   const int p = 4;
   const std::uint32_t frames_per_block = 5;
   {
@@ -244,5 +243,4 @@ TEST_CASE("golden trace: a 4-node synchronous shuffle puts its data frames in th
       for (int i = 1; i < p; ++i) expected.emplace_back((me + i) % p, f);
     CHECK(order == expected);
   }
-  fs::remove_all(dir);
 }

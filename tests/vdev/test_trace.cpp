@@ -28,7 +28,7 @@ struct Captured {
   std::vector<std::vector<engine::ExchangeReport>> reports;  // by exchange, by rank
   std::vector<engine::EngineCounters> engines;
   std::uint64_t injected_drops = 0;
-  fs::path dir;
+  test::ScratchDir dir;  // removed when the tests end
 };
 
 // A tree exchange with sender-based tokens and a synchronous shuffle on the 8-machine
@@ -175,7 +175,7 @@ TEST_CASE("clock offsets: captures on one clock come out near zero") {
 
 TEST_CASE("bad input: clear messages, and unknown frames are counted, not fatal") {
   const Captured& c = lossy_run();
-  fs::path dir = test::scratch_dir("trace-bad");
+  auto dir = test::scratch_dir("trace-bad");
   SECTION("not a pcap") {
     std::ofstream(dir / "notes.pcap") << "these are not frames\n";
     CHECK(mentions([&] { trace::read_capture((dir / "notes.pcap").string(), c.topo); }, "not a pcap"));
@@ -221,5 +221,4 @@ TEST_CASE("bad input: clear messages, and unknown frames are counted, not fatal"
     fs::copy_file(dir / "two.pcap", dir / "n1.pcap");
     CHECK(read("n1.pcap").node == 1);
   }
-  fs::remove_all(dir);
 }
