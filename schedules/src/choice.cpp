@@ -1,5 +1,9 @@
 #include "aapc/sched/choice.hpp"
 
+#include <algorithm>
+
+#include "aapc/sched/tree.hpp"
+
 namespace aapc::sched {
 
 Choice auto_choice(const Topology& topology, std::uint64_t block_bytes) {
@@ -15,37 +19,54 @@ Choice auto_choice(const Topology& topology, std::uint64_t block_bytes) {
   //   the order changing from run to run; the tree with tokens 65-91%.
   //
   // A tree of switches (8-two-switch limit 350, 12-three-level limit 367):
-  // - small blocks (<= kSmallBlock): a block is at most 3 frames, the bridges' queues absorb
-  //   what contends, and tokens cost more than they save (tree + sender-all 68-85% of the
-  //   best below). Among the schedules without tokens the order changes from run to run; the
-  //   group shuffle of Tam/Wang (Alg. 3, w = 4) was never below 94% of the best. aapc-bench
-  //   with every schedule interleaved turn by turn, 3 sessions x 3 repetitions on 2026-11-22,
-  //   each schedule's ratio to the best of the same repetition, median of the 9:
-  //                    1 KiB                 2 KiB                 4 KiB
-  //     8-two-switch   sync-shuffle 100      ring 99               group-shuffle 99
-  //                    group-shuffle 94      group-shuffle 96      pairwise 89
-  //                    tree 97, pairwise 94  pairwise 96, tree 93  tree 98, sync-shuffle 94
-  //     12-three-level sync-shuffle 99       pairwise 100          pairwise 100
-  //                    group-shuffle 95      group-shuffle 99      group-shuffle 94
-  //                    pairwise 95, tree 92  tree 94, ring 92      tree 93, sync-shuffle 87
-  //     tree + sender-all: 78, 77, 85 and 68, 70, 84.
-  // - larger blocks: without sync, consecutive phases overlap, queues overflow and frames are
-  //   resent (12-three-level 8 KiB: pairwise 245 with 1,781 frames resent, tree 246 with
-  //   3,308; 16 KiB: tree 235 with 21,228); Faraj/Yuan/Patarasuk section 6's sender-based
-  //   pair-wise tokens keep the phases apart at the lowest cost:
+  // - While what one exchange sends over the bottleneck link, load x block (Faraj/Yuan section
+  //   3: |Mu| x |Mv| blocks each way), stays below three switch buffers, the queues absorb
+  //   what contends and tokens cost more than they save: the pairwise exchange of Tam/Wang
+  //   with the edge colouring of Fig. 1, without tokens. Each of its phases is a perfect
+  //   matching, and the colouring spreads the pairs that cross the bottleneck over the phases
+  //   (the XOR pairing of 8 machines puts all four cross pairs of 8-two-switch in the same
+  //   phases, and overflows at 8 KiB). Measured with aapc-bench, every configuration
+  //   interleaved turn by turn, 3 repetitions (2026-11-22, 64 KiB switch buffers); each
+  //   schedule's median Mbit/s over the best one's, in %:
+  //                     block  load x block  pairwise-ec  group-shuffle  tree  tree+sender-all
+  //     8-two-switch     1K        16K          100           97           96       76
+  //     (load 16)        2K        32K           95           99          100       77
+  //                      4K        64K          100           99           99       90
+  //                      8K       128K          100           97           94       92
+  //                     12K       192K    54.8% of the limit, 1,580 frames resent;  86.7%, none
+  //     12-three-level   1K        36K           98          100           96       70
+  //     (load 36)        2K        72K           98           96           92       67
+  //                      4K       144K          100           95           92       79
+  //                      5K       180K          100 (84.3%)   90 (37 resent)         86
+  //                      6K       216K          100 (85.2%, 21 resent)                86
+  //                      8K       288K           84 (1,750 resent)                    99 (best)
+  //   (the group shuffle, w = 4, the rule before: 94-95% at 12-three-level 4 KiB in 4 runs).
+  //   The boundary is not sharp: at 6 KiB on 12-three-level, just above it, the pairwise
+  //   exchange still led the tree with tokens by 15% with 21 frames resent.
+  // - Above, without sync, consecutive phases overlap, queues overflow and frames are resent
+  //   (12-three-level 8 KiB: pairwise 245 with 1,781 frames resent, tree 246 with 3,308;
+  //   16 KiB: tree 235 with 21,228); Faraj/Yuan/Patarasuk section 6's sender-based pair-wise
+  //   tokens keep the phases apart at the lowest cost:
   //     8-two-switch   8 KiB 268 (no frame resent), 64 KiB 331, 1 MiB 336 = 96.0%
   //     12-three-level 8 KiB 298 (no frame resent), 64 KiB 349, 1 MiB 352 = 96.0%
   //   receiver-based tokens are 1-15% behind below 64 KiB (one more token round trip per
   //   phase) and equal above.
   //
-  // Below 16 KiB the spread of the same schedule over three runs is often 10-50% on this
-  // 2-core virtual machine (the host takes 5-20% of its time), so these are tendencies, not
-  // margins; above, the figures repeat within a few percent.
-  constexpr std::uint64_t kSmallBlock = 4096;
+  // Below 16 KiB the same schedule measured in separate runs differs by 10-50% on this 2-core
+  // virtual machine; measured turn by turn against each other, auto and the schedule it ran
+  // agree within 1.5%, which is what the table above resolves.
   if (topology.single_switch())
     return {{Algorithm::kSyncShuffle, 4}, {SyncKind::kNone, 1}, "one switch: synchronous shuffle, no synchronisation needed"};
-  if (block_bytes <= kSmallBlock)
-    return {{Algorithm::kGroupShuffle, 4}, {SyncKind::kNone, 1}, "tree of switches, small blocks: group shuffle without tokens, switch queues absorb the contention"};
+  constexpr std::uint64_t kBuffersAbsorbed = 3;
+  std::uint64_t buffer = 0;
+  for (const Node& node : topology.nodes())
+    if (node.kind == NodeKind::kSwitch) {
+      const std::uint64_t b = node.buffer_bytes != 0 ? node.buffer_bytes : kDefaultSwitchBufferBytes;
+      buffer = buffer == 0 ? b : std::min(buffer, b);
+    }
+  const auto load = static_cast<std::uint64_t>(TreeModel(topology).load());
+  if (load > 0 && block_bytes <= (kBuffersAbsorbed * buffer - 1) / load)  // block x load < 3 buffers, without overflow
+    return {{Algorithm::kPairwiseEc, 4}, {SyncKind::kNone, 1}, "tree of switches, small blocks: pairwise exchange without tokens, switch queues absorb the contention"};
   return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1}, "tree of switches: contention-free phases with sender-based tokens"};
 }
 

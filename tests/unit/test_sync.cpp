@@ -2,6 +2,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <utility>
 
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/choice.hpp"
@@ -195,20 +198,32 @@ TEST_CASE("auto picks the calibrated schedule and sync variant, and verified pla
     CHECK(c.algorithm.algorithm == Algorithm::kSyncShuffle);
     CHECK(c.sync.kind == SyncKind::kNone);
   }
-  for (const Topology* t : {&two, &three}) {
-    CHECK(auto_choice(*t, 1024).sync.kind == SyncKind::kNone);
-    CHECK(auto_choice(*t, 4096).sync.kind == SyncKind::kNone);
-    CHECK(auto_choice(*t, 4097).sync.kind == SyncKind::kSenderAll);
-    // alltoallv: ranks see different sizes, so all of them take the large-block choice.
-    CHECK(auto_choice(*t, kAnyBlockSize).sync.kind == SyncKind::kSenderAll);
-    // Small blocks: the group shuffle without tokens; above: the tree's contention-free phases.
-    CHECK(auto_choice(*t, 4096).algorithm.algorithm == Algorithm::kGroupShuffle);
-    CHECK(auto_choice(*t, 4097).algorithm.algorithm == Algorithm::kTree);
-    for (std::uint64_t b : {std::uint64_t{1024}, std::uint64_t{65536}}) {
+  // Trees: below three switch buffers (64 KiB each here) over the bottleneck load, the
+  // pairwise exchange without tokens; from there, the tree's phases with sender-based tokens.
+  // 8-two-switch: load 16, so blocks below 12 KiB; 12-three-level: load 36, below 5,461 bytes.
+  for (auto [t, last_small] : {std::pair{&two, std::uint64_t{12287}}, std::pair{&three, std::uint64_t{5461}}}) {
+    INFO(t->name());
+    for (std::uint64_t b : {std::uint64_t{1}, std::uint64_t{1024}, std::uint64_t{4096}, last_small}) {
       Choice c = auto_choice(*t, b);
-      CHECK(c.algorithm.algorithm == (b <= 4096 ? Algorithm::kGroupShuffle : Algorithm::kTree));
+      CHECK(c.algorithm.algorithm == Algorithm::kPairwiseEc);
+      CHECK(c.sync.kind == SyncKind::kNone);
       CHECK(!c.reason.empty());
       CHECK(verify(*t, plan_sync(*t, make_schedule(*t, c.algorithm), c.sync)).ok());
     }
+    // alltoallv: ranks see different sizes, so all of them take the large-block choice.
+    for (std::uint64_t b : {last_small + 1, std::uint64_t{65536}, kAnyBlockSize}) {
+      Choice c = auto_choice(*t, b);
+      CHECK(c.algorithm.algorithm == Algorithm::kTree);
+      CHECK(c.sync.kind == SyncKind::kSenderAll);
+      CHECK(verify(*t, plan_sync(*t, make_schedule(*t, c.algorithm), c.sync)).ok());
+    }
   }
+  // The switches' own buffers count: with 256 KiB ports, 8-two-switch absorbs blocks below 48 KiB.
+  std::ifstream in(aapc::test::topology_path("8-two-switch"));
+  TopologySpec spec = read_dot(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), "8-two-switch");
+  for (auto& node : spec.nodes)
+    if (node.attrs.count("buffer") != 0) node.attrs["buffer"] = "256K";
+  Topology deep = Topology::from_spec(spec);
+  CHECK(auto_choice(deep, 48 * 1024 - 1).algorithm.algorithm == Algorithm::kPairwiseEc);
+  CHECK(auto_choice(deep, 48 * 1024).algorithm.algorithm == Algorithm::kTree);
 }

@@ -74,6 +74,9 @@ struct Link {
 
 inline constexpr std::uint64_t kDefaultRateBps = 1'000'000'000ULL;
 inline constexpr int kDefaultMtu = 1500;
+// A switch port's queue when the topology does not give one (`buffer` on a switch): what the
+// emulated cluster shapes, and what `auto` assumes.
+inline constexpr std::uint64_t kDefaultSwitchBufferBytes = 65536;
 
 // Parses "100Mbit", "1Gbit", "2.5Gbit", "10000kbit" into bits per second.
 std::optional<std::uint64_t> parse_rate(std::string_view text);
