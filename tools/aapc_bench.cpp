@@ -22,6 +22,8 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <numeric>
+#include <random>
 #include <sstream>
 
 #include "aapc/client.hpp"
@@ -136,11 +138,17 @@ int measure(const Args& a) {
         tally[i].sync = r->sync;
       }
     }
+    // Every round runs the configurations in a new order, the same on every rank, so that
+    // none always follows the same one: a schedule that overflows the queues leaves the next
+    // one a busier machine. (Rotating one order, as before, changed which came first but kept
+    // each one's predecessor.) Fisher-Yates on mt19937_64, whose output the standard fixes,
+    // so that ranks built with different libraries still agree.
+    std::vector<std::size_t> order(configs.size());
     for (int round = 0; round < rounds; ++round) {
-      // Each turn starts with another configuration, so that none always follows the same
-      // one (a schedule that overflows the queues leaves the next one a busier machine).
-      for (std::size_t j = 0; j < configs.size(); ++j) {
-        const std::size_t i = (j + static_cast<std::size_t>(round)) % configs.size();
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::mt19937_64 draw(block * 1000 + static_cast<std::uint64_t>(round));
+      for (std::size_t k = order.size(); k > 1; --k) std::swap(order[k - 1], order[draw() % k]);
+      for (const std::size_t i : order) {
         Tally& t = tally[i];
         // The check below must see what this turn's exchanges delivered, nothing earlier.
         if (a.check) std::fill(recv.data(), recv.data() + n * block, std::uint8_t{0});

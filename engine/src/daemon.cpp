@@ -519,7 +519,7 @@ struct Daemon::Impl {
         // Every rank must pick the same schedule: an alltoall's block size is the same on all
         // of them (the collective's contract), an alltoallv's largest block is not, so it gets
         // the choice for large blocks.
-        sched::Choice choice = sched::auto_choice(topo, kind == proto::Kind::kAlltoall ? largest : sched::kAnyBlockSize);
+        sched::Choice choice = sched::auto_choice(*model, kind == proto::Kind::kAlltoall ? largest : sched::kAnyBlockSize);
         algo = choice.algorithm;
         sync = choice.sync;
       } else {

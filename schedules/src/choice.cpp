@@ -2,11 +2,10 @@
 
 #include <algorithm>
 
-#include "aapc/sched/tree.hpp"
-
 namespace aapc::sched {
 
-Choice auto_choice(const Topology& topology, std::uint64_t block_bytes) {
+Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes) {
+  const Topology& topology = model.topology();
   // Calibrated with aapc-bench (2 cores, emulated clusters with 100 Mbit/s links, tbf, Linux
   // bridges; aggregate Mbit/s, auto's own row in parentheses where it differs):
   //
@@ -64,11 +63,13 @@ Choice auto_choice(const Topology& topology, std::uint64_t block_bytes) {
       const std::uint64_t b = node.buffer_bytes != 0 ? node.buffer_bytes : kDefaultSwitchBufferBytes;
       buffer = buffer == 0 ? b : std::min(buffer, b);
     }
-  const auto load = static_cast<std::uint64_t>(TreeModel(topology).load());
+  const auto load = static_cast<std::uint64_t>(model.load());
   if (load > 0 && block_bytes <= (kBuffersAbsorbed * buffer - 1) / load)  // block x load < 3 buffers, without overflow
     return {{Algorithm::kPairwiseEc, 4}, {SyncKind::kNone, 1}, "tree of switches, small blocks: pairwise exchange without tokens, switch queues absorb the contention"};
   return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1}, "tree of switches: contention-free phases with sender-based tokens"};
 }
+
+Choice auto_choice(const Topology& topology, std::uint64_t block_bytes) { return auto_choice(TreeModel(topology), block_bytes); }
 
 Schedule barrier_schedule(int machines) {
   // Round s: i signals i + 2^s and waits for i - 2^(s-1) (the token of the previous round);

@@ -9,6 +9,7 @@
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/schedule.hpp"
 #include "aapc/sched/topology.hpp"
+#include "aapc/sched/tree.hpp"
 
 namespace aapc::sched {
 
@@ -21,8 +22,10 @@ struct Choice {
 // A block size that stands for "not the same on every rank" (alltoallv): the large-block choice.
 inline constexpr std::uint64_t kAnyBlockSize = UINT64_MAX;
 
-// What `auto` runs for blocks of `block_bytes` on `topology`.
+// What `auto` runs for blocks of `block_bytes` on `topology`; the daemon, which keeps the
+// tree model of its topology, calls the second form once per exchange.
 Choice auto_choice(const Topology& topology, std::uint64_t block_bytes);
+Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes);
 
 // A dissemination barrier made of tokens only: ceil(log2 N) rounds without data.
 Schedule barrier_schedule(int machines);
