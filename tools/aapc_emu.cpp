@@ -268,7 +268,7 @@ Json build_cluster(const Topology& t, const std::string& subnet) {
   }
   const std::string mtu = std::to_string(t.mtu());
   auto bridge = [&](int node) { return "aapcb" + std::to_string(switch_index[static_cast<std::size_t>(node)]); };
-  auto buffer_of = [&](int node) { return t.node(node).buffer_bytes != 0 ? t.node(node).buffer_bytes : aapc::sched::kDefaultSwitchBufferBytes; };
+  auto buffer_of = [&](int node) { return aapc::sched::buffer_or_default(t.node(node)); };
   for (std::size_t i = 0; i < t.nodes().size(); ++i) {
     if (switch_index[i] < 0) continue;
     std::string br = bridge(static_cast<int>(i));

@@ -52,19 +52,17 @@ Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes) {
   //   phase) and equal above.
   //
   // Below 16 KiB the same schedule measured in separate runs differs by 10-50% on this 2-core
-  // virtual machine; measured turn by turn against each other, auto and the schedule it ran
-  // agree within 1.5%, which is what the table above resolves.
+  // virtual machine; measured round by round against each other, auto and the schedule it
+  // ran agree within 2.2% (6.6% once at 1 KiB while the host took CPU): what the table above
+  // resolves.
   if (topology.single_switch())
     return {{Algorithm::kSyncShuffle, 4}, {SyncKind::kNone, 1}, "one switch: synchronous shuffle, no synchronisation needed"};
   constexpr std::uint64_t kBuffersAbsorbed = 3;
-  std::uint64_t buffer = 0;
+  std::uint64_t buffer = 0;  // the smallest switch buffer (none: two machines cabled together)
   for (const Node& node : topology.nodes())
-    if (node.kind == NodeKind::kSwitch) {
-      const std::uint64_t b = node.buffer_bytes != 0 ? node.buffer_bytes : kDefaultSwitchBufferBytes;
-      buffer = buffer == 0 ? b : std::min(buffer, b);
-    }
+    if (node.kind == NodeKind::kSwitch) buffer = buffer == 0 ? buffer_or_default(node) : std::min(buffer, buffer_or_default(node));
   const auto load = static_cast<std::uint64_t>(model.load());
-  if (load > 0 && block_bytes <= (kBuffersAbsorbed * buffer - 1) / load)  // block x load < 3 buffers, without overflow
+  if (buffer > 0 && load > 0 && block_bytes <= (kBuffersAbsorbed * buffer - 1) / load)  // block x load < 3 buffers, without overflow
     return {{Algorithm::kPairwiseEc, 4}, {SyncKind::kNone, 1}, "tree of switches, small blocks: pairwise exchange without tokens, switch queues absorb the contention"};
   return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1}, "tree of switches: contention-free phases with sender-based tokens"};
 }

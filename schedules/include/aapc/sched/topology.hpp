@@ -77,6 +77,9 @@ inline constexpr int kDefaultMtu = 1500;
 // A switch port's queue when the topology does not give one (`buffer` on a switch): what the
 // emulated cluster shapes, and what `auto` assumes.
 inline constexpr std::uint64_t kDefaultSwitchBufferBytes = 65536;
+inline std::uint64_t buffer_or_default(const Node& a_switch) {
+  return a_switch.buffer_bytes != 0 ? a_switch.buffer_bytes : kDefaultSwitchBufferBytes;
+}
 
 // Parses "100Mbit", "1Gbit", "2.5Gbit", "10000kbit" into bits per second.
 std::optional<std::uint64_t> parse_rate(std::string_view text);
