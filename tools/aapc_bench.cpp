@@ -597,7 +597,7 @@ int orchestrate(const Args& a) {
     for (int r = 0; r < a.repeat; ++r) {
       const Json *mine = nullptr, *ref = nullptr;
       for (const auto& p : runs) {
-        if (p["size"] != b || p.value("rep", 0) != r || p["impl"] != "aapc" || !trusted(p) || !p.contains("turn_s")) continue;
+        if (p["size"] != b || p.value("rep", 0) != r || p["impl"] != "aapc" || !trusted(p)) continue;
         if (p["label"] == label) mine = &p;
         if (p["label"] == against) ref = &p;
       }

@@ -175,12 +175,15 @@ std::vector<std::string> our_links() {
   return out;
 }
 
+// A process in the process table, zombies included.
+bool in_process_table(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
+
 // A daemon process that still runs. kill(pid, 0) alone is not enough: a daemon whose
 // `aapc-emu start` has exited is reparented, and until its new parent reaps it a killed one
 // stays a zombie that kill(pid, 0) still finds (seen: a SIGKILLed daemon was taken for
 // running, not restarted, and `start` waited 20 s on its dead socket).
 bool running(pid_t pid) {
-  if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+  if (!in_process_table(pid)) return false;
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
   std::getline(stat, line);
@@ -196,12 +199,12 @@ void stop_daemons(const Json& state, bool quiet = false) {
   for (const auto& d : state["daemons"]) {
     pid_t pid = d.value("pid", 0);
     if (running(pid)) ::kill(pid, SIGTERM);
-    if (pid > 0 && ::kill(pid, 0) == 0) pids.push_back(pid);  // zombies too: wait until reaped
+    if (in_process_table(pid)) pids.push_back(pid);  // zombies too: wait until reaped
   }
   // Until each is gone from the process table, so that nothing of ours is left once `down`
   // returns (init here reaps orphans up to 2 s late).
   auto wait_gone = [](pid_t pid, std::chrono::steady_clock::time_point deadline) {
-    while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+    while (in_process_table(pid) && std::chrono::steady_clock::now() < deadline) {
       ::waitpid(pid, nullptr, WNOHANG);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

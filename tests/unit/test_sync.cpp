@@ -2,8 +2,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <utility>
 
 #include "aapc/sched/algorithms.hpp"
@@ -200,7 +198,7 @@ TEST_CASE("auto picks the calibrated schedule and sync variant, and verified pla
   }
   // Trees: below three switch buffers (64 KiB each here) over the bottleneck load, the
   // pairwise exchange without tokens; from there, the tree's phases with sender-based tokens.
-  // 8-two-switch: load 16, so blocks below 12 KiB; 12-three-level: load 36, below 5,461 bytes.
+  // 8-two-switch: load 16, so blocks below 12 KiB; 12-three-level: load 36, up to 5,461 bytes.
   for (auto [t, last_small] : {std::pair{&two, std::uint64_t{12287}}, std::pair{&three, std::uint64_t{5461}}}) {
     INFO(t->name());
     for (std::uint64_t b : {std::uint64_t{1}, std::uint64_t{1024}, std::uint64_t{4096}, last_small}) {
@@ -219,8 +217,7 @@ TEST_CASE("auto picks the calibrated schedule and sync variant, and verified pla
     }
   }
   // The switches' own buffers count: with 256 KiB ports, 8-two-switch absorbs blocks below 48 KiB.
-  std::ifstream in(aapc::test::topology_path("8-two-switch"));
-  TopologySpec spec = read_dot(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), "8-two-switch");
+  TopologySpec spec = read_dot(to_dot(two), "8-two-switch");
   for (auto& node : spec.nodes)
     if (node.attrs.count("buffer") != 0) node.attrs["buffer"] = "256K";
   Topology deep = Topology::from_spec(spec);
