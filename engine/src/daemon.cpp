@@ -727,7 +727,8 @@ int Daemon::run(const std::atomic<bool>& stop) {
     if (m.port_fd >= 0) {
       // Sleep until a frame or a client comes, or the engine has something to send or time
       // out: many daemons share few cores in emulation, and spinning ones starve the rest.
-      sleep_in(m.epoll_fd, std::min(m.engine->next_event(Clock::now()), next_service));
+      // Clients are in the epoll set: they wake it, so the sleep need not end for them.
+      sleep_in(m.epoll_fd, m.engine->next_event(Clock::now()));
       next_service = std::min(next_service, Clock::now());
     } else if (++idle > 16) {
       std::this_thread::sleep_for(std::chrono::microseconds(idle > 2000 ? 200 : 30));

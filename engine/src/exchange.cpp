@@ -507,6 +507,19 @@ void Exchange::timers(Clock::time_point now) {
   advance(now);
 }
 
+Clock::time_point Exchange::next_deadline() const {
+  if (!running()) return Clock::time_point::max();
+  Clock::time_point at = next_keepalive_;
+  for (const auto& p : ready_out_)
+    if (p.to >= 0 && !p.acked) at = std::min(at, p.retry_at);
+  for (const auto& [id, p] : syncs_out_) at = std::min(at, p.retry_at);
+  for (const auto& b : out_)
+    if (!b.acked && b.first_done && b.resend.empty()) at = std::min(at, b.poll_at);
+  if (spec_.timeout.count() > 0) at = std::min(at, start_ + spec_.timeout);
+  if (round_state_ == RoundState::kDelay) at = std::min(at, delay_until_);
+  return at;
+}
+
 void Exchange::check_done(Clock::time_point now) {
   if (!running() || round_ < spec_.program.rounds.size()) return;
   if (unacked_blocks_ > 0 || incomplete_blocks_ > 0 || unacked_pending_ > 0) return;

@@ -28,6 +28,9 @@ class Exchange {
   bool send_next(Clock::time_point now);
   bool has_data() const;
   void timers(Clock::time_point now);
+  // The earliest time timers() has something to do (a retransmission, a poll, a keepalive,
+  // the deadline, the end of a dummy delay); a sleeping engine need not wake before it.
+  Clock::time_point next_deadline() const;
   void fail(Errc code, const std::string& message, Rank peer, Clock::time_point now);
 
   // Frames for this exchange (already validated by parse()).

@@ -198,3 +198,41 @@ TEST_CASE("all-to-many: sparse per-destination sizes scheduled by CGM, GM and LP
     CHECK(received == expected);
   }
 }
+
+// Found at 64 machines on two cores: engines with a running exchange but nothing to do woke
+// every timer period (500 us) and together starved the nodes that were sending.
+TEST_CASE("an engine that waits sleeps until its earliest deadline, not the timer period") {
+  auto opts = test::nodes(3);
+  opts.tune = [](engine::EngineConfig& c) { c.rto = std::chrono::milliseconds(40); };
+  test::Fabric fabric(opts);
+  fabric.unplug(2);  // rank 2 never acknowledges our READY: a retransmission is due
+  Topology t = single_switch_topology(3);
+  Schedule s = planned(t, "ring", "none");
+  std::vector<std::vector<std::uint8_t>> send(3, std::vector<std::uint8_t>(4000, 1)), recv(3, std::vector<std::uint8_t>(4000, 0));
+  auto spec = engine::exchange_spec(s, 0, 1);
+  for (std::size_t r = 0; r < 3; ++r) {
+    spec.send[r] = {send[r].data(), send[r].size()};
+    spec.recv[r] = {recv[r].data(), recv[r].size()};
+  }
+  REQUIRE(fabric.engine(0).start(std::move(spec)));
+  fabric.settle(std::chrono::milliseconds(5));  // rank 1 acknowledges the READY (kept as early)
+  auto& eng = fabric.engine(0);
+  const auto now = engine::Clock::now();
+  const auto wake = eng.next_event(now) - now;
+  // No data can go (no READY from the peers); the next thing due is READY's retransmission
+  // to rank 2, one RTO (40 ms) after the first, less the time settle() took.
+  CHECK(wake > std::chrono::milliseconds(2));
+  CHECK(wake <= eng.config().rto);
+  // Once every control frame is answered, the next deadline is the keepalive.
+  test::Fabric calm(opts);
+  auto spec2 = engine::exchange_spec(s, 0, 1);
+  for (std::size_t r = 0; r < 3; ++r) {
+    spec2.send[r] = {send[r].data(), send[r].size()};
+    spec2.recv[r] = {recv[r].data(), recv[r].size()};
+  }
+  REQUIRE(calm.engine(0).start(std::move(spec2)));
+  calm.settle(std::chrono::milliseconds(5));
+  const auto now2 = engine::Clock::now();
+  CHECK(calm.engine(0).next_event(now2) - now2 > std::chrono::milliseconds(50));
+  CHECK(calm.engine(0).report(1)->state == engine::ExchangeState::kRunning);
+}
