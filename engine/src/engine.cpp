@@ -182,7 +182,12 @@ bool Engine::send_frame(Rank dst, const Header& h, const std::uint8_t* payload, 
   }
   txq_.push_back(m);
   counters_.bytes_sent += frame_len;
-  if (config_.pace_bps > 0) tokens_ -= static_cast<double>(frame_len + config_.pace_overhead_bytes);
+  if (config_.pace_bps > 0) {
+    const double bytes = static_cast<double>(frame_len + config_.pace_overhead_bytes);
+    tokens_ -= bytes;
+    pace_drained_ = std::max(pace_drained_, pace_last_) +
+                    std::chrono::nanoseconds(static_cast<std::int64_t>(bytes * 8e9 / static_cast<double>(config_.pace_bps)));
+  }
   return true;
 }
 
@@ -439,6 +444,7 @@ bool Engine::poll() {
   const auto now = Clock::now();
   const std::uint64_t before_rx = handled_, before_tx = counters_.frames_sent;
   receive(now);
+  for (Exchange* ex : active_) ex->emit_due(now);
   if (now >= next_timers_) {
     timers(now);
     next_timers_ = now + kTimerPeriod;
@@ -484,8 +490,13 @@ Clock::time_point Engine::next_event(Clock::time_point now) const {
   // the timer period took more CPU than the nodes that were sending (README, "Scale").
   Clock::time_point due = joining_ && join_sending_ ? join_retry_ : Clock::time_point::max();
   if (!lingering_.empty()) due = std::min(due, lingering_.front().first);
-  for (const Exchange* ex : active_) due = std::min(due, ex->next_deadline());
-  Clock::time_point at = std::max(due, next_timers_);
+  Clock::time_point token = Clock::time_point::max();
+  for (const Exchange* ex : active_) {
+    due = std::min(due, ex->next_deadline());
+    token = std::min(token, ex->next_emit());
+  }
+  // Held-back tokens go at their time, not at the next timer period: someone waits for them.
+  Clock::time_point at = std::min(std::max(due, next_timers_), token);
   if (std::any_of(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->has_data(); })) {
     if (config_.pace_bps == 0 || tokens_ > 0) return now;
     const auto refill = std::chrono::nanoseconds(static_cast<std::int64_t>(-tokens_ * 8e9 / static_cast<double>(config_.pace_bps)) + 1);

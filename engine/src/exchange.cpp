@@ -205,7 +205,17 @@ void Exchange::end_round(Clock::time_point now) {
   // Sender-based tokens leave after the round's data: they are queued behind its frames.
   // (Sending them a little earlier was measured: on a link busy all the time, any lead makes
   // phases overlap, and the queue grows phase after phase until the switch drops frames.)
-  for (std::uint32_t id : round.emits) emit(id, now);
+  // A round that caught up with a burst after a late poll leaves that burst queued
+  // downstream, so its tokens wait until the burst has drained at the paced rate; otherwise
+  // the bursts of 448 hand-overs add up on a bottleneck link that is never idle (64 machines).
+  const Clock::time_point drained = eng_.drained_at();
+  for (std::uint32_t id : round.emits) {
+    if (drained > now) {
+      late_emits_.emplace_back(drained, id);
+    } else {
+      emit(id, now);
+    }
+  }
   ++round_;
   round_state_ = RoundState::kWaiting;
   wait_since_ = now;
@@ -507,6 +517,15 @@ void Exchange::timers(Clock::time_point now) {
   advance(now);
 }
 
+void Exchange::emit_due(Clock::time_point now) {
+  if (!running()) return;
+  while (!late_emits_.empty() && late_emits_.front().first <= now) {
+    const std::uint32_t id = late_emits_.front().second;
+    late_emits_.pop_front();
+    emit(id, now);
+  }
+}
+
 Clock::time_point Exchange::next_deadline() const {
   if (!running()) return Clock::time_point::max();
   Clock::time_point at = next_keepalive_;
@@ -522,7 +541,7 @@ Clock::time_point Exchange::next_deadline() const {
 
 void Exchange::check_done(Clock::time_point now) {
   if (!running() || round_ < spec_.program.rounds.size()) return;
-  if (unacked_blocks_ > 0 || incomplete_blocks_ > 0 || unacked_pending_ > 0) return;
+  if (unacked_blocks_ > 0 || incomplete_blocks_ > 0 || unacked_pending_ > 0 || !late_emits_.empty()) return;
   state_ = ExchangeState::kDone;
   end_ = now;
   linger_until_ = now + eng_.config().linger;
@@ -538,6 +557,7 @@ void Exchange::fail(Errc code, const std::string& message, Rank peer, Clock::tim
   linger_until_ = now + eng_.config().linger;
   streams_.clear();
   resend_blocks_.clear();
+  late_emits_.clear();
   // Tell everyone (best effort, no acknowledgement); a peer that aborted us already knows.
   if (code != Errc::kPeerAborted) {
     std::string reason = "rank " + std::to_string(eng_.rank()) + ": " + message;

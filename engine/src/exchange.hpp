@@ -31,6 +31,9 @@ class Exchange {
   // The earliest time timers() has something to do (a retransmission, a poll, a keepalive,
   // the deadline, the end of a dummy delay); a sleeping engine need not wake before it.
   Clock::time_point next_deadline() const;
+  // Sender-based tokens held back until the round's frames have drained (Engine::drained_at).
+  void emit_due(Clock::time_point now);
+  Clock::time_point next_emit() const { return late_emits_.empty() ? Clock::time_point::max() : late_emits_.front().first; }
   void fail(Errc code, const std::string& message, Rank peer, Clock::time_point now);
 
   // Frames for this exchange (already validated by parse()).
@@ -129,6 +132,7 @@ class Exchange {
   std::unordered_map<std::uint32_t, Pending> syncs_out_;
   std::vector<bool> ready_from_;
   std::deque<int> resend_blocks_;   // out_ indices with frames to resend
+  std::deque<std::pair<Clock::time_point, std::uint32_t>> late_emits_;  // (when, sync id), by time
   std::size_t round_ = 0;
   RoundState round_state_ = RoundState::kWaiting;
   Clock::time_point wait_since_, delay_until_;

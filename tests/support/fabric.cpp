@@ -151,7 +151,14 @@ bool Fabric::step() {
     node.out_queue.erase(node.out_queue.begin(), node.out_queue.begin() + static_cast<std::ptrdiff_t>(take));
     moved = true;
   }
-  for (auto& node : nodes_) moved = node.engine->poll() || moved;
+  for (std::size_t i = 0; i < n; ++i) {
+    Node& node = nodes_[i];
+    if (static_cast<int>(i) == options_.late_node) {
+      if (now - node.polled < options_.late_period) continue;
+      node.polled = now;
+    }
+    moved = node.engine->poll() || moved;
+  }
   return moved;
 }
 

@@ -33,6 +33,10 @@ struct FabricOptions {
   int capture_snaplen = 65535;
   unsigned pool_size = 4095;
   std::function<void(engine::EngineConfig&)> tune;  // adjust each engine's configuration
+  // This node's engine is polled at most once per `late_period`, like a daemon that a busy
+  // host wakes late (-1: none).
+  int late_node = -1;
+  std::chrono::microseconds late_period{0};
 };
 
 inline FabricOptions nodes(int n) {
@@ -77,6 +81,7 @@ class Fabric {
     std::unique_ptr<engine::Engine> engine;
     std::vector<struct rte_mbuf*> out_queue;  // switch output waiting for the rate limit
     double tokens = 0;
+    std::chrono::steady_clock::time_point polled{};
   };
   std::vector<Node> nodes_;
   std::vector<bool> unplugged_;

@@ -50,6 +50,7 @@ inline ScratchDir scratch_dir(const std::string& name) { return ScratchDir(name)
 struct PcapFrame {
   std::vector<std::uint8_t> bytes;  // what the capture holds (caplen)
   std::uint32_t len = 0;            // the frame's length on the wire
+  std::int64_t ns = 0;              // capture timestamp
 };
 
 inline std::vector<PcapFrame> read_pcap(const std::filesystem::path& path) {
@@ -60,7 +61,9 @@ inline std::vector<PcapFrame> read_pcap(const std::filesystem::path& path) {
   std::vector<PcapFrame> out;
   pcap_pkthdr* h = nullptr;
   const u_char* data = nullptr;
-  while (pcap_next_ex(p, &h, &data) == 1) out.push_back({std::vector<std::uint8_t>(data, data + h->caplen), h->len});
+  while (pcap_next_ex(p, &h, &data) == 1)
+    out.push_back({std::vector<std::uint8_t>(data, data + h->caplen), h->len,
+                   static_cast<std::int64_t>(h->ts.tv_sec) * 1'000'000'000 + static_cast<std::int64_t>(h->ts.tv_usec)});
   pcap_close(p);
   return out;
 }

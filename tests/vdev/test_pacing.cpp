@@ -1,0 +1,125 @@
+// Pacing and waking at scale (README, "Scale"): what an engine does between frames, and when
+// its sender-based tokens leave.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/generate.hpp"
+#include "aapc/sched/sync.hpp"
+#include "checks.hpp"
+#include "fabric.hpp"
+#include "pcap_files.hpp"
+
+using namespace aapc;
+using namespace aapc::sched;
+
+namespace {
+
+Schedule planned(const Topology& t, const std::string& algo, const std::string& sync) {
+  Schedule s = make_schedule(t, *AlgorithmSpec::parse(algo));
+  return plan_sync(t, s, *SyncSpec::parse(sync));
+}
+
+std::uint32_t be32(const std::uint8_t* p) { return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3]; }
+std::uint16_t be16(const std::uint8_t* p) { return static_cast<std::uint16_t>((p[0] << 8) | p[1]); }
+
+}  // namespace
+
+// Found at 64 machines on two cores: engines with a running exchange but nothing to do woke
+// every timer period (500 us) and together starved the nodes that were sending.
+TEST_CASE("an engine that waits sleeps until its earliest deadline, not the timer period") {
+  auto opts = test::nodes(3);
+  opts.tune = [](engine::EngineConfig& c) { c.rto = std::chrono::milliseconds(40); };
+  test::Fabric fabric(opts);
+  fabric.unplug(2);  // rank 2 never acknowledges our READY: a retransmission is due
+  Topology t = single_switch_topology(3);
+  Schedule s = planned(t, "ring", "none");
+  std::vector<std::vector<std::uint8_t>> send(3, std::vector<std::uint8_t>(4000, 1)), recv(3, std::vector<std::uint8_t>(4000, 0));
+  auto spec = engine::exchange_spec(s, 0, 1);
+  for (std::size_t r = 0; r < 3; ++r) {
+    spec.send[r] = {send[r].data(), send[r].size()};
+    spec.recv[r] = {recv[r].data(), recv[r].size()};
+  }
+  REQUIRE(fabric.engine(0).start(std::move(spec)));
+  fabric.settle(std::chrono::milliseconds(5));  // rank 1 acknowledges the READY (kept as early)
+  auto& eng = fabric.engine(0);
+  const auto now = engine::Clock::now();
+  const auto wake = eng.next_event(now) - now;
+  // No data can go (no READY from the peers); the next thing due is READY's retransmission
+  // to rank 2, one RTO (40 ms) after the first, less the time settle() took.
+  CHECK(wake > std::chrono::milliseconds(2));
+  CHECK(wake <= eng.config().rto);
+  // Once every control frame is answered, the next deadline is the keepalive.
+  test::Fabric calm(opts);
+  auto spec2 = engine::exchange_spec(s, 0, 1);
+  for (std::size_t r = 0; r < 3; ++r) {
+    spec2.send[r] = {send[r].data(), send[r].size()};
+    spec2.recv[r] = {recv[r].data(), recv[r].size()};
+  }
+  REQUIRE(calm.engine(0).start(std::move(spec2)));
+  calm.settle(std::chrono::milliseconds(5));
+  const auto now2 = engine::Clock::now();
+  CHECK(calm.engine(0).next_event(now2) - now2 > std::chrono::milliseconds(50));
+  CHECK(calm.engine(0).report(1)->state == engine::ExchangeState::kRunning);
+}
+
+// Found at 64 machines: a daemon woken late catches up with a burst (the bucket allows one),
+// and the burst waits in the next switch's queue. Its sender-based token used to leave right
+// after the burst, so the next user of the link started while the burst was still queued; over
+// hundreds of hand-overs on a link that is never idle the queue overflowed. The token now
+// leaves no earlier than the round's frames can have crossed the link at the paced rate.
+TEST_CASE("a late engine's burst holds back its sender-based tokens until the frames have drained") {
+  Topology t = single_switch_topology(4);
+  Schedule s = planned(t, "pairwise", "sender-all");
+  // A token that travels between two nodes after a round of data.
+  const Sync* token = nullptr;
+  for (const auto& sync : s.syncs)
+    if (sync.trigger == SyncTrigger::kAfterSend && sync.from != sync.to && sync.from_round >= 0) {
+      token = &sync;
+      break;
+    }
+  REQUIRE(token != nullptr);
+  const Round& round = s.programs[static_cast<std::size_t>(token->from)].rounds[static_cast<std::size_t>(token->from_round)];
+  REQUIRE(round.sends.size() == 1);
+  const Rank dst = round.sends.front().dst;
+
+  const std::uint64_t rate = 20'000'000;  // a 1514-byte frame every 0.6 ms
+  auto scratch = test::scratch_dir("pacing-burst");
+  auto opts = test::nodes(4);
+  opts.capture_dir = scratch.string();
+  opts.capture_snaplen = 64;
+  opts.tune = [&](engine::EngineConfig& c) { c.pace_bps = rate; };
+  opts.late_node = token->from;  // polled every 2.5 ms: it sends 4 frames at a time
+  opts.late_period = std::chrono::microseconds(2500);
+  const std::uint64_t block = 40 * 1456;
+  {
+    test::Fabric fabric(opts);
+    auto run = test::run_exchange(fabric, s, 1, block);
+    test::expect_ok(run, "pairwise + sender-all with a late node");
+  }
+  // From the late node's capture: when its frames to `dst` can have left at the paced rate
+  // (a frame cannot start before it was handed over, nor before the previous one has left),
+  // and when the token went.
+  const double frame_ns = 1514.0 * 8e9 / static_cast<double>(rate);
+  double drained = 0;
+  std::int64_t sync_sent = -1;
+  int bursts = 0;
+  std::int64_t last_data = -1;
+  for (const auto& f : test::read_pcap(scratch / ("node" + std::to_string(token->from) + ".pcap"))) {
+    if (f.bytes.size() < 14 + 24 || be16(&f.bytes[12]) != engine::kDefaultEtherType) continue;
+    const std::uint8_t* h = &f.bytes[14];
+    const auto type = static_cast<engine::FrameType>(h[3]);
+    if (be16(h + 16) != static_cast<std::uint16_t>(token->from)) continue;  // received, not sent
+    if (type == engine::FrameType::kData && be16(h + 18) == dst && (h[4] & engine::kFlagRetransmit) == 0) {
+      if (f.ns - last_data < frame_ns / 4) ++bursts;  // handed over together with the previous one
+      last_data = f.ns;
+      drained = std::max(drained, static_cast<double>(f.ns)) + static_cast<double>(f.len) * 8e9 / static_cast<double>(rate);
+    }
+    if (type == engine::FrameType::kSync && be32(h + 20) == token->id && sync_sent < 0) sync_sent = f.ns;
+  }
+  REQUIRE(last_data >= 0);
+  REQUIRE(bursts > 0);  // the late polls did send in bursts
+  INFO("token " << (static_cast<double>(sync_sent) - drained) / 1e6 << " ms after the round's frames drained");
+  CHECK(static_cast<double>(sync_sent) >= drained - frame_ns / 2);
+}
