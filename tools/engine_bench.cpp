@@ -12,6 +12,7 @@
 #include <rte_ring.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <iomanip>
@@ -106,6 +107,73 @@ Outcome run_once(nic::Port& pa, nic::Port& pb, std::uint64_t block, int mtu, std
   return out;
 }
 
+// Two phases, A -> B then B -> A, of one small block each: with `token`, B's round waits for
+// A's sender-based token, as consecutive users of a link do in the tree's phases; without,
+// both rounds run at once. The difference of the two is what a phase hand-over costs the
+// engines (emit, frame, receive, parse, start the next round), with no wire in between.
+sched::Schedule two_phases(bool token) {
+  sched::Schedule s;
+  s.algorithm = token ? "two-phases+token" : "two-phases";
+  s.machines = 2;
+  s.phases = {{{0, 1}}, {{1, 0}}};
+  s.programs = sched::programs_from_phases(2, s.phases);
+  if (token) {
+    s.syncs.push_back({0, 0, 1, sched::SyncTrigger::kAfterSend, 0, -1, 0});
+    s.programs[0].rounds[0].emits.push_back(0);
+    s.programs[1].rounds[0].waits.push_back(0);
+  }
+  return s;
+}
+
+// Median and spread (10th to 90th percentile) of `n` exchanges of each kind, in turns of 100.
+void handover(nic::Port& pa, nic::Port& pb, int n) {
+  std::vector<nic::MacAddr> macs = {pa.mac(), pb.mac()};
+  engine::EngineConfig ca;
+  ca.peers = macs;
+  engine::EngineConfig cb = ca;
+  cb.rank = 1;
+  engine::Engine ea(pa, ca), eb(pb, cb);
+  const sched::Schedule plain = two_phases(false), tokened = two_phases(true);
+  std::array<std::uint8_t, 64> a_send{}, a_recv{}, b_send{}, b_recv{};
+  std::vector<double> us[2];
+  std::uint32_t id = 1;
+  auto one = [&](const sched::Schedule& s) {
+    auto sa = engine::exchange_spec(s, 0, id), sb = engine::exchange_spec(s, 1, id);
+    sa.send[1] = {a_send.data(), a_send.size()};
+    sa.recv[1] = {a_recv.data(), a_recv.size()};
+    sb.send[0] = {b_send.data(), b_send.size()};
+    sb.recv[0] = {b_recv.data(), b_recv.size()};
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!ea.start(std::move(sa)) || !eb.start(std::move(sb))) throw std::runtime_error("an exchange did not start");
+    int done = 0;
+    while (done < 2) {
+      ea.poll();
+      eb.poll();
+      for (auto* e : {&ea, &eb})
+        for (auto& r : e->take_finished()) {
+          if (r.state != engine::ExchangeState::kDone) throw std::runtime_error("exchange failed: " + r.error);
+          ++done;
+        }
+    }
+    ++id;
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int turn = 0; turn * 100 < n; ++turn)
+    for (int k = 0; k < 2; ++k)
+      for (int i = 0; i < 100; ++i) us[k].push_back(one(k == 0 ? plain : tokened));
+  auto pct = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+  };
+  std::cout << std::fixed << std::setprecision(2) << "phase hand-over, two engines on one core, " << us[0].size() << " exchanges of each kind\n";
+  for (int k = 0; k < 2; ++k)
+    std::cout << "  " << std::left << std::setw(34) << (k == 0 ? "two phases at once (us)" : "two phases, token between (us)") << std::right
+              << " median " << std::setw(7) << pct(us[k], 0.5) << "  p10 " << std::setw(7) << pct(us[k], 0.1) << "  p90 " << std::setw(7)
+              << pct(us[k], 0.9) << "\n";
+  std::cout << "  one hand-over costs the engines   median " << std::setw(7) << pct(us[1], 0.5) - pct(us[0], 0.5)
+            << " us (difference of the medians)\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,6 +186,9 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", repeat, "runs per figure; the best is reported")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--capture-dir", capture_dir, "where the capture runs write their pcap files")->capture_default_str();
   app.add_option("--snaplen", snaplen, "snap length of the second capture run")->capture_default_str();
+  int handovers = 0;
+  app.add_option("--handover", handovers, "instead: measure what a phase hand-over (a sender-based token) costs, over this many exchanges")
+      ->check(CLI::Range(100, 1'000'000));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -131,6 +202,10 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < block; ++i) buf[2 * block + i] = static_cast<std::uint8_t>(i * 40503U >> 7);
 
     Cable cable = make_cable(0, mtu);
+    if (handovers > 0) {
+      handover(*cable.a, *cable.b, handovers);
+      return 0;
+    }
     std::uint32_t id = 1;
     Outcome last;
     std::cout << "two engines, one core, net_ring, MTU " << mtu << ", " << block_mib << " MiB each way, best of " << repeat << "\n";
