@@ -42,9 +42,12 @@ ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32
   spec.id = id;
   spec.program = schedule.programs.at(static_cast<std::size_t>(me));
   spec.sync_count = static_cast<std::uint32_t>(schedule.syncs.size());
-  for (const auto& s : schedule.syncs)
+  for (const auto& s : schedule.syncs) {
     if (s.from == me) spec.sync_targets.emplace_back(s.id, s.to);
+    if (s.to == me && s.from != me) spec.sync_sources.emplace_back(s.id, s.from);
+  }
   std::sort(spec.sync_targets.begin(), spec.sync_targets.end());
+  std::sort(spec.sync_sources.begin(), spec.sync_sources.end());
   spec.send.resize(static_cast<std::size_t>(schedule.machines));
   spec.recv.resize(static_cast<std::size_t>(schedule.machines));
   return spec;

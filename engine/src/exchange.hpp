@@ -110,6 +110,10 @@ class Exchange {
   void block_complete(Rank src, Clock::time_point now);
   void check_done(Clock::time_point now);
   Rank sync_target(std::uint32_t id) const;
+  // Marks the peers this node waits on now: for the READY or tokens of the round it would
+  // start, for acknowledgements of what it sent, and, once its rounds are done, for the
+  // blocks still missing.
+  void waited_on(std::vector<bool>& peers) const;
 
   Engine& eng_;
   ExchangeSpec spec_;
@@ -125,6 +129,8 @@ class Exchange {
   std::vector<std::uint32_t> epoch_;
   std::vector<bool> epoch_known_;
   std::vector<Clock::time_point> pinged_;
+  std::vector<bool> waiting_;                    // by peer: waited on at the last keepalive
+  std::vector<Clock::time_point> waiting_since_;  // by peer: since when
   std::vector<std::uint8_t> have_sync_;
   // Control frames awaiting their ACK: our READY to each peer (by rank; `to` < 0 when none
   // is outstanding), and the tokens we emitted (by sync id; removed when acknowledged).

@@ -60,6 +60,9 @@ struct ExchangeSpec {
   std::uint32_t sync_count = 0;  // sync ids of the plan are below this
   // Where each token this node emits goes: (sync id, rank), sorted by id.
   std::vector<std::pair<std::uint32_t, Rank>> sync_targets;
+  // Who emits each token this node waits for: (sync id, rank), sorted by id. Liveness pings go
+  // only to the peers a node waits on.
+  std::vector<std::pair<std::uint32_t, Rank>> sync_sources;
   std::vector<SendBlock> send;   // by destination rank (size = cluster size)
   std::vector<RecvBlock> recv;   // by source rank
   std::uint64_t dummy_len = 0;   // size of a dummy message (0: the largest send block)
