@@ -22,6 +22,8 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
+#include <variant>
 
 #include "aapc/engine/engine.hpp"
 #include "aapc/nic/capture.hpp"
@@ -216,9 +218,7 @@ struct Daemon::Impl {
   }
 
   static void reply_error(int fd, std::uint32_t request, Errc code, const std::string& message) {
-    proto::Writer w(proto::Type::kError, request);
-    w.put(static_cast<std::uint32_t>(code)).str(message);
-    proto::send_message(fd, w.done());
+    proto::send_message(fd, proto::message(proto::ErrorReply{static_cast<std::uint32_t>(code), message}, request));
   }
 
   void accept_clients() {
@@ -306,57 +306,66 @@ struct Daemon::Impl {
       case proto::Received::kClosed: drop_client(fd); return true;
       case proto::Received::kMessage: break;
     }
-    auto h = proto::header_of(msg);
-    if (truncated || !h) {
+    if (truncated) {
       if (passed_fd >= 0) ::close(passed_fd);
-      reply_error(fd, h ? h->request : 0, Errc::kProtocol,
-                  truncated ? "request larger than " + std::to_string(proto::kMaxMessage) + " bytes" : "not an aapc request");
+      auto h = proto::header_of(msg);
+      reply_error(fd, h ? h->request : 0, Errc::kProtocol, "request larger than " + std::to_string(proto::kMaxMessage) + " bytes");
       return true;
     }
-    if (h->version != proto::kVersion) {
-      if (passed_fd >= 0) ::close(passed_fd);
-      reply_error(fd, h->request, Errc::kProtocol,
-                  "protocol version " + std::to_string(h->version) + " (this aapcd speaks " + std::to_string(proto::kVersion) + ")");
-      return true;
-    }
-    proto::Reader r(msg.data() + sizeof(proto::Header), msg.size() - sizeof(proto::Header));
+    proto::DecodedRequest d = proto::decode_request(msg);
     ClientState& c = clients[fd];
-    if (!c.refused.empty()) {
+    if (d.ours && !c.refused.empty()) {
       // Answered, then dropped: closing before its request is read would lose the reason.
       if (passed_fd >= 0) ::close(passed_fd);
-      reply_error(fd, h->request, Errc::kPermission, c.refused);
+      reply_error(fd, d.header.request, Errc::kPermission, c.refused);
       drop_client(fd);
       return true;
     }
-    switch (static_cast<proto::Type>(h->type)) {
-      case proto::Type::kHello: hello(c, h->request); break;
-      case proto::Type::kRegister: register_buffer(c, h->request, r, passed_fd); passed_fd = -1; break;
-      case proto::Type::kFree: free_buffer(c, h->request, r); break;
-      case proto::Type::kStart: start_or_join(c, h->request, r); break;
-      case proto::Type::kWait: wait(c, h->request, r, true); break;
-      case proto::Type::kTest: wait(c, h->request, r, false); break;
-      case proto::Type::kStatus: status(c, h->request); break;
-      default: reply_error(fd, h->request, Errc::kProtocol, "unknown request type " + std::to_string(h->type)); break;
+    if (!d.request) {
+      if (passed_fd >= 0) ::close(passed_fd);
+      reply_error(fd, d.header.request, Errc::kProtocol, d.error);
+      return true;
     }
+    const std::uint32_t request = d.header.request;
+    std::visit(
+        [&](const auto& m) {
+          using M = std::decay_t<decltype(m)>;
+          if constexpr (std::is_same_v<M, proto::RegisterRequest>) {
+            register_buffer(c, request, m, passed_fd);
+            passed_fd = -1;
+          } else {
+            serve(c, request, m);
+          }
+        },
+        *d.request);
     if (passed_fd >= 0) ::close(passed_fd);
     return true;
   }
 
+  void serve(ClientState& c, std::uint32_t request, const proto::HelloRequest&) { hello(c, request); }
+  void serve(ClientState& c, std::uint32_t request, const proto::FreeRequest& m) { free_buffer(c, request, m); }
+  void serve(ClientState& c, std::uint32_t request, const proto::StartRequest& m) { start_or_join(c, request, m); }
+  void serve(ClientState& c, std::uint32_t request, const proto::WaitRequest& m) { wait(c, request, m); }
+  void serve(ClientState& c, std::uint32_t request, const proto::StatusRequest&) { status(c, request); }
+
   void hello(ClientState& c, std::uint32_t request) {
-    proto::Writer w(proto::Type::kHelloReply, request);
-    w.put(static_cast<std::uint32_t>(rank)).put(static_cast<std::uint32_t>(topo.machine_count())).put(engine->epoch());
-    w.put(static_cast<std::uint32_t>(topo.mtu())).put(model->peak_aggregate_bps());
-    w.str(topo.machine(rank).name).str(topo.name());
-    proto::send_message(c.fd, w.done());
+    proto::HelloReply m;
+    m.rank = static_cast<std::uint32_t>(rank);
+    m.size = static_cast<std::uint32_t>(topo.machine_count());
+    m.epoch = engine->epoch();
+    m.mtu = static_cast<std::uint32_t>(topo.mtu());
+    m.peak_bps = model->peak_aggregate_bps();
+    m.machine = topo.machine(rank).name;
+    m.topology = topo.name();
+    proto::send_message(c.fd, proto::message(m, request));
   }
 
-  void register_buffer(ClientState& c, std::uint32_t request, proto::Reader& r, int fd) {
-    auto size = r.get<std::uint64_t>();
+  void register_buffer(ClientState& c, std::uint32_t request, const proto::RegisterRequest& m, int fd) {
+    const std::uint64_t size = m.size;
     auto refuse = [&](Errc code, const std::string& why) {
       if (fd >= 0) ::close(fd);
       reply_error(c.fd, request, code, why);
     };
-    if (!r.ok() || !r.at_end()) return refuse(Errc::kProtocol, "REGISTER carries a size and nothing else");
     if (fd < 0) return refuse(Errc::kInvalidArgument, "REGISTER without a memory file descriptor");
     if (size == 0 || size > cfg.max_buffer_bytes)
       return refuse(Errc::kInvalidArgument, "buffer size " + std::to_string(size) + " is not between 1 and " + std::to_string(cfg.max_buffer_bytes));
@@ -368,9 +377,7 @@ struct Daemon::Impl {
     if (p == MAP_FAILED) return refuse(Errc::kIo, std::string("cannot map the buffer: ") + std::strerror(errno));
     std::uint32_t id = c.next_buffer++;
     c.buffers[id] = {static_cast<std::uint8_t*>(p), size};
-    proto::Writer w(proto::Type::kRegisterReply, request);
-    w.put(id);
-    proto::send_message(c.fd, w.done());
+    proto::send_message(c.fd, proto::message(proto::RegisterReply{id}, request));
   }
 
   bool buffer_busy(std::uint32_t client_fd, std::uint32_t buffer) const {
@@ -379,20 +386,19 @@ struct Daemon::Impl {
     return false;
   }
 
-  void free_buffer(ClientState& c, std::uint32_t request, proto::Reader& r) {
-    auto id = r.get<std::uint32_t>();
+  void free_buffer(ClientState& c, std::uint32_t request, const proto::FreeRequest& m) {
+    const std::uint32_t id = m.buffer;
     auto it = c.buffers.find(id);
-    if (!r.ok() || it == c.buffers.end()) return reply_error(c.fd, request, Errc::kInvalidArgument, "no buffer " + std::to_string(id));
+    if (it == c.buffers.end()) return reply_error(c.fd, request, Errc::kInvalidArgument, "no buffer " + std::to_string(id));
     if (buffer_busy(static_cast<std::uint32_t>(c.fd), id))
       return reply_error(c.fd, request, Errc::kBusy, "buffer " + std::to_string(id) + " is in use by a running exchange");
     ::munmap(it->second.data, it->second.size);
     c.buffers.erase(it);
-    proto::Writer w(proto::Type::kOk, request);
-    proto::send_message(c.fd, w.done());
+    proto::send_message(c.fd, proto::message(proto::EmptyReply{proto::Type::kOk}, request));
   }
 
   std::shared_ptr<const sched::Schedule> schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync) {
-    std::string key = algo.name() + "/" + sync.name();
+    std::string key = sched::format_plan_spec(algo, sync);
     auto it = schedules.find(key);
     if (it != schedules.end()) return it->second;
     auto s = std::make_shared<const sched::Schedule>(sched::plan_sync(topo, sched::make_schedule(topo, algo), sync));
@@ -413,8 +419,8 @@ struct Daemon::Impl {
 
   // A request is checked at once; the first exchange of a session then waits until the
   // cluster agreed on exchange ids.
-  void start_or_join(ClientState& c, std::uint32_t request, proto::Reader& r) {
-    auto p = prepare(c, request, r);
+  void start_or_join(ClientState& c, std::uint32_t request, const proto::StartRequest& m) {
+    auto p = prepare(c, request, m);
     if (!p) return;
     if (!joined) {
       if (!engine->joining()) engine->start_join(next_id);
@@ -457,118 +463,91 @@ struct Daemon::Impl {
     exchanges[id] = std::move(p.rec);
     c.exchanges.insert(id);
     c.started = true;
-    proto::Writer w(proto::Type::kStarted, p.request);
-    w.put(id).str(exchanges[id].schedule).str(exchanges[id].sync);
-    proto::send_message(c.fd, w.done());
+    proto::send_message(c.fd, proto::message(proto::StartedReply{id, exchanges[id].schedule, exchanges[id].sync}, p.request));
   }
 
-  std::optional<Prepared> prepare(ClientState& c, std::uint32_t request, proto::Reader& r) {
-    auto refuse = [&](Errc code, const std::string& why) {
-      reply_error(c.fd, request, code, why);
-      return std::optional<Prepared>();
-    };
-    auto kind = static_cast<proto::Kind>(r.get<std::uint8_t>());
-    std::string algo_name = r.str(64);
-    auto width = r.get<std::uint32_t>();  // w of group-shuffle
-    std::string sync_name = r.str(64);
-    auto timeout_ms = r.get<std::uint32_t>();
-    if (!r.ok()) return refuse(Errc::kProtocol, "malformed START");
-    const auto n = static_cast<std::size_t>(topo.machine_count());
+  std::optional<Prepared> prepare(ClientState& c, std::uint32_t request, const proto::StartRequest& m) {
     Prepared p;
     p.client = c.fd;
     p.request = request;
-    p.timeout_ms = timeout_ms;
+    p.timeout_ms = m.timeout_ms;
     p.rec.client = c.fd;
-    std::shared_ptr<const sched::Schedule>& plan = p.plan;
-    if (kind == proto::Kind::kBarrier) {
-      if (!r.at_end()) return refuse(Errc::kProtocol, "malformed barrier START");
-      plan = std::make_shared<const sched::Schedule>(sched::barrier_schedule(static_cast<int>(n)));
+    if (m.kind == proto::Kind::kBarrier) {
+      p.plan = std::make_shared<const sched::Schedule>(sched::barrier_schedule(topo.machine_count()));
       p.rec.schedule = "barrier";
       p.rec.sync = "tokens";
-    } else if (kind == proto::Kind::kAlltoallv || kind == proto::Kind::kAlltoall) {
-      auto send_id = r.get<std::uint32_t>(), recv_id = r.get<std::uint32_t>();
-      auto count = r.get<std::uint32_t>();
-      if (!r.ok() || count != n)
-        return refuse(Errc::kInvalidArgument, "the request has " + std::to_string(count) + " blocks; the cluster has " + std::to_string(n) + " ranks");
-      std::vector<std::pair<std::uint64_t, std::uint64_t>> sends(n), recvs(n);
-      for (auto& s : sends) s = {r.get<std::uint64_t>(), r.get<std::uint64_t>()};
-      for (auto& s : recvs) s = {r.get<std::uint64_t>(), r.get<std::uint64_t>()};
-      if (!r.ok() || !r.at_end()) return refuse(Errc::kProtocol, "malformed START: block list");
-      auto sb = c.buffers.find(send_id), rb = c.buffers.find(recv_id);
-      if (sb == c.buffers.end() || rb == c.buffers.end()) return refuse(Errc::kInvalidArgument, "START names a buffer this client has not registered");
-      // Offsets and lengths from the client are checked like wire fields.
-      std::uint64_t largest = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        auto [so, sl] = sends[i];
-        auto [ro, rl] = recvs[i];
-        if (sl > sb->second.size || so > sb->second.size - sl)
-          return refuse(Errc::kInvalidArgument, "send block " + std::to_string(i) + " (offset " + std::to_string(so) + ", " + std::to_string(sl) +
-                                                                      " bytes) runs past the end of the " + std::to_string(sb->second.size) + "-byte send buffer");
-        if (rl > rb->second.size || ro > rb->second.size - rl)
-          return refuse(Errc::kInvalidArgument, "receive block " + std::to_string(i) + " (offset " + std::to_string(ro) + ", " + std::to_string(rl) +
-                                                                      " bytes) runs past the end of the " + std::to_string(rb->second.size) + "-byte receive buffer");
-        largest = std::max({largest, sl, rl});
-      }
-      if (kind == proto::Kind::kAlltoall)
-        for (std::size_t i = 0; i < n; ++i)
-          if (sends[i].second != largest || recvs[i].second != largest)
-            return refuse(Errc::kInvalidArgument, "an alltoall has blocks of one size; block " + std::to_string(i) + " differs (use alltoallv)");
-      sched::AlgorithmSpec algo;
-      sched::SyncSpec sync;
-      if (algo_name == "auto") {
-        // Every rank must pick the same schedule: an alltoall's block size is the same on all
-        // of them (the collective's contract), an alltoallv's largest block is not, so it gets
-        // the choice for large blocks.
-        sched::Choice choice = sched::auto_choice(*model, kind == proto::Kind::kAlltoall ? largest : sched::kAnyBlockSize);
-        algo = choice.algorithm;
-        sync = choice.sync;
-      } else {
-        auto a = sched::AlgorithmSpec::parse(algo_name == "group-shuffle" ? "group-shuffle:" + std::to_string(std::max(1U, width)) : algo_name);
-        if (!a) return refuse(Errc::kInvalidArgument, "unknown schedule '" + algo_name + "'");
-        algo = *a;
-        // A sync variant orders phases: by default the tree's phases get sender-based tokens
-        // (Faraj/Yuan's best for large messages), the other schedules none.
-        auto sp = sync_name == "auto" ? std::optional<sched::SyncSpec>(algo.algorithm == sched::Algorithm::kTree
-                                                                         ? sched::SyncSpec{sched::SyncKind::kSenderAll, 1}
-                                                                         : sched::SyncSpec{})
-                                      : sched::SyncSpec::parse(sync_name);
-        if (!sp) return refuse(Errc::kInvalidArgument, "unknown sync variant '" + sync_name + "'");
-        sync = *sp;
-      }
-      try {
-        plan = schedule(algo, sync);
-      } catch (const std::exception& e) {
-        return refuse(Errc::kInvalidArgument, e.what());
-      }
-      p.rec.schedule = plan->algorithm;
-      p.rec.sync = plan->sync.name();
-      for (std::size_t i = 0; i < n; ++i) {
-        p.send.push_back({sb->second.data + sends[i].first, sends[i].second});
-        p.recv.push_back({rb->second.data + recvs[i].first, recvs[i].second});
-      }
-      p.rec.buffers = {send_id, recv_id};
-    } else {
-      return refuse(Errc::kInvalidArgument, "unknown exchange kind " + std::to_string(static_cast<int>(kind)));
+    } else if (auto error = place_blocks(c, m, p)) {
+      reply_error(c.fd, request, Errc::kInvalidArgument, *error);
+      return std::nullopt;
+    } else if (auto plan_error = plan(m, p)) {
+      reply_error(c.fd, request, Errc::kInvalidArgument, *plan_error);
+      return std::nullopt;
     }
     return p;
   }
 
-  void send_done(int fd, std::uint32_t request, std::uint32_t id, const ExchangeRecord& rec) {
-    const ExchangeReport& rep = *rec.report;
-    proto::Writer w(proto::Type::kDone, request);
-    w.put(id).put(static_cast<std::uint8_t>(rep.state == ExchangeState::kDone ? 1 : 2)).put(static_cast<std::uint32_t>(rep.code)).str(rep.error);
-    w.str(rec.schedule).str(rec.sync);
-    w.put(rep.duration_ns).put(rep.counters.data_bytes_sent).put(rep.counters.data_bytes_received).put(rep.counters.retransmitted_frames);
-    w.put(rep.counters.wait_ns).put(rec.cpu_ns);
-    w.put(static_cast<std::uint32_t>(rep.counters.rounds.size()));
-    for (const auto& rt : rep.counters.rounds) w.put(rt.start_ns).put(rt.end_ns);
-    proto::send_message(fd, w.done());
+  // The blocks of `m` in the client's buffers, checked like wire fields; why not, if not.
+  std::optional<std::string> place_blocks(const ClientState& c, const proto::StartRequest& m, Prepared& p) const {
+    const auto n = static_cast<std::size_t>(topo.machine_count());
+    if (m.kind == proto::Kind::kAlltoallv && m.sends.size() != n)
+      return "the request has " + std::to_string(m.sends.size()) + " blocks; the cluster has " + std::to_string(n) + " ranks";
+    auto sb = c.buffers.find(m.send_buffer), rb = c.buffers.find(m.recv_buffer);
+    if (sb == c.buffers.end() || rb == c.buffers.end()) return "START names a buffer this client has not registered";
+    const Mapping& sm = sb->second;
+    const Mapping& rm = rb->second;
+    for (std::size_t i = 0; i < n; ++i) {
+      const proto::Block s = m.send_block(i), r = m.recv_block(i);
+      if (!proto::fits(s, sm.size))
+        return "send block " + std::to_string(i) + " (offset " + std::to_string(s.offset) + ", " + std::to_string(s.length) +
+               " bytes) runs past the end of the " + std::to_string(sm.size) + "-byte send buffer";
+      if (!proto::fits(r, rm.size))
+        return "receive block " + std::to_string(i) + " (offset " + std::to_string(r.offset) + ", " + std::to_string(r.length) +
+               " bytes) runs past the end of the " + std::to_string(rm.size) + "-byte receive buffer";
+      p.send.push_back({sm.data + s.offset, s.length});
+      p.recv.push_back({rm.data + r.offset, r.length});
+    }
+    p.rec.buffers = {m.send_buffer, m.recv_buffer};
+    return std::nullopt;
   }
 
-  void wait(ClientState& c, std::uint32_t request, proto::Reader& r, bool block) {
-    auto id = r.get<std::uint32_t>();
+  // The schedule of `m`'s spec. Every rank must pick the same one: an alltoall's block size is
+  // the same on all of them (the collective's contract), an alltoallv's largest block is not,
+  // so it gets the choice for large blocks.
+  std::optional<std::string> plan(const proto::StartRequest& m, Prepared& p) {
+    try {
+      const sched::Choice choice = sched::choose(*model, m.spec, m.kind == proto::Kind::kAlltoall ? m.block : sched::kAnyBlockSize);
+      p.plan = schedule(choice.algorithm, choice.sync);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    p.rec.schedule = p.plan->algorithm;
+    p.rec.sync = p.plan->sync.name();
+    return std::nullopt;
+  }
+
+  void send_done(int fd, std::uint32_t request, std::uint32_t id, const ExchangeRecord& rec) {
+    const ExchangeReport& rep = *rec.report;
+    proto::DoneReply m;
+    m.exchange = id;
+    m.ok = rep.state == ExchangeState::kDone;
+    m.code = static_cast<std::uint32_t>(rep.code);
+    m.message = rep.error;
+    m.schedule = rec.schedule;
+    m.sync = rec.sync;
+    m.duration_ns = rep.duration_ns;
+    m.bytes_sent = rep.counters.data_bytes_sent;
+    m.bytes_received = rep.counters.data_bytes_received;
+    m.retransmissions = rep.counters.retransmitted_frames;
+    m.wait_ns = rep.counters.wait_ns;
+    m.cpu_ns = rec.cpu_ns;
+    for (const auto& rt : rep.counters.rounds) m.rounds.emplace_back(rt.start_ns, rt.end_ns);
+    proto::send_message(fd, proto::message(m, request));
+  }
+
+  void wait(ClientState& c, std::uint32_t request, const proto::WaitRequest& m) {
+    const std::uint32_t id = m.exchange;
     auto it = exchanges.find(id);
-    if (!r.ok() || it == exchanges.end() || it->second.client != c.fd)
+    if (it == exchanges.end() || it->second.client != c.fd)
       return reply_error(c.fd, request, Errc::kInvalidArgument, "no exchange " + std::to_string(id) + " of this client");
     if (it->second.report) {
       send_done(c.fd, request, id, it->second);
@@ -576,11 +555,10 @@ struct Daemon::Impl {
       c.exchanges.erase(id);
       return;
     }
-    if (block) {
+    if (m.block) {
       it->second.waiters.push_back(request);
     } else {
-      proto::Writer w(proto::Type::kRunning, request);
-      proto::send_message(c.fd, w.done());
+      proto::send_message(c.fd, proto::message(proto::EmptyReply{proto::Type::kRunning}, request));
     }
   }
 
@@ -615,9 +593,7 @@ struct Daemon::Impl {
           {"drops", drops}}},
     };
     if (capture) j["capture"] = {{"path", cfg.capture_path}, {"frames", capture->frames_captured()}};
-    proto::Writer w(proto::Type::kStatusReply, request);
-    w.str(j.dump(2));
-    proto::send_message(c.fd, w.done());
+    proto::send_message(c.fd, proto::message(proto::StatusReply{j.dump(2)}, request));
   }
 
   // --- the loop -------------------------------------------------------------------------------
