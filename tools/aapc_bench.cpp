@@ -27,6 +27,7 @@
 #include <sstream>
 
 #include "aapc/client.hpp"
+#include "aapc/sched/choice.hpp"
 #include "aapc/sched/dot.hpp"
 #include "aapc/sched/tree.hpp"
 #include "pattern.h"
@@ -52,7 +53,7 @@ struct Args {
   bool existing = false;
   bool measure = false;  // internal: measure the configurations on this node
   std::string schedule = "auto", sync = "auto";
-  std::vector<std::string> configs;  // schedule:sync pairs measured interleaved (--configs)
+  std::vector<std::string> configs;  // SCHEDULE[+SYNC] specs measured interleaved (--configs)
   bool plot = true;
 };
 
@@ -82,7 +83,7 @@ int iterations(std::uint64_t block, int n, double peak_bps, double budget_s, int
 }
 
 std::string label_of(const std::string& schedule, const std::string& sync) {
-  return sync.empty() || sync == "auto" || sync == "none" ? schedule : schedule + "+" + sync;
+  return sync == "none" ? schedule : aapc::sched::join_spec(schedule, sync);
 }
 
 // --- measurement mode: runs on every node ------------------------------------------------
@@ -98,8 +99,8 @@ struct Config {
 std::vector<Config> parse_configs(const std::vector<std::string>& specs) {
   std::vector<Config> out;
   for (const auto& s : specs) {
-    auto colon = s.find(':');
-    out.push_back(colon == std::string::npos ? Config{s, "auto"} : Config{s.substr(0, colon), s.substr(colon + 1)});
+    auto parts = aapc::sched::read_spec(s);  // also the old SCHEDULE:SYNC
+    out.push_back({parts.algorithm, parts.sync.empty() ? "auto" : parts.sync});
   }
   return out;
 }
@@ -469,7 +470,7 @@ int orchestrate(const Args& a) {
       std::ostringstream cmd;
       cmd << emu << " run " << quote(topo_file.string()) << " --keep --timeout " << static_cast<int>(job_budget_s * static_cast<double>(configs.size())) << " -- " << quote((tools / "aapc-bench").string()) << " --measure --point-seconds "
           << a.point_seconds << " --max-iters " << a.max_iters << (a.check ? " --check" : "") << " --sizes" << sizes_arg << " --configs";
-      for (const auto& [schedule, sync] : configs) cmd << " " << schedule << ":" << sync;
+      for (const auto& [schedule, sync] : configs) cmd << " " << aapc::sched::join_spec(schedule, sync);
       auto r = run_collect(cmd.str(), [&](const Json& p) { progress(p); });
       for (auto& p : r.points) {
         p["rep"] = rep;
@@ -723,7 +724,7 @@ int main(int argc, char** argv) {
   app.add_flag("--measure", a.measure, "(internal) measure one schedule on this node")->group("");
   app.add_option("--schedule", a.schedule, "(with --existing) the schedule")->group("");
   app.add_option("--sync", a.sync, "(with --existing) the sync variant")->group("");
-  app.add_option("--configs", a.configs, "(with --existing) schedule:sync pairs measured interleaved, e.g. auto tree:sender-all linear");
+  app.add_option("--configs", a.configs, "(with --existing) SCHEDULE[+SYNC] specs measured interleaved, e.g. auto tree+sender-all linear");
   CLI11_PARSE(app, argc, argv);
   if (std::find(a.mpi.begin(), a.mpi.end(), "none") != a.mpi.end()) a.mpi.clear();
   try {

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/choice.hpp"
 #include "aapc/sched/sync.hpp"
 
 namespace aapc::trace {
@@ -604,16 +605,21 @@ PhaseReport phases(const Trace& trace, std::uint32_t exchange, const std::string
   };
   std::optional<sched::Schedule> plan;
   if (!schedule.empty()) {
-    auto plus = schedule.find('+');
-    auto algo = sched::AlgorithmSpec::parse(schedule.substr(0, plus));
-    auto sync = plus == std::string::npos ? sched::SyncSpec::parse("none") : sched::SyncSpec::parse(schedule.substr(plus + 1));
-    if (!algo || !sync) throw TraceError("--schedule " + schedule + ": give ALGORITHM[+SYNC], e.g. tree+sender-all");
+    std::optional<sched::AlgorithmSpec> algo;
+    std::optional<sched::SyncSpec> sync;
+    try {
+      auto given = sched::parse_plan_spec(schedule);
+      algo = given.algorithm;
+      sync = given.sync.value_or(sched::SyncSpec{});  // none: a trace has no block size to choose by
+    } catch (const std::invalid_argument&) {
+    }
+    if (!algo) throw TraceError("--schedule " + schedule + ": give ALGORITHM[+SYNC], e.g. tree+sender-all");
     try {
       plan = sched::plan_sync(topo, sched::make_schedule(topo, *algo), *sync);
     } catch (const std::exception& e) {
       throw TraceError("--schedule " + schedule + ": " + e.what());
     }
-    rep.schedule = algo->name() + "+" + sync->name();
+    rep.schedule = sched::format_plan_spec(*algo, *sync);
     rep.how = "given";
     if (!phases_match(*plan)) throw TraceError("--schedule " + schedule + ": the phases of the DATA frames of exchange " + std::to_string(exchange) + " are not its phases");
   } else {
@@ -641,7 +647,7 @@ PhaseReport phases(const Trace& trace, std::uint32_t exchange, const std::string
         for (const auto& t : expected)
           if (ok && trace.capture_of(t.from) != nullptr && seen.count(t) == 0) ok = false;
         if (!ok) continue;
-        matches.push_back(algo->name() + "+" + sync.name());
+        matches.push_back(sched::format_plan_spec(*algo, sync));
         if (!plan) plan = std::move(s);
       }
     }
