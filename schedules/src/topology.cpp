@@ -263,12 +263,15 @@ void Topology::build_index() {
   parent_.assign(n, -1);
   parent_link_.assign(n, -1);
   depth_.assign(n, 0);
+  order_.clear();
+  order_.reserve(n);
   std::vector<int> stack{0};
   std::vector<bool> seen(n, false);
   seen[0] = true;
   while (!stack.empty()) {
     int u = stack.back();
     stack.pop_back();
+    order_.push_back(u);
     for (int l : nodes_[static_cast<std::size_t>(u)].links) {
       int v = links_[static_cast<std::size_t>(l)].other(u);
       if (seen[static_cast<std::size_t>(v)]) continue;

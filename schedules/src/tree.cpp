@@ -13,24 +13,12 @@ TreeModel::TreeModel(const Topology& topology) : topology_(&topology), n_(topolo
   below_.assign(count, 0);
   child_of_link_.assign(links.size(), -1);
 
-  // Iterative DFS from node 0; machines below each node counted in post-order.
-  std::vector<int> order;
-  order.reserve(count);
-  std::vector<int> stack{0};
-  std::vector<bool> seen(count, false);
-  seen[0] = true;
-  while (!stack.empty()) {
-    int u = stack.back();
-    stack.pop_back();
-    order.push_back(u);
-    for (int l : nodes[static_cast<std::size_t>(u)].links) {
-      int v = links[static_cast<std::size_t>(l)].other(u);
-      if (seen[static_cast<std::size_t>(v)]) continue;
-      seen[static_cast<std::size_t>(v)] = true;
-      parent_link_[static_cast<std::size_t>(v)] = l;
-      child_of_link_[static_cast<std::size_t>(l)] = v;
-      stack.push_back(v);
-    }
+  // Machines below each node, counted in post-order of the topology's depth-first walk.
+  const std::vector<int>& order = topology.walk_order();
+  for (int v : order) {
+    const int l = topology.parent_link(v);
+    parent_link_[static_cast<std::size_t>(v)] = l;
+    if (l >= 0) child_of_link_[static_cast<std::size_t>(l)] = v;
   }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     int u = *it;
