@@ -30,6 +30,7 @@
 #include "aapc/sched/choice.hpp"
 #include "aapc/sched/dot.hpp"
 #include "aapc/sched/tree.hpp"
+#include "common/procutil.hpp"
 #include "pattern.h"
 
 namespace fs = std::filesystem;
@@ -486,7 +487,8 @@ int orchestrate(const Args& a) {
     std::string hostlist, first, subnet;
     const fs::path agent = out / "mpi-agent", hostfile = out / "mpi-hosts";
     if (!variants.empty()) {
-      state = Json::parse(std::ifstream("/run/aapc-emu/state.json"));
+      state = aapc::tools::read_emu_state();
+      if (state.is_null()) throw std::runtime_error("cannot read " + aapc::tools::kEmuStateFile.string());
       std::string hosts = "127.0.0.1 localhost\n";
       for (const auto& m : state["machines"]) {
         hosts += m["ip"].get<std::string>() + " " + m["name"].get<std::string>() + "\n";

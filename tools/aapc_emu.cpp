@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "aapc/sched/dot.hpp"
+#include "common/procutil.hpp"
 #include "aapc/sched/topology.hpp"
 
 namespace fs = std::filesystem;
@@ -38,10 +39,10 @@ using Json = nlohmann::json;
 
 namespace {
 
-const fs::path kStateDir = "/run/aapc-emu";
-const fs::path kStateFile = kStateDir / "state.json";
+const fs::path kStateDir = aapc::tools::kEmuStateDir;
+const fs::path kStateFile = aapc::tools::kEmuStateFile;
 const std::regex kOurLink("^aapc(b|p|m|l)[0-9]+[ab]?$");  // every interface name we make
-const std::string kNetnsPrefix = "aapc-";
+const std::string kNetnsPrefix = aapc::tools::emu_netns("");
 
 struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -49,42 +50,16 @@ struct Failure : std::runtime_error {
 
 bool verbose = false;
 
-struct Output {
-  int status = -1;
-  std::string text;
-};
+using aapc::tools::Output;
 
-// Runs argv, returns its exit status and combined output.
+// Runs argv, returns its exit status and combined output; shown first with --verbose.
 Output run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
   if (verbose) {
     std::cerr << "+";
     for (const auto& a : argv) std::cerr << " " << a;
     std::cerr << "\n";
   }
-  int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) throw Failure("pipe failed");
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(pipefd[1], 1);
-    ::dup2(pipefd[1], 2);
-    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  ::close(pipefd[1]);
-  Output out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) out.text.append(buf, static_cast<std::size_t>(n));
-  ::close(pipefd[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  out.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return out;
+  return aapc::tools::run(argv, env);
 }
 
 void must(const std::vector<std::string>& argv) {
@@ -112,7 +87,7 @@ void preflight() {
   run({"ip", "link", "del", "aapcprobe0"});
 }
 
-std::string netns_of(const std::string& machine) { return kNetnsPrefix + machine; }
+std::string netns_of(const std::string& machine) { return aapc::tools::emu_netns(machine); }
 
 // Rate in tc's notation, burst and queue limits in bytes.
 std::string tc_rate(std::uint64_t bps) { return std::to_string(bps / 1000) + "kbit"; }
@@ -139,15 +114,7 @@ void no_ipv6(const std::string& netns, const std::string& dev) {
   }
 }
 
-Json read_state() {
-  std::ifstream in(kStateFile);
-  if (!in) return Json();
-  try {
-    return Json::parse(in);
-  } catch (const std::exception&) {
-    return Json();
-  }
-}
+Json read_state() { return aapc::tools::read_emu_state(); }
 
 std::vector<std::string> our_netns() {
   std::vector<std::string> out;
@@ -370,29 +337,6 @@ int cmd_exec(const std::string& machine, const std::vector<std::string>& cmd) {
 volatile sig_atomic_t g_interrupted = 0;
 void on_signal(int) { g_interrupted = 1; }
 
-pid_t spawn(const std::vector<std::string>& argv, const std::string& log, const std::vector<std::string>& env) {
-  // The log is truncated here, not in the child: whoever reads it after spawn() returns must
-  // not see a previous run's output.
-  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  if (fd >= 0) ::close(fd);
-  return pid;
-}
-
 bool socket_answers(const std::string& path) {
   int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
@@ -427,7 +371,7 @@ struct RunOptions {
   int timeout_s = 600;
 };
 
-std::string socket_of(const std::string& machine) { return (kStateDir / machine / "aapcd.sock").string(); }
+std::string socket_of(const std::string& machine) { return aapc::tools::emu_socket(machine); }
 
 // Starts aapcd in every machine's namespace whose daemon is not running, and waits until
 // each answers on its socket.
@@ -456,7 +400,7 @@ void start_daemons(Json& state, const RunOptions& o, const char* argv0) {
     }
     std::istringstream extra(o.daemon_args);
     for (std::string a; extra >> a;) argv.push_back(a);
-    pid_t pid = spawn(argv, (dir / "aapcd.log").string(), {});
+    pid_t pid = aapc::tools::spawn(argv, {(dir / "aapcd.log").string(), {}, true});
     daemons.push_back({{"machine", name}, {"pid", pid}, {"socket", socket}, {"log", (dir / "aapcd.log").string()}});
   }
   state["daemons"] = daemons;
@@ -524,7 +468,7 @@ int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char
       std::vector<std::string> argv = {"ip", "netns", "exec", m["netns"]};
       argv.insert(argv.end(), cmd.begin(), cmd.end());
       std::string log = (kStateDir / name / "command.log").string();
-      pids.push_back(spawn(argv, log, {"AAPC_SOCKET=" + socket_of(name)}));
+      pids.push_back(aapc::tools::spawn(argv, {log, {"AAPC_SOCKET=" + socket_of(name)}, true}));
       logs.push_back(log);
     }
     std::vector<int> status(pids.size(), -1);
@@ -547,7 +491,7 @@ int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char
         if (status[i] != -1) continue;
         int st = 0;
         if (::waitpid(pids[i], &st, WNOHANG) == pids[i]) {
-          status[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+          status[i] = aapc::tools::exit_status(st);
           --running;
         }
       }
