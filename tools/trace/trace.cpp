@@ -1,4 +1,4 @@
-#include "trace.hpp"
+#include "aapc/trace/trace.hpp"
 
 #include <pcap/pcap.h>
 
@@ -77,35 +77,48 @@ std::int64_t frame_ns(std::uint64_t bytes, std::uint64_t bps) { return bps == 0 
 
 // --- reading ------------------------------------------------------------------------------
 
-Capture read_capture(const std::string& path, const sched::Topology& topology, std::uint16_t ethertype) {
+namespace {
+
+using PcapPtr = std::unique_ptr<pcap_t, void (*)(pcap_t*)>;
+
+PcapPtr open_capture(const std::string& path) {
   if (!fs::exists(path)) throw TraceError(path + ": no such file");
   if (fs::is_directory(path)) throw TraceError(path + ": is a directory; give the .pcap files in it");
   char err[PCAP_ERRBUF_SIZE] = {};
-  std::unique_ptr<pcap_t, void (*)(pcap_t*)> p(pcap_open_offline_with_tstamp_precision(path.c_str(), PCAP_TSTAMP_PRECISION_NANO, err), pcap_close);
+  PcapPtr p(pcap_open_offline_with_tstamp_precision(path.c_str(), PCAP_TSTAMP_PRECISION_NANO, err), pcap_close);
   if (!p) throw TraceError(path + ": not a pcap capture (" + err + "); give the files `aapcd --capture` or `aapc-emu run --capture-dir` wrote");
   if (pcap_datalink(p.get()) != DLT_EN10MB) {
     const char* name = pcap_datalink_val_to_name(pcap_datalink(p.get()));
     throw TraceError(path + ": link type " + (name != nullptr ? name : "?") + ", not Ethernet: not a capture of aapcd");
   }
-  Capture cap;
-  cap.path = path;
+  return p;
+}
+
+// A frame of the file, with the machines its MAC addresses name.
+struct RawFrame {
+  Frame f;
+  Rank mac_src, mac_dst;
+};
+
+// What reading the file found besides the frames.
+struct ReadCounts {
   std::map<Rank, std::uint64_t> involved;  // how many frames each machine is an end of
   std::uint64_t unknown_mac = 0, read = 0;
-  struct Raw {
-    Frame f;
-    Rank mac_src, mac_dst;
-  };
-  std::vector<Raw> raw;
+};
+
+// The aapc frames between machines of `topology`; the others counted in `cap` and `counts`.
+std::vector<RawFrame> read_frames(pcap_t* p, const sched::Topology& topology, std::uint16_t ethertype, Capture& cap, ReadCounts& counts) {
+  std::vector<RawFrame> raw;
   pcap_pkthdr* hdr = nullptr;
   const u_char* data = nullptr;
   for (;;) {
-    int rc = pcap_next_ex(p.get(), &hdr, &data);
+    int rc = pcap_next_ex(p, &hdr, &data);
     if (rc == PCAP_ERROR_BREAK) break;  // end of file
     if (rc != 1) {
-      cap.warnings.push_back(path + ": damaged after " + std::to_string(read) + " frames (" + pcap_geterr(p.get()) + "); analysing what was read");
+      cap.warnings.push_back(cap.path + ": damaged after " + std::to_string(counts.read) + " frames (" + pcap_geterr(p) + "); analysing what was read");
       break;
     }
-    ++read;
+    ++counts.read;
     std::span<const std::uint8_t> bytes(data, hdr->caplen);
     auto c = engine::peek_captured(bytes, hdr->len, ethertype);
     if (c.reason == engine::DropReason::kEtherType) {
@@ -121,10 +134,10 @@ Capture read_capture(const std::string& path, const sched::Topology& topology, s
     std::copy_n(bytes.begin() + 6, 6, src_mac.bytes.begin());
     auto s = topology.rank_of_mac(src_mac), d = topology.rank_of_mac(dst_mac);
     if (!s || !d) {
-      ++unknown_mac;
+      ++counts.unknown_mac;
       continue;
     }
-    Raw r;
+    RawFrame r;
     r.f.t = static_cast<std::int64_t>(hdr->ts.tv_sec) * 1'000'000'000 + hdr->ts.tv_usec;  // nanosecond precision
     r.f.h = c.h;
     r.f.wire_len = hdr->len;
@@ -133,23 +146,16 @@ Capture read_capture(const std::string& path, const sched::Topology& topology, s
     r.mac_dst = *d;
     if (r.f.crc == Crc::kUnchecked) ++cap.truncated_frames;
     if (r.f.crc != Crc::kBad) {  // a corrupted frame may name anyone
-      ++involved[*s];
-      if (*d != *s) ++involved[*d];
+      ++counts.involved[*s];
+      if (*d != *s) ++counts.involved[*d];
     }
     raw.push_back(r);
   }
-  if (unknown_mac > 0)
-    cap.warnings.push_back(path + ": " + std::to_string(unknown_mac) + " frames between MACs that " + topology.source() +
-                           " does not list (ignored; is it the topology of this run?)");
-  if (raw.empty()) {
-    std::string what = read == 0 ? "no frames at all" : std::to_string(read) + " frames, none of them aapc frames of machines in " + topology.source();
-    throw TraceError(path + ": " + what + " (EtherType 0x" + [&] {
-      std::ostringstream o;
-      o << std::hex << ethertype;
-      return o.str();
-    }() + ")");
-  }
-  // The capture's node is an end of every sound frame.
+  return raw;
+}
+
+// The node whose capture this is: an end of every sound frame.
+Rank owner_of(const std::string& path, const sched::Topology& topology, const std::vector<RawFrame>& raw, const std::map<Rank, std::uint64_t>& involved) {
   std::uint64_t sound = 0;
   for (const auto& r : raw) sound += r.f.crc != Crc::kBad ? 1 : 0;
   auto owner = std::max_element(involved.begin(), involved.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -170,7 +176,31 @@ Capture read_capture(const std::string& path, const sched::Topology& topology, s
     throw TraceError(path + ": most frames are between machines other than " + topology.machine(owner->first).name +
                      ": it is not the capture of one node (use the files `aapcd --capture` writes, one per node)");
   }
-  cap.node = owner->first;
+  return owner->first;
+}
+
+std::string hex(std::uint16_t v) {
+  std::ostringstream o;
+  o << std::hex << v;
+  return o.str();
+}
+
+}  // namespace
+
+Capture read_capture(const std::string& path, const sched::Topology& topology, std::uint16_t ethertype) {
+  PcapPtr p = open_capture(path);
+  Capture cap;
+  cap.path = path;
+  ReadCounts counts;
+  std::vector<RawFrame> raw = read_frames(p.get(), topology, ethertype, cap, counts);
+  if (counts.unknown_mac > 0)
+    cap.warnings.push_back(path + ": " + std::to_string(counts.unknown_mac) + " frames between MACs that " + topology.source() +
+                           " does not list (ignored; is it the topology of this run?)");
+  if (raw.empty()) {
+    std::string what = counts.read == 0 ? "no frames at all" : std::to_string(counts.read) + " frames, none of them aapc frames of machines in " + topology.source();
+    throw TraceError(path + ": " + what + " (EtherType 0x" + hex(ethertype) + ")");
+  }
+  cap.node = owner_of(path, topology, raw, counts.involved);
   for (auto& r : raw) {
     if (r.mac_src != cap.node && r.mac_dst != cap.node) {
       ++cap.not_ours;  // flooded by a switch that had not learnt the destination yet
@@ -581,92 +611,110 @@ std::vector<sched::SyncSpec> sync_candidates() {
 
 }  // namespace
 
-PhaseReport phases(const Trace& trace, std::uint32_t exchange, const std::string& schedule) {
-  const auto& topo = trace.topology();
-  PhaseReport rep;
-  rep.exchange = exchange;
-  // What the wire shows: tokens (from, to, id), and the phase of every block.
+namespace {
+
+// What the wire shows of an exchange: tokens (from, to, id), and the phase of every block.
+struct WireView {
   std::set<Token> seen;
   std::map<std::pair<Rank, Rank>, int> block_phase;
+};
+
+WireView wire_view(const Trace& trace, std::uint32_t exchange) {
+  WireView w;
   for (const auto& c : trace.captures())
     for (const auto& f : c.frames) {
       if (f.h.exchange != exchange || !f.sound()) continue;
-      if (f.h.type == FrameType::kSync && (f.tx || trace.capture_of(f.h.src) == nullptr)) seen.insert({f.h.src, f.h.dst, f.h.seq});
-      if (f.data() && !f.dummy() && f.h.phase != engine::kNoPhase) block_phase[{f.h.src, f.h.dst}] = f.h.phase;
+      if (f.h.type == FrameType::kSync && (f.tx || trace.capture_of(f.h.src) == nullptr)) w.seen.insert({f.h.src, f.h.dst, f.h.seq});
+      if (f.data() && !f.dummy() && f.h.phase != engine::kNoPhase) w.block_phase[{f.h.src, f.h.dst}] = f.h.phase;
     }
-  if (block_phase.empty()) throw TraceError("exchange " + std::to_string(exchange) + " carried no data with phases (a barrier?): nothing to check");
-  auto phases_match = [&](const sched::Schedule& s) {
-    for (std::size_t p = 0; p < s.phases.size(); ++p)
-      for (const auto& m : s.phases[p]) {
-        auto it = block_phase.find({m.src, m.dst});
-        if (it != block_phase.end() && it->second != static_cast<int>(p)) return false;
-      }
-    return true;
-  };
+  if (w.block_phase.empty()) throw TraceError("exchange " + std::to_string(exchange) + " carried no data with phases (a barrier?): nothing to check");
+  return w;
+}
+
+// Whether every block seen went in the phase `s` gives it.
+bool phases_match(const sched::Schedule& s, const std::map<std::pair<Rank, Rank>, int>& block_phase) {
+  for (std::size_t p = 0; p < s.phases.size(); ++p)
+    for (const auto& m : s.phases[p]) {
+      auto it = block_phase.find({m.src, m.dst});
+      if (it != block_phase.end() && it->second != static_cast<int>(p)) return false;
+    }
+  return true;
+}
+
+// The plan of --schedule, checked against the phases on the wire.
+sched::Schedule given_plan(const sched::Topology& topo, const std::string& schedule, const WireView& wire, std::uint32_t exchange, PhaseReport& rep) {
   std::optional<sched::Schedule> plan;
-  if (!schedule.empty()) {
-    std::optional<sched::AlgorithmSpec> algo;
-    std::optional<sched::SyncSpec> sync;
+  std::optional<sched::AlgorithmSpec> algo;
+  std::optional<sched::SyncSpec> sync;
+  try {
+    auto given = sched::parse_plan_spec(schedule);
+    algo = given.algorithm;
+    sync = given.sync.value_or(sched::SyncSpec{});  // none: a trace has no block size to choose by
+  } catch (const std::invalid_argument&) {
+  }
+  if (!algo) throw TraceError("--schedule " + schedule + ": give ALGORITHM[+SYNC], e.g. tree+sender-all");
+  try {
+    plan = sched::plan_sync(topo, sched::make_schedule(topo, *algo), *sync);
+  } catch (const std::exception& e) {
+    throw TraceError("--schedule " + schedule + ": " + e.what());
+  }
+  rep.schedule = sched::format_plan_spec(*algo, *sync);
+  rep.how = "given";
+  if (!phases_match(*plan, wire.block_phase)) throw TraceError("--schedule " + schedule + ": the phases of the DATA frames of exchange " + std::to_string(exchange) + " are not its phases");
+  return std::move(*plan);
+}
+
+// The plan of the first algorithm and sync variant whose phases and tokens the wire shows.
+sched::Schedule inferred_plan(const Trace& trace, const WireView& wire, std::uint32_t exchange, PhaseReport& rep) {
+  const auto& topo = trace.topology();
+  std::optional<sched::Schedule> plan;
+  std::vector<std::string> matches;
+  for (const auto& name : sched::AlgorithmSpec::names()) {
+    auto algo = sched::AlgorithmSpec::parse(name);
+    if (!algo) continue;
+    sched::Schedule base;
     try {
-      auto given = sched::parse_plan_spec(schedule);
-      algo = given.algorithm;
-      sync = given.sync.value_or(sched::SyncSpec{});  // none: a trace has no block size to choose by
-    } catch (const std::invalid_argument&) {
+      base = sched::make_schedule(topo, *algo);
+    } catch (const std::exception&) {
+      continue;  // does not apply to this topology
     }
-    if (!algo) throw TraceError("--schedule " + schedule + ": give ALGORITHM[+SYNC], e.g. tree+sender-all");
-    try {
-      plan = sched::plan_sync(topo, sched::make_schedule(topo, *algo), *sync);
-    } catch (const std::exception& e) {
-      throw TraceError("--schedule " + schedule + ": " + e.what());
-    }
-    rep.schedule = sched::format_plan_spec(*algo, *sync);
-    rep.how = "given";
-    if (!phases_match(*plan)) throw TraceError("--schedule " + schedule + ": the phases of the DATA frames of exchange " + std::to_string(exchange) + " are not its phases");
-  } else {
-    std::vector<std::string> matches;
-    for (const auto& name : sched::AlgorithmSpec::names()) {
-      auto algo = sched::AlgorithmSpec::parse(name);
-      if (!algo) continue;
-      sched::Schedule base;
+    if (base.packet_level || !phases_match(base, wire.block_phase)) continue;
+    for (const auto& sync : sync_candidates()) {
+      sched::Schedule s;
       try {
-        base = sched::make_schedule(topo, *algo);
+        s = sched::plan_sync(topo, base, sync);
       } catch (const std::exception&) {
-        continue;  // does not apply to this topology
+        continue;
       }
-      if (base.packet_level || !phases_match(base)) continue;
-      for (const auto& sync : sync_candidates()) {
-        sched::Schedule s;
-        try {
-          s = sched::plan_sync(topo, base, sync);
-        } catch (const std::exception&) {
-          continue;
-        }
-        auto expected = wire_tokens(s);
-        // Every token seen is in the plan, and every planned token between captured nodes was seen.
-        bool ok = std::includes(expected.begin(), expected.end(), seen.begin(), seen.end());
-        for (const auto& t : expected)
-          if (ok && trace.capture_of(t.from) != nullptr && seen.count(t) == 0) ok = false;
-        if (!ok) continue;
-        matches.push_back(sched::format_plan_spec(*algo, sync));
-        if (!plan) plan = std::move(s);
-      }
-    }
-    if (!plan)
-      throw TraceError("exchange " + std::to_string(exchange) + ": no schedule and sync variant of aapc explains its " + std::to_string(seen.size()) +
-                       " tokens and phases; give --schedule ALGORITHM+SYNC");
-    rep.schedule = matches.front();
-    rep.how = "inferred from " + std::to_string(seen.size()) + " tokens and " + std::to_string(block_phase.size()) + " blocks";
-    if (matches.size() > 1) {
-      rep.how += "; the same tokens fit";
-      for (std::size_t i = 1; i < matches.size() && i < 4; ++i) rep.how += " " + matches[i];
-      if (matches.size() > 4) rep.how += " ...";
+      auto expected = wire_tokens(s);
+      // Every token seen is in the plan, and every planned token between captured nodes was seen.
+      bool ok = std::includes(expected.begin(), expected.end(), wire.seen.begin(), wire.seen.end());
+      for (const auto& t : expected)
+        if (ok && trace.capture_of(t.from) != nullptr && wire.seen.count(t) == 0) ok = false;
+      if (!ok) continue;
+      matches.push_back(sched::format_plan_spec(*algo, sync));
+      if (!plan) plan = std::move(s);
     }
   }
-  // Rounds against their tokens, on each node's own clock.
+  if (!plan)
+    throw TraceError("exchange " + std::to_string(exchange) + ": no schedule and sync variant of aapc explains its " + std::to_string(wire.seen.size()) +
+                     " tokens and phases; give --schedule ALGORITHM+SYNC");
+  rep.schedule = matches.front();
+  rep.how = "inferred from " + std::to_string(wire.seen.size()) + " tokens and " + std::to_string(wire.block_phase.size()) + " blocks";
+  if (matches.size() > 1) {
+    rep.how += "; the same tokens fit";
+    for (std::size_t i = 1; i < matches.size() && i < 4; ++i) rep.how += " " + matches[i];
+    if (matches.size() > 4) rep.how += " ...";
+  }
+  return std::move(*plan);
+}
+
+// Rounds against their tokens, on each node's own clock.
+void check_rounds(const Trace& trace, const sched::Schedule& plan, std::uint32_t exchange, PhaseReport& rep) {
   std::map<std::uint32_t, const sched::Sync*> sync_by_id;
-  for (const auto& y : plan->syncs) sync_by_id[y.id] = &y;
+  for (const auto& y : plan.syncs) sync_by_id[y.id] = &y;
   for (const auto& c : trace.captures()) {
-    const auto& prog = plan->programs.at(static_cast<std::size_t>(c.node));
+    const auto& prog = plan.programs.at(static_cast<std::size_t>(c.node));
     std::map<std::uint32_t, std::int64_t> token_at;                     // first arrival of each token
     std::map<std::pair<Rank, int>, std::int64_t> first_send;            // (dst, phase) -> first DATA sent
     for (const auto& f : c.frames) {
@@ -703,7 +751,10 @@ PhaseReport phases(const Trace& trace, std::uint32_t exchange, const std::string
       rep.rounds.push_back(rc);
     }
   }
-  // Phases in time, and how much consecutive ones overlapped (and contended).
+}
+
+// Phases in time, and how much consecutive ones overlapped (and contended).
+void phase_spans(const Trace& trace, std::uint32_t exchange, PhaseReport& rep) {
   auto blocks = blocks_of(trace, exchange);
   std::map<int, PhaseSpan> spans;
   for (const auto& b : blocks) {
@@ -712,7 +763,7 @@ PhaseReport phases(const Trace& trace, std::uint32_t exchange, const std::string
     if (!fresh) it->second.start = std::min(it->second.start, b.start), it->second.end = std::max(it->second.end, b.end);
   }
   std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> contended;
-  for (const auto& c : contention_of(topo, blocks))
+  for (const auto& c : contention_of(trace.topology(), blocks))
     if (std::abs(c.a.phase - c.b.phase) == 1) contended[std::min(c.a.phase, c.b.phase)].emplace_back(c.from, c.to);
   for (auto it = spans.begin(); it != spans.end(); ++it) {
     auto next = std::next(it);
@@ -720,6 +771,17 @@ PhaseReport phases(const Trace& trace, std::uint32_t exchange, const std::string
     it->second.contended_ns = covered(contended[it->first]);
     rep.phases.push_back(it->second);
   }
+}
+
+}  // namespace
+
+PhaseReport phases(const Trace& trace, std::uint32_t exchange, const std::string& schedule) {
+  PhaseReport rep;
+  rep.exchange = exchange;
+  const WireView wire = wire_view(trace, exchange);
+  const sched::Schedule plan = schedule.empty() ? inferred_plan(trace, wire, exchange, rep) : given_plan(trace.topology(), schedule, wire, exchange, rep);
+  check_rounds(trace, plan, exchange, rep);
+  phase_spans(trace, exchange, rep);
   return rep;
 }
 
