@@ -436,6 +436,68 @@ int cmd_stop() {
   return 0;
 }
 
+// The command on every machine at once, rank 0's output shown as it comes, and one report:
+// rank 0's output, and the output of every machine that failed. Returns how many failed.
+int command_everywhere(const Json& state, const RunOptions& o, const std::vector<std::string>& cmd) {
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  for (const auto& m : state["machines"]) {
+    std::string name = m["name"];
+    std::vector<std::string> argv = {"ip", "netns", "exec", m["netns"]};
+    argv.insert(argv.end(), cmd.begin(), cmd.end());
+    std::string log = (kStateDir / name / "command.log").string();
+    pids.push_back(aapc::tools::spawn(argv, {log, {"AAPC_SOCKET=" + socket_of(name)}, true}));
+    logs.push_back(log);
+  }
+  std::vector<int> status(pids.size(), -1);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s);
+  std::size_t running = pids.size();
+  // Rank 0's output is shown as it comes (progress of long runs).
+  std::ifstream rank0;
+  auto stream_rank0 = [&] {
+    if (!rank0.is_open()) rank0.open(logs[0]);
+    if (!rank0.is_open()) return;
+    rank0.clear();
+    std::string chunk((std::istreambuf_iterator<char>(rank0)), std::istreambuf_iterator<char>());
+    if (!chunk.empty()) {
+      std::cout << chunk << std::flush;
+    }
+  };
+  while (running > 0) {
+    stream_rank0();
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      if (status[i] != -1) continue;
+      int st = 0;
+      if (::waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+        status[i] = aapc::tools::exit_status(st);
+        --running;
+      }
+    }
+    if (running > 0 && (g_interrupted || std::chrono::steady_clock::now() > end)) {
+      for (std::size_t i = 0; i < pids.size(); ++i)
+        if (status[i] == -1) ::kill(-pids[i], SIGKILL);
+      if (!g_interrupted) std::cerr << "aapc-emu: the command did not finish within " << o.timeout_s << " s; killed\n";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stream_rank0();
+  int failed = 0;
+  for (std::size_t i = 0; i < pids.size(); ++i) {
+    std::ifstream in(logs[i]);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string name = state["machines"][i]["name"];
+    if (status[i] != 0) {
+      ++failed;
+      std::cerr << "aapc-emu: " << name << " (rank " << i << ") exited with " << status[i] << (i == 0 ? "" : ":\n" + text) << "\n";
+    }
+  }
+  if (failed > 0) {
+    for (const auto& d : state["daemons"])
+      std::cerr << "aapc-emu: aapcd log of " << d["machine"].get<std::string>() << ":\n" << tail(d["log"], 6);
+  }
+  return failed;
+}
+
 int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char* argv0) {
   if (cmd.empty()) throw Failure("give the command to run on every machine after --, e.g. -- aapc run --size 64K");
   ::signal(SIGINT, on_signal);
@@ -460,64 +522,7 @@ int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char
   };
   try {
     start_daemons(state, o, argv0);
-    // The command on every machine at once.
-    std::vector<pid_t> pids;
-    std::vector<std::string> logs;
-    for (const auto& m : state["machines"]) {
-      std::string name = m["name"];
-      std::vector<std::string> argv = {"ip", "netns", "exec", m["netns"]};
-      argv.insert(argv.end(), cmd.begin(), cmd.end());
-      std::string log = (kStateDir / name / "command.log").string();
-      pids.push_back(aapc::tools::spawn(argv, {log, {"AAPC_SOCKET=" + socket_of(name)}, true}));
-      logs.push_back(log);
-    }
-    std::vector<int> status(pids.size(), -1);
-    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s);
-    std::size_t running = pids.size();
-    // Rank 0's output is shown as it comes (progress of long runs).
-    std::ifstream rank0;
-    auto stream_rank0 = [&] {
-      if (!rank0.is_open()) rank0.open(logs[0]);
-      if (!rank0.is_open()) return;
-      rank0.clear();
-      std::string chunk((std::istreambuf_iterator<char>(rank0)), std::istreambuf_iterator<char>());
-      if (!chunk.empty()) {
-        std::cout << chunk << std::flush;
-      }
-    };
-    while (running > 0) {
-      stream_rank0();
-      for (std::size_t i = 0; i < pids.size(); ++i) {
-        if (status[i] != -1) continue;
-        int st = 0;
-        if (::waitpid(pids[i], &st, WNOHANG) == pids[i]) {
-          status[i] = aapc::tools::exit_status(st);
-          --running;
-        }
-      }
-      if (running > 0 && (g_interrupted || std::chrono::steady_clock::now() > end)) {
-        for (std::size_t i = 0; i < pids.size(); ++i)
-          if (status[i] == -1) ::kill(-pids[i], SIGKILL);
-        if (!g_interrupted) std::cerr << "aapc-emu: the command did not finish within " << o.timeout_s << " s; killed\n";
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    stream_rank0();
-    // One report: rank 0's output (shown above), and the output of every machine that failed.
-    int failed = 0;
-    for (std::size_t i = 0; i < pids.size(); ++i) {
-      std::ifstream in(logs[i]);
-      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      std::string name = state["machines"][i]["name"];
-      if (status[i] != 0) {
-        ++failed;
-        std::cerr << "aapc-emu: " << name << " (rank " << i << ") exited with " << status[i] << (i == 0 ? "" : ":\n" + text) << "\n";
-      }
-    }
-    if (failed > 0) {
-      for (const auto& d : state["daemons"])
-        std::cerr << "aapc-emu: aapcd log of " << d["machine"].get<std::string>() << ":\n" << tail(d["log"], 6);
-    }
+    const int failed = command_everywhere(state, o, cmd);
     cleanup();
     return failed == 0 ? 0 : 1;
   } catch (...) {
