@@ -15,15 +15,13 @@ using namespace aapc;
 namespace {
 
 proto::StartRequest alltoallv() {
-  proto::StartRequest m;
-  m.kind = proto::Kind::kAlltoallv;
-  m.spec = "tree+sender-partial:4";
-  m.timeout_ms = 2500;
-  m.send_buffer = 3;
-  m.recv_buffer = 4;
-  m.sends = {{0, 10}, {10, 0}, {10, 7}};
-  m.recvs = {{5, 5}, {0, 5}, {10, 1}};
-  return m;
+  return {.kind = proto::Kind::kAlltoallv,
+          .spec = "tree+sender-partial:4",
+          .timeout_ms = 2500,
+          .send_buffer = 3,
+          .recv_buffer = 4,
+          .sends = {{0, 10}, {10, 0}, {10, 7}},
+          .recvs = {{5, 5}, {0, 5}, {10, 1}}};
 }
 
 proto::DoneReply done() {
@@ -76,16 +74,8 @@ TEST_CASE("every control message round-trips, and a cut or a byte too many is re
   round_trip(proto::RegisterReply{5});
   round_trip(proto::FreeRequest{5});
   round_trip(alltoallv());
-  proto::StartRequest uniform;
-  uniform.kind = proto::Kind::kAlltoall;
-  uniform.spec = "auto";
-  uniform.send_buffer = 1;
-  uniform.recv_buffer = 2;
-  uniform.block = 65536;
-  round_trip(uniform);
-  proto::StartRequest barrier;
-  barrier.kind = proto::Kind::kBarrier;
-  round_trip(barrier);
+  round_trip(proto::StartRequest{.kind = proto::Kind::kAlltoall, .send_buffer = 1, .recv_buffer = 2, .block = 65536, .sends = {}, .recvs = {}});
+  round_trip(proto::StartRequest{.kind = proto::Kind::kBarrier, .sends = {}, .recvs = {}});
   round_trip(proto::StartedReply{9, "tree", "sender-all"});
   round_trip(proto::WaitRequest{9, true});
   round_trip(proto::WaitRequest{9, false});
