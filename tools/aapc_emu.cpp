@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "aapc/sched/dot.hpp"
+#include "common/procutil.hpp"
 #include "aapc/sched/topology.hpp"
 
 namespace fs = std::filesystem;
@@ -38,10 +39,10 @@ using Json = nlohmann::json;
 
 namespace {
 
-const fs::path kStateDir = "/run/aapc-emu";
-const fs::path kStateFile = kStateDir / "state.json";
+const fs::path kStateDir = aapc::tools::kEmuStateDir;
+const fs::path kStateFile = aapc::tools::kEmuStateFile;
 const std::regex kOurLink("^aapc(b|p|m|l)[0-9]+[ab]?$");  // every interface name we make
-const std::string kNetnsPrefix = "aapc-";
+const std::string kNetnsPrefix = aapc::tools::emu_netns("");
 
 struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -49,42 +50,16 @@ struct Failure : std::runtime_error {
 
 bool verbose = false;
 
-struct Output {
-  int status = -1;
-  std::string text;
-};
+using aapc::tools::Output;
 
-// Runs argv, returns its exit status and combined output.
+// Runs argv, returns its exit status and combined output; shown first with --verbose.
 Output run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
   if (verbose) {
     std::cerr << "+";
     for (const auto& a : argv) std::cerr << " " << a;
     std::cerr << "\n";
   }
-  int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) throw Failure("pipe failed");
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(pipefd[1], 1);
-    ::dup2(pipefd[1], 2);
-    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  ::close(pipefd[1]);
-  Output out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) out.text.append(buf, static_cast<std::size_t>(n));
-  ::close(pipefd[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  out.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return out;
+  return aapc::tools::run(argv, env);
 }
 
 void must(const std::vector<std::string>& argv) {
@@ -112,7 +87,7 @@ void preflight() {
   run({"ip", "link", "del", "aapcprobe0"});
 }
 
-std::string netns_of(const std::string& machine) { return kNetnsPrefix + machine; }
+std::string netns_of(const std::string& machine) { return aapc::tools::emu_netns(machine); }
 
 // Rate in tc's notation, burst and queue limits in bytes.
 std::string tc_rate(std::uint64_t bps) { return std::to_string(bps / 1000) + "kbit"; }
@@ -139,15 +114,7 @@ void no_ipv6(const std::string& netns, const std::string& dev) {
   }
 }
 
-Json read_state() {
-  std::ifstream in(kStateFile);
-  if (!in) return Json();
-  try {
-    return Json::parse(in);
-  } catch (const std::exception&) {
-    return Json();
-  }
-}
+Json read_state() { return aapc::tools::read_emu_state(); }
 
 std::vector<std::string> our_netns() {
   std::vector<std::string> out;
@@ -370,29 +337,6 @@ int cmd_exec(const std::string& machine, const std::vector<std::string>& cmd) {
 volatile sig_atomic_t g_interrupted = 0;
 void on_signal(int) { g_interrupted = 1; }
 
-pid_t spawn(const std::vector<std::string>& argv, const std::string& log, const std::vector<std::string>& env) {
-  // The log is truncated here, not in the child: whoever reads it after spawn() returns must
-  // not see a previous run's output.
-  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  if (fd >= 0) ::close(fd);
-  return pid;
-}
-
 bool socket_answers(const std::string& path) {
   int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
@@ -427,7 +371,7 @@ struct RunOptions {
   int timeout_s = 600;
 };
 
-std::string socket_of(const std::string& machine) { return (kStateDir / machine / "aapcd.sock").string(); }
+std::string socket_of(const std::string& machine) { return aapc::tools::emu_socket(machine); }
 
 // Starts aapcd in every machine's namespace whose daemon is not running, and waits until
 // each answers on its socket.
@@ -456,7 +400,7 @@ void start_daemons(Json& state, const RunOptions& o, const char* argv0) {
     }
     std::istringstream extra(o.daemon_args);
     for (std::string a; extra >> a;) argv.push_back(a);
-    pid_t pid = spawn(argv, (dir / "aapcd.log").string(), {});
+    pid_t pid = aapc::tools::spawn(argv, {(dir / "aapcd.log").string(), {}, true});
     daemons.push_back({{"machine", name}, {"pid", pid}, {"socket", socket}, {"log", (dir / "aapcd.log").string()}});
   }
   state["daemons"] = daemons;
@@ -492,6 +436,68 @@ int cmd_stop() {
   return 0;
 }
 
+// The command on every machine at once, rank 0's output shown as it comes, and one report:
+// rank 0's output, and the output of every machine that failed. Returns how many failed.
+int command_everywhere(const Json& state, const RunOptions& o, const std::vector<std::string>& cmd) {
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  for (const auto& m : state["machines"]) {
+    std::string name = m["name"];
+    std::vector<std::string> argv = {"ip", "netns", "exec", m["netns"]};
+    argv.insert(argv.end(), cmd.begin(), cmd.end());
+    std::string log = (kStateDir / name / "command.log").string();
+    pids.push_back(aapc::tools::spawn(argv, {log, {"AAPC_SOCKET=" + socket_of(name)}, true}));
+    logs.push_back(log);
+  }
+  std::vector<int> status(pids.size(), -1);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s);
+  std::size_t running = pids.size();
+  // Rank 0's output is shown as it comes (progress of long runs).
+  std::ifstream rank0;
+  auto stream_rank0 = [&] {
+    if (!rank0.is_open()) rank0.open(logs[0]);
+    if (!rank0.is_open()) return;
+    rank0.clear();
+    std::string chunk((std::istreambuf_iterator<char>(rank0)), std::istreambuf_iterator<char>());
+    if (!chunk.empty()) {
+      std::cout << chunk << std::flush;
+    }
+  };
+  while (running > 0) {
+    stream_rank0();
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      if (status[i] != -1) continue;
+      int st = 0;
+      if (::waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+        status[i] = aapc::tools::exit_status(st);
+        --running;
+      }
+    }
+    if (running > 0 && (g_interrupted || std::chrono::steady_clock::now() > end)) {
+      for (std::size_t i = 0; i < pids.size(); ++i)
+        if (status[i] == -1) ::kill(-pids[i], SIGKILL);
+      if (!g_interrupted) std::cerr << "aapc-emu: the command did not finish within " << o.timeout_s << " s; killed\n";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stream_rank0();
+  int failed = 0;
+  for (std::size_t i = 0; i < pids.size(); ++i) {
+    std::ifstream in(logs[i]);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string name = state["machines"][i]["name"];
+    if (status[i] != 0) {
+      ++failed;
+      std::cerr << "aapc-emu: " << name << " (rank " << i << ") exited with " << status[i] << (i == 0 ? "" : ":\n" + text) << "\n";
+    }
+  }
+  if (failed > 0) {
+    for (const auto& d : state["daemons"])
+      std::cerr << "aapc-emu: aapcd log of " << d["machine"].get<std::string>() << ":\n" << tail(d["log"], 6);
+  }
+  return failed;
+}
+
 int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char* argv0) {
   if (cmd.empty()) throw Failure("give the command to run on every machine after --, e.g. -- aapc run --size 64K");
   ::signal(SIGINT, on_signal);
@@ -516,64 +522,7 @@ int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char
   };
   try {
     start_daemons(state, o, argv0);
-    // The command on every machine at once.
-    std::vector<pid_t> pids;
-    std::vector<std::string> logs;
-    for (const auto& m : state["machines"]) {
-      std::string name = m["name"];
-      std::vector<std::string> argv = {"ip", "netns", "exec", m["netns"]};
-      argv.insert(argv.end(), cmd.begin(), cmd.end());
-      std::string log = (kStateDir / name / "command.log").string();
-      pids.push_back(spawn(argv, log, {"AAPC_SOCKET=" + socket_of(name)}));
-      logs.push_back(log);
-    }
-    std::vector<int> status(pids.size(), -1);
-    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s);
-    std::size_t running = pids.size();
-    // Rank 0's output is shown as it comes (progress of long runs).
-    std::ifstream rank0;
-    auto stream_rank0 = [&] {
-      if (!rank0.is_open()) rank0.open(logs[0]);
-      if (!rank0.is_open()) return;
-      rank0.clear();
-      std::string chunk((std::istreambuf_iterator<char>(rank0)), std::istreambuf_iterator<char>());
-      if (!chunk.empty()) {
-        std::cout << chunk << std::flush;
-      }
-    };
-    while (running > 0) {
-      stream_rank0();
-      for (std::size_t i = 0; i < pids.size(); ++i) {
-        if (status[i] != -1) continue;
-        int st = 0;
-        if (::waitpid(pids[i], &st, WNOHANG) == pids[i]) {
-          status[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-          --running;
-        }
-      }
-      if (running > 0 && (g_interrupted || std::chrono::steady_clock::now() > end)) {
-        for (std::size_t i = 0; i < pids.size(); ++i)
-          if (status[i] == -1) ::kill(-pids[i], SIGKILL);
-        if (!g_interrupted) std::cerr << "aapc-emu: the command did not finish within " << o.timeout_s << " s; killed\n";
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    stream_rank0();
-    // One report: rank 0's output (shown above), and the output of every machine that failed.
-    int failed = 0;
-    for (std::size_t i = 0; i < pids.size(); ++i) {
-      std::ifstream in(logs[i]);
-      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      std::string name = state["machines"][i]["name"];
-      if (status[i] != 0) {
-        ++failed;
-        std::cerr << "aapc-emu: " << name << " (rank " << i << ") exited with " << status[i] << (i == 0 ? "" : ":\n" + text) << "\n";
-      }
-    }
-    if (failed > 0) {
-      for (const auto& d : state["daemons"])
-        std::cerr << "aapc-emu: aapcd log of " << d["machine"].get<std::string>() << ":\n" << tail(d["log"], 6);
-    }
+    const int failed = command_everywhere(state, o, cmd);
     cleanup();
     return failed == 0 ? 0 : 1;
   } catch (...) {

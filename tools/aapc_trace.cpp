@@ -20,7 +20,7 @@
 #include <sstream>
 
 #include "aapc/sched/dot.hpp"
-#include "trace/trace.hpp"
+#include "aapc/trace/trace.hpp"
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;

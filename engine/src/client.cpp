@@ -6,10 +6,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
+#include "aapc/sched/spec.hpp"
 #include "protocol.hpp"
 
 namespace aapc {
@@ -47,11 +49,19 @@ Result<int> open_socket(const std::string& path) {
   return s;
 }
 
-Error error_from(proto::Reader& r) {
-  auto code = static_cast<Errc>(r.get<std::uint32_t>());
-  std::string message = r.str(65536);
-  if (!r.ok()) return Error(Errc::kProtocol, "aapcd sent a malformed error reply");
-  return Error(code, message);
+// The reply of type `Reply` to a request named `what`, or the daemon's error.
+template <typename Reply>
+Result<Reply> reply_as(const std::vector<std::uint8_t>& msg, const char* what) {
+  const auto type = static_cast<proto::Type>(proto::header_of(msg)->type);
+  proto::Reader r = proto::payload_of(msg);
+  if (type == proto::Type::kError) {
+    proto::ErrorReply e;
+    if (!proto::decode(r, e)) return Error(Errc::kProtocol, "aapcd sent a malformed error reply");
+    return Error(static_cast<Errc>(e.code), e.message);
+  }
+  Reply reply;
+  if (type != Reply::kType || !proto::decode(r, reply)) return Error(Errc::kProtocol, std::string("aapcd answered ") + what + " oddly");
+  return reply;
 }
 
 }  // namespace
@@ -68,23 +78,18 @@ struct Connection {
   }
 
   Result<void> hello() {
-    proto::Writer w(proto::Type::kHello, next_request++);
-    w.str("aapc-client 1");
-    auto reply = exchange_raw(w.done(), -1);
+    auto reply = exchange_raw(proto::message(proto::HelloRequest{"aapc-client 1"}, next_request++), -1);
     if (!reply) return reply.error();
-    proto::Reader r(reply->data() + sizeof(proto::Header), reply->size() - sizeof(proto::Header));
-    auto h = *proto::header_of(*reply);
-    if (h.type == static_cast<std::uint16_t>(proto::Type::kError)) return error_from(r);
-    if (h.type != static_cast<std::uint16_t>(proto::Type::kHelloReply)) return Error(Errc::kProtocol, "aapcd answered HELLO oddly");
+    auto h = reply_as<proto::HelloReply>(*reply, "HELLO");
+    if (!h) return h.error();
     ClusterInfo i;
-    i.rank = static_cast<int>(r.get<std::uint32_t>());
-    i.size = static_cast<int>(r.get<std::uint32_t>());
-    i.epoch = r.get<std::uint32_t>();
-    i.mtu = static_cast<int>(r.get<std::uint32_t>());
-    i.peak_bps = r.get<double>();
-    i.machine = r.str();
-    i.topology = r.str();
-    if (!r.ok()) return Error(Errc::kProtocol, "aapcd sent a malformed HELLO reply");
+    i.rank = static_cast<int>(h->rank);
+    i.size = static_cast<int>(h->size);
+    i.epoch = h->epoch;
+    i.mtu = static_cast<int>(h->mtu);
+    i.peak_bps = h->peak_bps;
+    i.machine = h->machine;
+    i.topology = h->topology;
     info = i;
     return {};
   }
@@ -105,8 +110,9 @@ struct Connection {
   }
 
   // A request; a broken connection is looked into: a restarted daemon is reported as such.
-  Result<std::vector<std::uint8_t>> call(proto::Writer& w, int fd = -1) {
-    auto reply = exchange_raw(w.done(), fd);
+  template <typename M>
+  Result<std::vector<std::uint8_t>> call(const M& request, int fd = -1) {
+    auto reply = exchange_raw(proto::message(request, next_request++), fd);
     if (reply) return reply;
     if (reply.error().code() != Errc::kIo) return reply;
     // Reconnect to tell a restart from a daemon that is gone.
@@ -150,9 +156,7 @@ void Buffer::release() {
   ::munmap(data_, size_);
   data_ = nullptr;
   if (conn_ && generation_ == conn_->generation) {
-    proto::Writer w(proto::Type::kFree, conn_->next_request++);
-    w.put(id_);
-    (void)conn_->exchange_raw(w.done(), -1);  // best effort: the daemon also frees on disconnect
+    (void)conn_->exchange_raw(proto::message(proto::FreeRequest{id_}, conn_->next_request++), -1);  // best effort: the daemon also frees on disconnect
   }
   conn_.reset();
 }
@@ -162,32 +166,20 @@ void Buffer::release() {
 namespace {
 
 Result<Stats> stats_from(const std::vector<std::uint8_t>& reply) {
-  auto h = *proto::header_of(reply);
-  proto::Reader r(reply.data() + sizeof(proto::Header), reply.size() - sizeof(proto::Header));
-  if (h.type == static_cast<std::uint16_t>(proto::Type::kError)) return error_from(r);
-  if (h.type != static_cast<std::uint16_t>(proto::Type::kDone)) return Error(Errc::kProtocol, "aapcd answered oddly");
+  auto done = reply_as<proto::DoneReply>(reply, "WAIT");
+  if (!done) return done.error();
+  if (!done->ok) return Error(static_cast<Errc>(done->code), done->message);
   Stats s;
-  s.exchange = r.get<std::uint32_t>();
-  auto state = r.get<std::uint8_t>();
-  auto code = static_cast<Errc>(r.get<std::uint32_t>());
-  std::string message = r.str(65536);
-  s.schedule = r.str();
-  s.sync = r.str();
-  s.seconds = static_cast<double>(r.get<std::int64_t>()) / 1e9;
-  s.bytes_sent = r.get<std::uint64_t>();
-  s.bytes_received = r.get<std::uint64_t>();
-  s.retransmissions = r.get<std::uint64_t>();
-  s.sync_wait_seconds = static_cast<double>(r.get<std::int64_t>()) / 1e9;
-  s.daemon_cpu_seconds = static_cast<double>(r.get<std::int64_t>()) / 1e9;
-  auto rounds = r.get<std::uint32_t>();
-  for (std::uint32_t i = 0; i < rounds && r.ok(); ++i) {
-    RoundTime t;
-    t.start_s = static_cast<double>(r.get<std::int64_t>()) / 1e9;
-    t.end_s = static_cast<double>(r.get<std::int64_t>()) / 1e9;
-    s.rounds.push_back(t);
-  }
-  if (!r.ok()) return Error(Errc::kProtocol, "aapcd sent a malformed result");
-  if (state != 1) return Error(code, message);
+  s.exchange = done->exchange;
+  s.schedule = done->schedule;
+  s.sync = done->sync;
+  s.seconds = static_cast<double>(done->duration_ns) / 1e9;
+  s.bytes_sent = done->bytes_sent;
+  s.bytes_received = done->bytes_received;
+  s.retransmissions = done->retransmissions;
+  s.sync_wait_seconds = static_cast<double>(done->wait_ns) / 1e9;
+  s.daemon_cpu_seconds = static_cast<double>(done->cpu_ns) / 1e9;
+  for (const auto& [start, end] : done->rounds) s.rounds.push_back({static_cast<double>(start) / 1e9, static_cast<double>(end) / 1e9});
   return s;
 }
 
@@ -196,9 +188,7 @@ Result<Stats> stats_from(const std::vector<std::uint8_t>& reply) {
 Result<Stats> Request::wait() {
   if (result_) return *result_;
   if (!conn_) return Error(Errc::kInvalidArgument, "this request was never started");
-  proto::Writer w(proto::Type::kWait, conn_->next_request++);
-  w.put(id_);
-  auto reply = conn_->call(w);
+  auto reply = conn_->call(proto::WaitRequest{id_, true});
   if (!reply) return reply.error();
   result_ = stats_from(*reply);
   return *result_;
@@ -207,9 +197,7 @@ Result<Stats> Request::wait() {
 std::optional<Result<Stats>> Request::test() {
   if (result_) return result_;
   if (!conn_) return Result<Stats>(Error(Errc::kInvalidArgument, "this request was never started"));
-  proto::Writer w(proto::Type::kTest, conn_->next_request++);
-  w.put(id_);
-  auto reply = conn_->call(w);
+  auto reply = conn_->call(proto::WaitRequest{id_, false});
   if (!reply) return Result<Stats>(reply.error());
   if (proto::header_of(*reply)->type == static_cast<std::uint16_t>(proto::Type::kRunning)) return std::nullopt;
   result_ = stats_from(*reply);
@@ -255,21 +243,17 @@ Buffer Client::allocate(std::size_t bytes) {
     ::close(fd);
     throw Exception(Error(Errc::kIo, "cannot map a buffer of " + std::to_string(bytes) + " bytes: " + std::strerror(e)));
   }
-  proto::Writer w(proto::Type::kRegister, conn_->next_request++);
-  w.put(static_cast<std::uint64_t>(bytes));
-  auto reply = conn_->call(w, fd);
+  auto reply = conn_->call(proto::RegisterRequest{bytes}, fd);
   ::close(fd);
   auto fail = [&](Error e) {
     ::munmap(p, bytes);
     throw Exception(std::move(e));
   };
   if (!reply) fail(reply.error());
-  auto h = *proto::header_of(*reply);
-  proto::Reader r(reply->data() + sizeof(proto::Header), reply->size() - sizeof(proto::Header));
-  if (h.type == static_cast<std::uint16_t>(proto::Type::kError)) fail(error_from(r));
+  auto registered = reply_as<proto::RegisterReply>(*reply, "REGISTER");
+  if (!registered) fail(registered.error());
   Buffer b;
-  b.id_ = r.get<std::uint32_t>();
-  if (!r.ok() || h.type != static_cast<std::uint16_t>(proto::Type::kRegisterReply)) fail(Error(Errc::kProtocol, "aapcd answered REGISTER oddly"));
+  b.id_ = registered->buffer;
   b.conn_ = conn_;
   b.generation_ = conn_->generation;
   b.data_ = static_cast<std::uint8_t*>(p);
@@ -277,23 +261,35 @@ Buffer Client::allocate(std::size_t bytes) {
   return b;
 }
 
+// A START on its way: the protocol's request, named in client.hpp without the protocol.
+struct StartMessage {
+  proto::StartRequest request;
+};
+
 namespace {
 
-void put_options(proto::Writer& w, proto::Kind kind, const Options& o) {
-  w.put(static_cast<std::uint8_t>(kind));
-  w.str(o.schedule);
-  w.put(static_cast<std::uint32_t>(o.group));
-  w.str(o.sync);
-  w.put(static_cast<std::uint32_t>(o.timeout.count()));
+// The spec of aapc/sched/spec.hpp for `o`: the group size belongs to the group shuffle's name.
+StartMessage start_message(proto::Kind kind, const Options& o) {
+  StartMessage m;
+  m.request.kind = kind;
+  const std::string schedule = o.schedule == "group-shuffle" ? "group-shuffle:" + std::to_string(std::max(1, o.group)) : o.schedule;
+  m.request.spec = sched::join_spec(schedule, o.sync);
+  m.request.timeout_ms = static_cast<std::uint32_t>(o.timeout.count());
+  return m;
+}
+
+std::vector<proto::Block> blocks_of(const std::vector<std::size_t>& counts, const std::vector<std::size_t>& displs) {
+  std::vector<proto::Block> out(counts.size());
+  for (std::size_t i = 0; i < counts.size(); ++i) out[i] = {displs[i], counts[i]};
+  return out;
 }
 
 }  // namespace
 
 Result<Request> Client::start_alltoall(const Buffer& send, Buffer& recv, std::size_t block, const Options& options) {
-  const auto n = static_cast<std::size_t>(size());
-  std::vector<std::size_t> counts(n, block), displs(n);
-  for (std::size_t i = 0; i < n; ++i) displs[i] = i * block;
-  return start_blocks(true, send, counts, displs, recv, counts, displs, options);
+  StartMessage m = start_message(proto::Kind::kAlltoall, options);
+  m.request.block = block;  // the size once: the daemon lays block d at d x block
+  return start(send, recv, m);
 }
 
 Result<Stats> Client::alltoall(const Buffer& send, Buffer& recv, std::size_t block, const Options& options) {
@@ -305,42 +301,41 @@ Result<Stats> Client::alltoall(const Buffer& send, Buffer& recv, std::size_t blo
 Result<Request> Client::start_alltoallv(const Buffer& send, const std::vector<std::size_t>& send_counts,
                                         const std::vector<std::size_t>& send_displs, Buffer& recv, const std::vector<std::size_t>& recv_counts,
                                         const std::vector<std::size_t>& recv_displs, const Options& options) {
-  return start_blocks(false, send, send_counts, send_displs, recv, recv_counts, recv_displs, options);
-}
-
-Result<Request> Client::start_blocks(bool uniform, const Buffer& send, const std::vector<std::size_t>& send_counts,
-                                     const std::vector<std::size_t>& send_displs, Buffer& recv, const std::vector<std::size_t>& recv_counts,
-                                     const std::vector<std::size_t>& recv_displs, const Options& options) {
   const auto n = static_cast<std::size_t>(size());
   if (send_counts.size() != n || send_displs.size() != n || recv_counts.size() != n || recv_displs.size() != n)
     return Error(Errc::kInvalidArgument, "counts and displacements need one entry per rank (" + std::to_string(n) + ")");
+  StartMessage m = start_message(proto::Kind::kAlltoallv, options);
+  m.request.sends = blocks_of(send_counts, send_displs);
+  m.request.recvs = blocks_of(recv_counts, recv_displs);
+  return start(send, recv, m);
+}
+
+Result<Request> Client::start(const Buffer& send, Buffer& recv, StartMessage& message) {
   for (const Buffer* b : {&send, static_cast<const Buffer*>(&recv)}) {
     if (!*b) return Error(Errc::kInvalidArgument, "a buffer is empty (moved from, or never allocated)");
     if (b->conn_ != conn_ || b->generation_ != conn_->generation)
       return Error(Errc::kDaemonRestarted, "a buffer was registered with a daemon that has since restarted; allocate it again");
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    if (send_counts[i] > send.size() || send_displs[i] > send.size() - send_counts[i])
+  proto::StartRequest& m = message.request;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(size()); ++i) {
+    if (!proto::fits(m.send_block(i), send.size()))
       return Error(Errc::kInvalidArgument, "send block " + std::to_string(i) + " runs past the end of the send buffer");
-    if (recv_counts[i] > recv.size() || recv_displs[i] > recv.size() - recv_counts[i])
+    if (!proto::fits(m.recv_block(i), recv.size()))
       return Error(Errc::kInvalidArgument, "receive block " + std::to_string(i) + " runs past the end of the receive buffer");
   }
-  proto::Writer w(proto::Type::kStart, conn_->next_request++);
-  put_options(w, uniform ? proto::Kind::kAlltoall : proto::Kind::kAlltoallv, options);
-  w.put(send.id_);
-  w.put(recv.id_);
-  w.put(static_cast<std::uint32_t>(n));
-  for (std::size_t i = 0; i < n; ++i) w.put(static_cast<std::uint64_t>(send_displs[i])).put(static_cast<std::uint64_t>(send_counts[i]));
-  for (std::size_t i = 0; i < n; ++i) w.put(static_cast<std::uint64_t>(recv_displs[i])).put(static_cast<std::uint64_t>(recv_counts[i]));
-  auto reply = conn_->call(w);
+  m.send_buffer = send.id_;
+  m.recv_buffer = recv.id_;
+  return send_start(message);
+}
+
+Result<Request> Client::send_start(const StartMessage& message) {
+  auto reply = conn_->call(message.request);
   if (!reply) return reply.error();
-  auto h = *proto::header_of(*reply);
-  proto::Reader r(reply->data() + sizeof(proto::Header), reply->size() - sizeof(proto::Header));
-  if (h.type == static_cast<std::uint16_t>(proto::Type::kError)) return error_from(r);
+  auto started = reply_as<proto::StartedReply>(*reply, "START");
+  if (!started) return started.error();
   Request req;
   req.conn_ = conn_;
-  req.id_ = r.get<std::uint32_t>();
-  if (!r.ok() || h.type != static_cast<std::uint16_t>(proto::Type::kStarted)) return Error(Errc::kProtocol, "aapcd answered START oddly");
+  req.id_ = started->exchange;
   return req;
 }
 
@@ -353,31 +348,19 @@ Result<Stats> Client::alltoallv(const Buffer& send, const std::vector<std::size_
 }
 
 Result<void> Client::barrier() {
-  proto::Writer w(proto::Type::kStart, conn_->next_request++);
-  put_options(w, proto::Kind::kBarrier, Options{});
-  auto reply = conn_->call(w);
-  if (!reply) return reply.error();
-  auto h = *proto::header_of(*reply);
-  proto::Reader r(reply->data() + sizeof(proto::Header), reply->size() - sizeof(proto::Header));
-  if (h.type == static_cast<std::uint16_t>(proto::Type::kError)) return error_from(r);
-  Request req;
-  req.conn_ = conn_;
-  req.id_ = r.get<std::uint32_t>();
-  auto done = req.wait();
+  auto req = send_start(start_message(proto::Kind::kBarrier, Options{}));
+  if (!req) return req.error();
+  auto done = req->wait();
   if (!done) return done.error();
   return {};
 }
 
 Result<std::string> Client::status() {
-  proto::Writer w(proto::Type::kStatus, conn_->next_request++);
-  auto reply = conn_->call(w);
+  auto reply = conn_->call(proto::StatusRequest{});
   if (!reply) return reply.error();
-  auto h = *proto::header_of(*reply);
-  proto::Reader r(reply->data() + sizeof(proto::Header), reply->size() - sizeof(proto::Header));
-  if (h.type == static_cast<std::uint16_t>(proto::Type::kError)) return error_from(r);
-  std::string json = r.str(proto::kMaxMessage);
-  if (!r.ok()) return Error(Errc::kProtocol, "aapcd answered STATUS oddly");
-  return json;
+  auto status = reply_as<proto::StatusReply>(*reply, "STATUS");
+  if (!status) return status.error();
+  return status->json;
 }
 
 }  // namespace aapc

@@ -1,68 +1,21 @@
 #include "aapc/engine/daemon.hpp"
 
-#include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include <cerrno>
-#include <cstring>
-#include <deque>
-#include <filesystem>
-#include <map>
-#include <set>
+#include <ctime>
 #include <stdexcept>
 #include <thread>
 
-#include "aapc/engine/engine.hpp"
-#include "aapc/nic/capture.hpp"
-#include "aapc/nic/eth_port.hpp"
-#include "aapc/nic/fault.hpp"
-#include "aapc/sched/algorithms.hpp"
-#include "aapc/sched/choice.hpp"
 #include "aapc/sched/dot.hpp"
-#include "aapc/sched/sync.hpp"
-#include "aapc/sched/tree.hpp"
-#include "protocol.hpp"
+#include "daemon_impl.hpp"
 
 namespace aapc::engine {
-namespace {
-
-namespace fs = std::filesystem;
-
-struct Mapping {
-  std::uint8_t* data = nullptr;
-  std::uint64_t size = 0;
-};
-
-struct ClientState {
-  int fd = -1;
-  uid_t uid = 0;
-  pid_t pid = 0;
-  std::uint32_t next_buffer = 1;
-  bool started = false;  // has run exchanges: part of the cluster's current session
-  std::string refused;   // why this client may not use the daemon (answered to its first request)
-  std::map<std::uint32_t, Mapping> buffers;
-  std::set<std::uint32_t> exchanges;  // running or finished, not yet collected
-};
-
-struct ExchangeRecord {
-  int client = -1;  // fd of the owner
-  std::string schedule, sync;
-  std::set<std::uint32_t> buffers;
-  std::int64_t cpu_ns = 0;  // process CPU time at the start, then spent during the exchange
-  std::optional<ExchangeReport> report;
-  std::vector<std::uint32_t> waiters;  // request ids of WAITs to answer
-};
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
 
@@ -72,593 +25,64 @@ std::int64_t cpu_now() {
   return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
 }
 
-}  // namespace
+Daemon::Impl::~Impl() {
+  for (auto& [fd, c] : clients) close_client_resources(c);
+  if (epoll_fd >= 0) ::close(epoll_fd);
+  if (listen_fd >= 0) ::close(listen_fd);
+  if (bound) ::unlink(cfg.socket_path.c_str());
+  engine.reset();
+  capture.reset();
+  faults.reset();
+  eth.reset();
+}
 
-struct Daemon::Impl {
-  DaemonConfig cfg;
-  sched::Topology topo;
-  std::unique_ptr<sched::TreeModel> model;
-  int rank = -1;
-  std::unique_ptr<nic::EthPort> eth;
-  std::unique_ptr<nic::FaultPort> faults;
-  std::unique_ptr<nic::CapturePort> capture;
-  std::unique_ptr<Engine> engine;
-  int listen_fd = -1;
-  bool bound = false;  // the socket file is ours to remove (not another daemon's we refused)
-  int epoll_fd = -1;
-  int port_fd = -1;  // in epoll_fd: readable when frames wait (else the port is polled)
-  std::map<int, ClientState> clients;
-  std::map<std::uint32_t, ExchangeRecord> exchanges;
-  std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;  // by "algo/sync"
-  std::uint32_t next_id = 1;
-  bool joined = false;  // the cluster agreed on ids for the current session
-  struct Prepared;
-  std::deque<Prepared> waiting_join;  // STARTs until it has
-  std::uint64_t pace_bps = 0;
-
-  ~Impl() {
-    for (auto& [fd, c] : clients) close_client_resources(c);
-    if (epoll_fd >= 0) ::close(epoll_fd);
-    if (listen_fd >= 0) ::close(listen_fd);
-    if (bound) ::unlink(cfg.socket_path.c_str());
-    engine.reset();
-    capture.reset();
-    faults.reset();
-    eth.reset();
-  }
-
-  // --- setup --------------------------------------------------------------------------------
-
-  void open_port() {
-    nic::eal_init(cfg.eal);
-    nic::PortOptions po;
-    po.device = cfg.device;
-    po.mtu = topo.mtu();
-    if (cfg.rank) po.mac = nic::MacAddr(topo.machine(*cfg.rank).mac.bytes);
-    eth = nic::EthPort::open(po);
-    nic::MacAddr mac = eth->mac();
-    sched::Mac m{mac};
-    if (cfg.rank) {
-      rank = *cfg.rank;
-    } else {
-      auto r = topo.rank_of_mac(m);
-      if (!r)
-        fail("the port " + cfg.device + " has MAC " + m.str() + ", which no machine of " + topo.source() +
-             " has; fix the topology's mac attribute for this machine, or give --rank");
-      rank = *r;
-    }
-    nic::Port* port = eth.get();
-    if (!cfg.faults.empty()) {
-      faults = std::make_unique<nic::FaultPort>(*port, nic::FaultOptions::parse(cfg.faults));
-      port = faults.get();
-    }
-    if (!cfg.capture_path.empty()) {
-      capture = std::make_unique<nic::CapturePort>(*port, nic::CaptureOptions{cfg.capture_path, cfg.capture_snaplen});
-      port = capture.get();
-    }
-    EngineConfig ec;
-    ec.rank = rank;
-    for (sched::Rank r = 0; r < topo.machine_count(); ++r) ec.peers.push_back(topo.machine(r).mac.bytes);
-    ec.mtu = topo.mtu();
-    ec.peer_deadline = cfg.peer_deadline;
-    if (cfg.pace == "auto") {
-      const sched::Node& me = topo.machine(rank);
-      pace_bps = me.links.empty() ? 0 : topo.links()[static_cast<std::size_t>(me.links[0])].rate_bps;
-    } else if (cfg.pace != "off") {
-      auto bps = sched::parse_rate(cfg.pace);
-      if (!bps) fail("--pace " + cfg.pace + ": not a rate like 100Mbit (or auto, off)");
-      pace_bps = *bps;
-    }
-    ec.pace_bps = pace_bps;
-    engine = std::make_unique<Engine>(*port, ec);
-    engine->on_peer_restart = [](Rank peer) { spdlog::warn("peer rank {} restarted: running exchanges with it failed", peer); };
-    engine->announce();
-  }
-
-  void open_socket() {
-    fs::path path(cfg.socket_path);
-    fs::path dir = path.parent_path();
-    std::error_code ec;
-    if (!dir.empty() && !fs::exists(dir)) {
-      fs::create_directories(dir, ec);
-      if (ec) fail("cannot create " + dir.string() + ": " + ec.message());
-      ::chmod(dir.c_str(), 0750);
-    }
-    gid_t gid = static_cast<gid_t>(-1);
-    if (!cfg.socket_group.empty()) {
-      group* g = ::getgrnam(cfg.socket_group.c_str());
-      if (g == nullptr) fail("--socket-group " + cfg.socket_group + ": no such group");
-      gid = g->gr_gid;
-      if (!dir.empty()) (void)::chown(dir.c_str(), static_cast<uid_t>(-1), gid);
-    }
-    listen_fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (listen_fd < 0) fail(std::string("socket: ") + std::strerror(errno));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (cfg.socket_path.size() >= sizeof addr.sun_path) fail("--socket path too long");
-    std::memcpy(addr.sun_path, cfg.socket_path.c_str(), cfg.socket_path.size());
-    if (fs::exists(path)) {
-      // A daemon that still answers owns it; a stale file (after a crash) is replaced.
-      int probe = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-      bool alive = ::connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-      ::close(probe);
-      if (alive) fail("another aapcd already serves " + cfg.socket_path + "; stop it or give --socket another path");
-      if (!fs::is_socket(path)) fail(cfg.socket_path + " exists and is not a socket; remove it or give --socket another path");
-      ::unlink(cfg.socket_path.c_str());
-    }
-    mode_t old = ::umask(0177);
-    int rc = ::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    ::umask(old);
-    if (rc != 0) fail("cannot bind " + cfg.socket_path + ": " + std::strerror(errno));
-    bound = true;
-    ::chmod(cfg.socket_path.c_str(), cfg.socket_mode);
-    if (gid != static_cast<gid_t>(-1)) (void)::chown(cfg.socket_path.c_str(), static_cast<uid_t>(-1), gid);
-    if (::listen(listen_fd, 16) != 0) fail(std::string("listen: ") + std::strerror(errno));
-    epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = listen_fd;
-    ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd, &ev);
-    // Frames arriving wake the loop too, when the port can say so (net_af_packet).
-    if (int fd = eth->wait_fd(); fd >= 0) {
-      epoll_event pev{};
-      pev.events = EPOLLIN;
-      pev.data.fd = fd;
-      if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &pev) == 0) port_fd = fd;
-    }
-  }
-
-  // --- clients ------------------------------------------------------------------------------
-
-  bool allowed(uid_t uid) const {
-    if (uid == 0 || uid == ::geteuid()) return true;
-    return std::find(cfg.allow_uids.begin(), cfg.allow_uids.end(), uid) != cfg.allow_uids.end();
-  }
-
-  static void reply_error(int fd, std::uint32_t request, Errc code, const std::string& message) {
-    proto::Writer w(proto::Type::kError, request);
-    w.put(static_cast<std::uint32_t>(code)).str(message);
-    proto::send_message(fd, w.done());
-  }
-
-  void accept_clients() {
-    for (;;) {
-      int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) return;
-      ucred cred{};
-      socklen_t len = sizeof cred;
-      if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-        ::close(fd);
-        continue;
-      }
-      std::string refused;
-      if (!allowed(cred.uid)) {
-        spdlog::warn("refused a client of uid {} (pid {}): not root, not our uid, not in --allow-uid", cred.uid, cred.pid);
-        refused = "uid " + std::to_string(cred.uid) + " may not use this aapcd (run as root or as the daemon's user, or start aapcd with --allow-uid)";
-      }
-      if (clients.size() >= cfg.max_clients) {
-        reply_error(fd, 0, Errc::kBusy, "aapcd serves " + std::to_string(clients.size()) + " clients already (the limit)");
-        ::close(fd);
-        continue;
-      }
-      ClientState c;
-      c.fd = fd;
-      c.uid = cred.uid;
-      c.pid = cred.pid;
-      c.refused = refused;
-      clients[fd] = std::move(c);
-      epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLRDHUP;
-      ev.data.fd = fd;
-      ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
-      spdlog::info("client pid {} (uid {}) connected", cred.pid, cred.uid);
-    }
-  }
-
-  void close_client_resources(ClientState& c) {
-    for (auto& [id, m] : c.buffers) ::munmap(m.data, m.size);
-    c.buffers.clear();
-    if (c.fd >= 0) ::close(c.fd);
-    c.fd = -1;
-  }
-
-  // The client went away: its exchanges are aborted (the peers are told), then its memory is
-  // released; the engine no longer touches the buffers of an aborted exchange.
-  // The client went away: its exchanges are aborted (the peers are told), then its memory is
-  // released; the engine no longer touches the buffers of an aborted exchange. When the last
-  // client that ran exchanges is gone, this node's part of the session is over: peers still
-  // waiting in a later collective are told, and the numbering starts over under a new epoch.
-  void drop_client(int fd) {
-    auto it = clients.find(fd);
-    if (it == clients.end()) return;
-    ClientState& c = it->second;
-    const std::string reason = "the client of rank " + std::to_string(rank) + " went away";
-    for (std::uint32_t id : c.exchanges) {
-      auto ex = exchanges.find(id);
-      if (ex != exchanges.end() && !ex->second.report) {
-        spdlog::warn("client pid {} went away during exchange {}: aborting it", c.pid, id);
-        engine->abort(id, reason);
-      }
-      exchanges.erase(id);
-    }
-    const bool was_in_session = c.started;
-    ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
-    close_client_resources(c);
-    spdlog::info("client pid {} disconnected", c.pid);
-    clients.erase(it);
-    for (auto w = waiting_join.begin(); w != waiting_join.end();) w = w->client == fd ? waiting_join.erase(w) : std::next(w);
-    if (was_in_session && std::none_of(clients.begin(), clients.end(), [](const auto& e) { return e.second.started; })) {
-      // This node's part of the session is over: a peer may be waiting in the collective we
-      // would have started next. The next session agrees on its ids anew.
-      engine->abort_unstarted(next_id, reason);
-      ++next_id;
-      joined = false;
-    }
-  }
-
-  // Serves one request; false when there was none to read.
-  bool serve_client(int fd) {
-    std::vector<std::uint8_t> msg;
-    int passed_fd = -1;
-    bool truncated = false;
-    switch (proto::recv_message(fd, msg, passed_fd, truncated)) {
-      case proto::Received::kNothing: return false;
-      case proto::Received::kClosed: drop_client(fd); return true;
-      case proto::Received::kMessage: break;
-    }
-    auto h = proto::header_of(msg);
-    if (truncated || !h) {
-      if (passed_fd >= 0) ::close(passed_fd);
-      reply_error(fd, h ? h->request : 0, Errc::kProtocol,
-                  truncated ? "request larger than " + std::to_string(proto::kMaxMessage) + " bytes" : "not an aapc request");
-      return true;
-    }
-    if (h->version != proto::kVersion) {
-      if (passed_fd >= 0) ::close(passed_fd);
-      reply_error(fd, h->request, Errc::kProtocol,
-                  "protocol version " + std::to_string(h->version) + " (this aapcd speaks " + std::to_string(proto::kVersion) + ")");
-      return true;
-    }
-    proto::Reader r(msg.data() + sizeof(proto::Header), msg.size() - sizeof(proto::Header));
-    ClientState& c = clients[fd];
-    if (!c.refused.empty()) {
-      // Answered, then dropped: closing before its request is read would lose the reason.
-      if (passed_fd >= 0) ::close(passed_fd);
-      reply_error(fd, h->request, Errc::kPermission, c.refused);
-      drop_client(fd);
-      return true;
-    }
-    switch (static_cast<proto::Type>(h->type)) {
-      case proto::Type::kHello: hello(c, h->request); break;
-      case proto::Type::kRegister: register_buffer(c, h->request, r, passed_fd); passed_fd = -1; break;
-      case proto::Type::kFree: free_buffer(c, h->request, r); break;
-      case proto::Type::kStart: start_or_join(c, h->request, r); break;
-      case proto::Type::kWait: wait(c, h->request, r, true); break;
-      case proto::Type::kTest: wait(c, h->request, r, false); break;
-      case proto::Type::kStatus: status(c, h->request); break;
-      default: reply_error(fd, h->request, Errc::kProtocol, "unknown request type " + std::to_string(h->type)); break;
-    }
-    if (passed_fd >= 0) ::close(passed_fd);
-    return true;
-  }
-
-  void hello(ClientState& c, std::uint32_t request) {
-    proto::Writer w(proto::Type::kHelloReply, request);
-    w.put(static_cast<std::uint32_t>(rank)).put(static_cast<std::uint32_t>(topo.machine_count())).put(engine->epoch());
-    w.put(static_cast<std::uint32_t>(topo.mtu())).put(model->peak_aggregate_bps());
-    w.str(topo.machine(rank).name).str(topo.name());
-    proto::send_message(c.fd, w.done());
-  }
-
-  void register_buffer(ClientState& c, std::uint32_t request, proto::Reader& r, int fd) {
-    auto size = r.get<std::uint64_t>();
-    auto refuse = [&](Errc code, const std::string& why) {
-      if (fd >= 0) ::close(fd);
-      reply_error(c.fd, request, code, why);
-    };
-    if (!r.ok() || !r.at_end()) return refuse(Errc::kProtocol, "REGISTER carries a size and nothing else");
-    if (fd < 0) return refuse(Errc::kInvalidArgument, "REGISTER without a memory file descriptor");
-    if (size == 0 || size > cfg.max_buffer_bytes)
-      return refuse(Errc::kInvalidArgument, "buffer size " + std::to_string(size) + " is not between 1 and " + std::to_string(cfg.max_buffer_bytes));
-    struct stat st{};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < size)
-      return refuse(Errc::kInvalidArgument, "the descriptor is not a memory file of at least " + std::to_string(size) + " bytes");
-    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) return refuse(Errc::kIo, std::string("cannot map the buffer: ") + std::strerror(errno));
-    std::uint32_t id = c.next_buffer++;
-    c.buffers[id] = {static_cast<std::uint8_t*>(p), size};
-    proto::Writer w(proto::Type::kRegisterReply, request);
-    w.put(id);
-    proto::send_message(c.fd, w.done());
-  }
-
-  bool buffer_busy(std::uint32_t client_fd, std::uint32_t buffer) const {
-    for (const auto& [id, ex] : exchanges)
-      if (ex.client == static_cast<int>(client_fd) && !ex.report && ex.buffers.count(buffer) != 0) return true;
-    return false;
-  }
-
-  void free_buffer(ClientState& c, std::uint32_t request, proto::Reader& r) {
-    auto id = r.get<std::uint32_t>();
-    auto it = c.buffers.find(id);
-    if (!r.ok() || it == c.buffers.end()) return reply_error(c.fd, request, Errc::kInvalidArgument, "no buffer " + std::to_string(id));
-    if (buffer_busy(static_cast<std::uint32_t>(c.fd), id))
-      return reply_error(c.fd, request, Errc::kBusy, "buffer " + std::to_string(id) + " is in use by a running exchange");
-    ::munmap(it->second.data, it->second.size);
-    c.buffers.erase(it);
-    proto::Writer w(proto::Type::kOk, request);
-    proto::send_message(c.fd, w.done());
-  }
-
-  std::shared_ptr<const sched::Schedule> schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync) {
-    std::string key = algo.name() + "/" + sync.name();
-    auto it = schedules.find(key);
-    if (it != schedules.end()) return it->second;
-    auto s = std::make_shared<const sched::Schedule>(sched::plan_sync(topo, sched::make_schedule(topo, algo), sync));
-    schedules[key] = s;
-    return s;
-  }
-
-  // A START checked and ready to run but for its id.
-  struct Prepared {
-    int client = -1;
-    std::uint32_t request = 0;
-    std::shared_ptr<const sched::Schedule> plan;
-    std::vector<SendBlock> send;
-    std::vector<RecvBlock> recv;
-    std::uint32_t timeout_ms = 0;
-    ExchangeRecord rec;
-  };
-
-  // A request is checked at once; the first exchange of a session then waits until the
-  // cluster agreed on exchange ids.
-  void start_or_join(ClientState& c, std::uint32_t request, proto::Reader& r) {
-    auto p = prepare(c, request, r);
-    if (!p) return;
-    if (!joined) {
-      if (!engine->joining()) engine->start_join(next_id);
-      waiting_join.push_back(std::move(*p));
-      return;
-    }
-    launch(std::move(*p));
-  }
-
-  void joins() {
-    auto result = engine->join_result();
-    if (!result) return;
-    auto waiting = std::move(waiting_join);
-    waiting_join.clear();
-    if (!*result) {
-      for (const auto& p : waiting)
-        if (clients.count(p.client) != 0) reply_error(p.client, p.request, result->error().code(), result->error().message());
-      return;
-    }
-    next_id = result->value();
-    joined = true;
-    spdlog::info("session agreed: exchanges from id {}", next_id);
-    for (auto& p : waiting)
-      if (clients.count(p.client) != 0) launch(std::move(p));
-  }
-
-  void launch(Prepared p) {
-    ClientState& c = clients[p.client];
-    const std::uint32_t id = next_id;
-    ExchangeSpec spec = exchange_spec(*p.plan, rank, id);
-    if (!p.send.empty()) {
-      spec.send = std::move(p.send);
-      spec.recv = std::move(p.recv);
-    }
-    spec.timeout = std::chrono::milliseconds(p.timeout_ms);
-    auto started = engine->start(std::move(spec));
-    ++next_id;  // a collective's id is used up, started or not
-    if (!started) return reply_error(c.fd, p.request, started.error().code(), started.error().message());
-    p.rec.cpu_ns = cpu_now();
-    exchanges[id] = std::move(p.rec);
-    c.exchanges.insert(id);
-    c.started = true;
-    proto::Writer w(proto::Type::kStarted, p.request);
-    w.put(id).str(exchanges[id].schedule).str(exchanges[id].sync);
-    proto::send_message(c.fd, w.done());
-  }
-
-  std::optional<Prepared> prepare(ClientState& c, std::uint32_t request, proto::Reader& r) {
-    auto refuse = [&](Errc code, const std::string& why) {
-      reply_error(c.fd, request, code, why);
-      return std::optional<Prepared>();
-    };
-    auto kind = static_cast<proto::Kind>(r.get<std::uint8_t>());
-    std::string algo_name = r.str(64);
-    auto width = r.get<std::uint32_t>();  // w of group-shuffle
-    std::string sync_name = r.str(64);
-    auto timeout_ms = r.get<std::uint32_t>();
-    if (!r.ok()) return refuse(Errc::kProtocol, "malformed START");
-    const auto n = static_cast<std::size_t>(topo.machine_count());
-    Prepared p;
-    p.client = c.fd;
-    p.request = request;
-    p.timeout_ms = timeout_ms;
-    p.rec.client = c.fd;
-    std::shared_ptr<const sched::Schedule>& plan = p.plan;
-    if (kind == proto::Kind::kBarrier) {
-      if (!r.at_end()) return refuse(Errc::kProtocol, "malformed barrier START");
-      plan = std::make_shared<const sched::Schedule>(sched::barrier_schedule(static_cast<int>(n)));
-      p.rec.schedule = "barrier";
-      p.rec.sync = "tokens";
-    } else if (kind == proto::Kind::kAlltoallv || kind == proto::Kind::kAlltoall) {
-      auto send_id = r.get<std::uint32_t>(), recv_id = r.get<std::uint32_t>();
-      auto count = r.get<std::uint32_t>();
-      if (!r.ok() || count != n)
-        return refuse(Errc::kInvalidArgument, "the request has " + std::to_string(count) + " blocks; the cluster has " + std::to_string(n) + " ranks");
-      std::vector<std::pair<std::uint64_t, std::uint64_t>> sends(n), recvs(n);
-      for (auto& s : sends) s = {r.get<std::uint64_t>(), r.get<std::uint64_t>()};
-      for (auto& s : recvs) s = {r.get<std::uint64_t>(), r.get<std::uint64_t>()};
-      if (!r.ok() || !r.at_end()) return refuse(Errc::kProtocol, "malformed START: block list");
-      auto sb = c.buffers.find(send_id), rb = c.buffers.find(recv_id);
-      if (sb == c.buffers.end() || rb == c.buffers.end()) return refuse(Errc::kInvalidArgument, "START names a buffer this client has not registered");
-      // Offsets and lengths from the client are checked like wire fields.
-      std::uint64_t largest = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        auto [so, sl] = sends[i];
-        auto [ro, rl] = recvs[i];
-        if (sl > sb->second.size || so > sb->second.size - sl)
-          return refuse(Errc::kInvalidArgument, "send block " + std::to_string(i) + " (offset " + std::to_string(so) + ", " + std::to_string(sl) +
-                                                                      " bytes) runs past the end of the " + std::to_string(sb->second.size) + "-byte send buffer");
-        if (rl > rb->second.size || ro > rb->second.size - rl)
-          return refuse(Errc::kInvalidArgument, "receive block " + std::to_string(i) + " (offset " + std::to_string(ro) + ", " + std::to_string(rl) +
-                                                                      " bytes) runs past the end of the " + std::to_string(rb->second.size) + "-byte receive buffer");
-        largest = std::max({largest, sl, rl});
-      }
-      if (kind == proto::Kind::kAlltoall)
-        for (std::size_t i = 0; i < n; ++i)
-          if (sends[i].second != largest || recvs[i].second != largest)
-            return refuse(Errc::kInvalidArgument, "an alltoall has blocks of one size; block " + std::to_string(i) + " differs (use alltoallv)");
-      sched::AlgorithmSpec algo;
-      sched::SyncSpec sync;
-      if (algo_name == "auto") {
-        // Every rank must pick the same schedule: an alltoall's block size is the same on all
-        // of them (the collective's contract), an alltoallv's largest block is not, so it gets
-        // the choice for large blocks.
-        sched::Choice choice = sched::auto_choice(*model, kind == proto::Kind::kAlltoall ? largest : sched::kAnyBlockSize);
-        algo = choice.algorithm;
-        sync = choice.sync;
-      } else {
-        auto a = sched::AlgorithmSpec::parse(algo_name == "group-shuffle" ? "group-shuffle:" + std::to_string(std::max(1U, width)) : algo_name);
-        if (!a) return refuse(Errc::kInvalidArgument, "unknown schedule '" + algo_name + "'");
-        algo = *a;
-        // A sync variant orders phases: by default the tree's phases get sender-based tokens
-        // (Faraj/Yuan's best for large messages), the other schedules none.
-        auto sp = sync_name == "auto" ? std::optional<sched::SyncSpec>(algo.algorithm == sched::Algorithm::kTree
-                                                                         ? sched::SyncSpec{sched::SyncKind::kSenderAll, 1}
-                                                                         : sched::SyncSpec{})
-                                      : sched::SyncSpec::parse(sync_name);
-        if (!sp) return refuse(Errc::kInvalidArgument, "unknown sync variant '" + sync_name + "'");
-        sync = *sp;
-      }
-      try {
-        plan = schedule(algo, sync);
-      } catch (const std::exception& e) {
-        return refuse(Errc::kInvalidArgument, e.what());
-      }
-      p.rec.schedule = plan->algorithm;
-      p.rec.sync = plan->sync.name();
-      for (std::size_t i = 0; i < n; ++i) {
-        p.send.push_back({sb->second.data + sends[i].first, sends[i].second});
-        p.recv.push_back({rb->second.data + recvs[i].first, recvs[i].second});
-      }
-      p.rec.buffers = {send_id, recv_id};
-    } else {
-      return refuse(Errc::kInvalidArgument, "unknown exchange kind " + std::to_string(static_cast<int>(kind)));
-    }
-    return p;
-  }
-
-  void send_done(int fd, std::uint32_t request, std::uint32_t id, const ExchangeRecord& rec) {
-    const ExchangeReport& rep = *rec.report;
-    proto::Writer w(proto::Type::kDone, request);
-    w.put(id).put(static_cast<std::uint8_t>(rep.state == ExchangeState::kDone ? 1 : 2)).put(static_cast<std::uint32_t>(rep.code)).str(rep.error);
-    w.str(rec.schedule).str(rec.sync);
-    w.put(rep.duration_ns).put(rep.counters.data_bytes_sent).put(rep.counters.data_bytes_received).put(rep.counters.retransmitted_frames);
-    w.put(rep.counters.wait_ns).put(rec.cpu_ns);
-    w.put(static_cast<std::uint32_t>(rep.counters.rounds.size()));
-    for (const auto& rt : rep.counters.rounds) w.put(rt.start_ns).put(rt.end_ns);
-    proto::send_message(fd, w.done());
-  }
-
-  void wait(ClientState& c, std::uint32_t request, proto::Reader& r, bool block) {
-    auto id = r.get<std::uint32_t>();
-    auto it = exchanges.find(id);
-    if (!r.ok() || it == exchanges.end() || it->second.client != c.fd)
-      return reply_error(c.fd, request, Errc::kInvalidArgument, "no exchange " + std::to_string(id) + " of this client");
-    if (it->second.report) {
-      send_done(c.fd, request, id, it->second);
+// --- the loop -------------------------------------------------------------------------------
+void Daemon::Impl::collect_finished() {
+  for (auto& rep : engine->take_finished()) {
+    auto it = exchanges.find(rep.id);
+    if (it == exchanges.end()) continue;  // its client went away
+    if (rep.state == ExchangeState::kFailed) spdlog::warn("exchange {} failed: {}", rep.id, rep.error);
+    it->second.report = rep;
+    it->second.cpu_ns = cpu_now() - it->second.cpu_ns;
+    for (std::uint32_t request : it->second.waiters) send_done(it->second.client, request, rep.id, it->second);
+    if (!it->second.waiters.empty()) {
+      clients[it->second.client].exchanges.erase(rep.id);
       exchanges.erase(it);
-      c.exchanges.erase(id);
-      return;
-    }
-    if (block) {
-      it->second.waiters.push_back(request);
-    } else {
-      proto::Writer w(proto::Type::kRunning, request);
-      proto::send_message(c.fd, w.done());
     }
   }
+  joins();
+}
 
-  void status(ClientState& c, std::uint32_t request) {
-    const EngineCounters& k = engine->counters();
-    nlohmann::json drops = nlohmann::json::object();
-    for (int d = 1; d < kDropReasons; ++d)
-      if (k.drops[static_cast<std::size_t>(d)] > 0) drops[std::string(drop_reason_name(static_cast<DropReason>(d)))] = k.drops[static_cast<std::size_t>(d)];
-    nlohmann::json live = nlohmann::json::array();
-    for (const auto& [id, ex] : exchanges) live.push_back({{"id", id}, {"schedule", ex.schedule}, {"sync", ex.sync}, {"finished", ex.report.has_value()}});
-    nlohmann::json j = {
-        {"rank", rank},
-        {"size", topo.machine_count()},
-        {"machine", topo.machine(rank).name},
-        {"mac", topo.machine(rank).mac.str()},
-        {"topology", topo.source()},
-        {"port", cfg.device},
-        {"epoch", engine->epoch()},
-        {"pace_bps", pace_bps},
-        {"peak_aggregate_bps", model->peak_aggregate_bps()},
-        {"next_exchange", next_id},
-        {"clients", clients.size()},
-        {"exchanges", live},
-        {"counters",
-         {{"frames_received", k.frames_received},
-          {"bytes_received", k.bytes_received},
-          {"frames_sent", k.frames_sent},
-          {"bytes_sent", k.bytes_sent},
-          {"tx_refused", k.tx_refused},
-          {"alloc_failures", k.alloc_failures},
-          {"early_frames", k.early_frames},
-          {"drops", drops}}},
-    };
-    if (capture) j["capture"] = {{"path", cfg.capture_path}, {"frames", capture->frames_captured()}};
-    proto::Writer w(proto::Type::kStatusReply, request);
-    w.str(j.dump(2));
-    proto::send_message(c.fd, w.done());
+void Daemon::Impl::service(int timeout_ms) {
+  epoll_event events[16];
+  int n = ::epoll_wait(epoll_fd, events, 16, timeout_ms);
+  // Clients that left first (what they sent before leaving is still served): a session
+  // must end before the next one's requests are.
+  for (int i = 0; i < n; ++i) {
+    int fd = events[i].data.fd;
+    if (fd == listen_fd || (events[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) == 0) continue;
+    while (clients.count(fd) != 0 && serve_client(fd)) {
+    }  // ends with the client dropped
   }
-
-  // --- the loop -------------------------------------------------------------------------------
-
-  void collect_finished() {
-    for (auto& rep : engine->take_finished()) {
-      auto it = exchanges.find(rep.id);
-      if (it == exchanges.end()) continue;  // its client went away
-      if (rep.state == ExchangeState::kFailed) spdlog::warn("exchange {} failed: {}", rep.id, rep.error);
-      it->second.report = rep;
-      it->second.cpu_ns = cpu_now() - it->second.cpu_ns;
-      for (std::uint32_t request : it->second.waiters) send_done(it->second.client, request, rep.id, it->second);
-      if (!it->second.waiters.empty()) {
-        clients[it->second.client].exchanges.erase(rep.id);
-        exchanges.erase(it);
-      }
-    }
-    joins();
-  }
-
-  void service(int timeout_ms) {
-    epoll_event events[16];
-    int n = ::epoll_wait(epoll_fd, events, 16, timeout_ms);
-    // Clients that left first (what they sent before leaving is still served): a session
-    // must end before the next one's requests are.
-    for (int i = 0; i < n; ++i) {
-      int fd = events[i].data.fd;
-      if (fd == listen_fd || (events[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) == 0) continue;
-      while (clients.count(fd) != 0 && serve_client(fd)) {
-      }  // ends with the client dropped
-    }
-    for (int i = 0; i < n; ++i) {
-      int fd = events[i].data.fd;
-      if (fd == listen_fd) {
-        accept_clients();
-      } else if (clients.count(fd) != 0) {
-        serve_client(fd);
-      }
+  for (int i = 0; i < n; ++i) {
+    int fd = events[i].data.fd;
+    if (fd == listen_fd) {
+      accept_clients();
+    } else if (clients.count(fd) != 0) {
+      serve_client(fd);
     }
   }
-};
+}
+
+// Abort what runs and let the ABORT frames leave.
+void Daemon::Impl::shut_down() {
+  spdlog::info("shutting down");
+  for (auto& [id, ex] : exchanges)
+    if (!ex.report) engine->abort(id, "aapcd of rank " + std::to_string(rank) + " is shutting down");
+  for (int i = 0; i < 200 && !engine->quiet(); ++i) engine->poll();
+  for (int i = 0; i < 50; ++i) engine->poll();
+  collect_finished();
+}
 
 Daemon::Daemon() : impl_(std::make_unique<Impl>()) {}
 Daemon::~Daemon() = default;
@@ -734,13 +158,7 @@ int Daemon::run(const std::atomic<bool>& stop) {
       std::this_thread::sleep_for(std::chrono::microseconds(idle > 2000 ? 200 : 30));
     }
   }
-  // Shutting down: abort what runs and let the ABORT frames leave.
-  spdlog::info("shutting down");
-  for (auto& [id, ex] : m.exchanges)
-    if (!ex.report) m.engine->abort(id, "aapcd of rank " + std::to_string(m.rank) + " is shutting down");
-  for (int i = 0; i < 200 && !m.engine->quiet(); ++i) m.engine->poll();
-  for (int i = 0; i < 50; ++i) m.engine->poll();
-  m.collect_finished();
+  m.shut_down();
   return 0;
 }
 

@@ -70,3 +70,200 @@ Received recv_message(int sock, std::vector<std::uint8_t>& msg, int& fd, bool& t
 }
 
 }  // namespace aapc::proto
+
+namespace aapc::proto {
+
+// --- encode and decode, field by field in the same order --------------------------------------
+
+namespace {
+
+constexpr std::size_t kMaxName = 4096;      // names and specs
+constexpr std::size_t kMaxText = 65536;     // error messages
+constexpr std::size_t kMaxSpec = 256;
+
+void put_blocks(Writer& w, const std::vector<Block>& blocks) {
+  for (const auto& b : blocks) w.put(b.offset).put(b.length);
+}
+
+void get_blocks(Reader& r, std::vector<Block>& blocks, std::uint32_t count) {
+  blocks.resize(count);
+  for (auto& b : blocks) {
+    b.offset = r.get<std::uint64_t>();
+    b.length = r.get<std::uint64_t>();
+  }
+}
+
+}  // namespace
+
+void encode(Writer& w, const HelloRequest& m) { w.str(m.client); }
+bool decode(Reader& r, HelloRequest& m) {
+  m.client = r.str(kMaxName);
+  return r.done();
+}
+
+void encode(Writer& w, const HelloReply& m) {
+  w.put(m.rank).put(m.size).put(m.epoch).put(m.mtu).put(m.peak_bps);
+  w.str(m.machine).str(m.topology);
+}
+bool decode(Reader& r, HelloReply& m) {
+  m.rank = r.get<std::uint32_t>();
+  m.size = r.get<std::uint32_t>();
+  m.epoch = r.get<std::uint32_t>();
+  m.mtu = r.get<std::uint32_t>();
+  m.peak_bps = r.get<double>();
+  m.machine = r.str(kMaxName);
+  m.topology = r.str(kMaxName);
+  return r.done();
+}
+
+void encode(Writer& w, const RegisterRequest& m) { w.put(m.size); }
+bool decode(Reader& r, RegisterRequest& m) {
+  m.size = r.get<std::uint64_t>();
+  return r.done();
+}
+
+void encode(Writer& w, const RegisterReply& m) { w.put(m.buffer); }
+bool decode(Reader& r, RegisterReply& m) {
+  m.buffer = r.get<std::uint32_t>();
+  return r.done();
+}
+
+void encode(Writer& w, const FreeRequest& m) { w.put(m.buffer); }
+bool decode(Reader& r, FreeRequest& m) {
+  m.buffer = r.get<std::uint32_t>();
+  return r.done();
+}
+
+void encode(Writer& w, const StartRequest& m) {
+  w.put(static_cast<std::uint8_t>(m.kind)).str(m.spec).put(m.timeout_ms);
+  if (m.kind == Kind::kBarrier) return;
+  w.put(m.send_buffer).put(m.recv_buffer);
+  if (m.kind == Kind::kAlltoall) {
+    w.put(m.block);
+    return;
+  }
+  w.put(static_cast<std::uint32_t>(m.sends.size()));
+  put_blocks(w, m.sends);
+  put_blocks(w, m.recvs);
+}
+bool decode(Reader& r, StartRequest& m) {
+  const auto kind = r.get<std::uint8_t>();
+  m.spec = r.str(kMaxSpec);
+  m.timeout_ms = r.get<std::uint32_t>();
+  if (!r.ok() || kind < static_cast<std::uint8_t>(Kind::kAlltoall) || kind > static_cast<std::uint8_t>(Kind::kBarrier)) return false;
+  m.kind = static_cast<Kind>(kind);
+  if (m.kind == Kind::kBarrier) return r.done();
+  m.send_buffer = r.get<std::uint32_t>();
+  m.recv_buffer = r.get<std::uint32_t>();
+  if (m.kind == Kind::kAlltoall) {
+    m.block = r.get<std::uint64_t>();
+    return r.done();
+  }
+  // Sends and receives: as many of each, 16 bytes a block.
+  const auto count = r.get<std::uint32_t>();
+  if (!r.fits(2ULL * count, 2 * sizeof(std::uint64_t))) return false;
+  get_blocks(r, m.sends, count);
+  get_blocks(r, m.recvs, count);
+  return r.done();
+}
+
+void encode(Writer& w, const StartedReply& m) { w.put(m.exchange).str(m.schedule).str(m.sync); }
+bool decode(Reader& r, StartedReply& m) {
+  m.exchange = r.get<std::uint32_t>();
+  m.schedule = r.str(kMaxName);
+  m.sync = r.str(kMaxName);
+  return r.done();
+}
+
+void encode(Writer& w, const WaitRequest& m) { w.put(m.exchange); }
+bool decode(Reader& r, WaitRequest& m) {
+  m.exchange = r.get<std::uint32_t>();
+  return r.done();
+}
+
+void encode(Writer& w, const DoneReply& m) {
+  w.put(m.exchange).put(static_cast<std::uint8_t>(m.ok ? 1 : 2)).put(m.code).str(m.message);
+  w.str(m.schedule).str(m.sync);
+  w.put(m.duration_ns).put(m.bytes_sent).put(m.bytes_received).put(m.retransmissions);
+  w.put(m.wait_ns).put(m.cpu_ns);
+  w.put(static_cast<std::uint32_t>(m.rounds.size()));
+  for (const auto& [start, end] : m.rounds) w.put(start).put(end);
+}
+bool decode(Reader& r, DoneReply& m) {
+  m.exchange = r.get<std::uint32_t>();
+  const auto state = r.get<std::uint8_t>();
+  m.ok = state == 1;
+  m.code = r.get<std::uint32_t>();
+  m.message = r.str(kMaxText);
+  m.schedule = r.str(kMaxName);
+  m.sync = r.str(kMaxName);
+  m.duration_ns = r.get<std::int64_t>();
+  m.bytes_sent = r.get<std::uint64_t>();
+  m.bytes_received = r.get<std::uint64_t>();
+  m.retransmissions = r.get<std::uint64_t>();
+  m.wait_ns = r.get<std::int64_t>();
+  m.cpu_ns = r.get<std::int64_t>();
+  const auto rounds = r.get<std::uint32_t>();
+  if (!r.fits(rounds, 2 * sizeof(std::int64_t)) || (state != 1 && state != 2)) return false;
+  m.rounds.resize(rounds);
+  for (auto& [start, end] : m.rounds) {
+    start = r.get<std::int64_t>();
+    end = r.get<std::int64_t>();
+  }
+  return r.done();
+}
+
+void encode(Writer&, const StatusRequest&) {}
+bool decode(Reader& r, StatusRequest&) { return r.done(); }
+
+void encode(Writer& w, const StatusReply& m) { w.str(m.json); }
+bool decode(Reader& r, StatusReply& m) {
+  m.json = r.str(kMaxMessage);
+  return r.done();
+}
+
+void encode(Writer& w, const ErrorReply& m) { w.put(m.code).str(m.message); }
+bool decode(Reader& r, ErrorReply& m) {
+  m.code = r.get<std::uint32_t>();
+  m.message = r.str(kMaxText);
+  return r.done();
+}
+
+void encode(Writer&, const EmptyReply&) {}
+
+// --- the daemon's side: any request ------------------------------------------------------------
+
+namespace {
+
+template <typename M>
+DecodedRequest decoded(const Header& h, Reader& r, M m, const char* name) {
+  DecodedRequest d{h, true, std::nullopt, {}};
+  if (decode(r, m)) {
+    d.request = std::move(m);
+  } else {
+    d.error = std::string("malformed ") + name;
+  }
+  return d;
+}
+
+}  // namespace
+
+DecodedRequest decode_request(const std::vector<std::uint8_t>& msg) {
+  auto h = header_of(msg);
+  if (!h) return {Header{}, false, std::nullopt, "not an aapc request"};
+  if (h->version != kVersion)
+    return {*h, false, std::nullopt, "protocol version " + std::to_string(h->version) + " (this aapcd speaks " + std::to_string(kVersion) + ")"};
+  Reader r = payload_of(msg);
+  switch (static_cast<Type>(h->type)) {
+    case Type::kHello: return decoded(*h, r, HelloRequest{}, "HELLO");
+    case Type::kRegister: return decoded(*h, r, RegisterRequest{}, "REGISTER (it carries a size and nothing else)");
+    case Type::kFree: return decoded(*h, r, FreeRequest{}, "FREE");
+    case Type::kStart: return decoded(*h, r, StartRequest{}, "START");
+    case Type::kWait: return decoded(*h, r, WaitRequest{0, true}, "WAIT");
+    case Type::kTest: return decoded(*h, r, WaitRequest{0, false}, "TEST");
+    case Type::kStatus: return decoded(*h, r, StatusRequest{}, "STATUS");
+    default: return {*h, true, std::nullopt, "unknown request type " + std::to_string(h->type)};
+  }
+}
+
+}  // namespace aapc::proto

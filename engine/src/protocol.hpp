@@ -8,12 +8,16 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 namespace aapc::proto {
 
 inline constexpr std::uint32_t kMagic = 0x43504141;  // "AAPC"
-inline constexpr std::uint16_t kVersion = 1;
+// 2: every message has one struct below; START carries one schedule spec and, for an
+// alltoall, the block size once instead of n block lists.
+inline constexpr std::uint16_t kVersion = 2;
 inline constexpr std::size_t kMaxMessage = 1 << 20;  // requests larger than this are refused
 
 enum class Type : std::uint16_t {
@@ -104,6 +108,14 @@ class Reader {
   }
   bool ok() const { return ok_; }
   bool at_end() const { return p_ == end_; }
+  // True when the whole payload was read without a fault: what every decode() ends with.
+  bool done() const { return ok_ && at_end(); }
+  // Whether `count` items of `item_bytes` each can still follow; marks the reader failed if
+  // not, so a forged count never sizes a vector.
+  bool fits(std::uint64_t count, std::size_t item_bytes) {
+    if (count > static_cast<std::size_t>(end_ - p_) / item_bytes) ok_ = false;
+    return ok_;
+  }
 
  private:
   const std::uint8_t* p_;
@@ -119,6 +131,184 @@ inline std::optional<Header> header_of(const std::vector<std::uint8_t>& msg) {
   if (h.magic != kMagic || h.length != msg.size() - sizeof h) return std::nullopt;
   return h;
 }
+
+// --- the messages ---------------------------------------------------------------------------
+// Each request and reply is one struct with one encode() and one decode(), used by the client
+// and the daemon alike. decode() reads the payload after the header and is false unless the
+// payload is exactly one well-formed message (lengths bounded, nothing left over).
+
+struct HelloRequest {
+  static constexpr Type kType = Type::kHello;
+  std::string client;  // who is asking, for the log
+  friend bool operator==(const HelloRequest&, const HelloRequest&) = default;
+};
+
+struct HelloReply {
+  static constexpr Type kType = Type::kHelloReply;
+  std::uint32_t rank = 0, size = 0, epoch = 0, mtu = 0;
+  double peak_bps = 0;
+  std::string machine, topology;
+  friend bool operator==(const HelloReply&, const HelloReply&) = default;
+};
+
+// Comes with the memory file descriptor of the buffer (SCM_RIGHTS).
+struct RegisterRequest {
+  static constexpr Type kType = Type::kRegister;
+  std::uint64_t size = 0;
+  friend bool operator==(const RegisterRequest&, const RegisterRequest&) = default;
+};
+
+struct RegisterReply {
+  static constexpr Type kType = Type::kRegisterReply;
+  std::uint32_t buffer = 0;
+  friend bool operator==(const RegisterReply&, const RegisterReply&) = default;
+};
+
+struct FreeRequest {
+  static constexpr Type kType = Type::kFree;
+  std::uint32_t buffer = 0;
+  friend bool operator==(const FreeRequest&, const FreeRequest&) = default;
+};
+
+// One block of an alltoallv, in bytes of its buffer.
+struct Block {
+  std::uint64_t offset = 0, length = 0;
+  friend bool operator==(const Block&, const Block&) = default;
+};
+
+struct StartRequest {
+  static constexpr Type kType = Type::kStart;
+  Kind kind = Kind::kAlltoall;
+  // Schedule and sync in the one notation of aapc/sched/spec.hpp ("auto", "tree+sender-all").
+  std::string spec = "auto";
+  std::uint32_t timeout_ms = 0;  // 0: no limit
+  // Not for a barrier:
+  std::uint32_t send_buffer = 0, recv_buffer = 0;
+  std::uint64_t block = 0;          // alltoall: every block has this size, block d at d x block
+  std::vector<Block> sends, recvs;  // alltoallv: one per rank
+
+  // Where block i lies in the send (receive) buffer, for either kind.
+  Block send_block(std::size_t i) const { return kind == Kind::kAlltoall ? Block{i * block, block} : sends[i]; }
+  Block recv_block(std::size_t i) const { return kind == Kind::kAlltoall ? Block{i * block, block} : recvs[i]; }
+  friend bool operator==(const StartRequest&, const StartRequest&) = default;
+};
+
+// Whether `b` lies within a buffer of `size` bytes (without overflow: lengths and offsets
+// come from the socket).
+inline bool fits(const Block& b, std::uint64_t size) { return b.length <= size && b.offset <= size - b.length; }
+
+struct StartedReply {
+  static constexpr Type kType = Type::kStarted;
+  std::uint32_t exchange = 0;
+  std::string schedule, sync;  // what runs
+  friend bool operator==(const StartedReply&, const StartedReply&) = default;
+};
+
+// WAIT blocks until the exchange finished; TEST answers kRunning while it runs.
+struct WaitRequest {
+  std::uint32_t exchange = 0;
+  bool block = true;
+  Type type() const { return block ? Type::kWait : Type::kTest; }
+  friend bool operator==(const WaitRequest&, const WaitRequest&) = default;
+};
+
+struct DoneReply {
+  static constexpr Type kType = Type::kDone;
+  std::uint32_t exchange = 0;
+  bool ok = false;
+  std::uint32_t code = 0;  // an aapc::Errc when not ok
+  std::string message;
+  std::string schedule, sync;
+  std::int64_t duration_ns = 0;
+  std::uint64_t bytes_sent = 0, bytes_received = 0, retransmissions = 0;
+  std::int64_t wait_ns = 0, cpu_ns = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> rounds;  // start and end of each round
+  friend bool operator==(const DoneReply&, const DoneReply&) = default;
+};
+
+struct StatusRequest {
+  static constexpr Type kType = Type::kStatus;
+  friend bool operator==(const StatusRequest&, const StatusRequest&) = default;
+};
+
+struct StatusReply {
+  static constexpr Type kType = Type::kStatusReply;
+  std::string json;
+  friend bool operator==(const StatusReply&, const StatusReply&) = default;
+};
+
+struct ErrorReply {
+  static constexpr Type kType = Type::kError;
+  std::uint32_t code = 0;  // an aapc::Errc
+  std::string message;
+  friend bool operator==(const ErrorReply&, const ErrorReply&) = default;
+};
+
+// Replies without a payload: kOk (FREE), kRunning (TEST).
+struct EmptyReply {
+  Type reply = Type::kOk;
+  Type type() const { return reply; }
+};
+
+void encode(Writer& w, const HelloRequest& m);
+void encode(Writer& w, const HelloReply& m);
+void encode(Writer& w, const RegisterRequest& m);
+void encode(Writer& w, const RegisterReply& m);
+void encode(Writer& w, const FreeRequest& m);
+void encode(Writer& w, const StartRequest& m);
+void encode(Writer& w, const StartedReply& m);
+void encode(Writer& w, const WaitRequest& m);
+void encode(Writer& w, const DoneReply& m);
+void encode(Writer& w, const StatusRequest& m);
+void encode(Writer& w, const StatusReply& m);
+void encode(Writer& w, const ErrorReply& m);
+void encode(Writer& w, const EmptyReply& m);
+
+bool decode(Reader& r, HelloRequest& m);
+bool decode(Reader& r, HelloReply& m);
+bool decode(Reader& r, RegisterRequest& m);
+bool decode(Reader& r, RegisterReply& m);
+bool decode(Reader& r, FreeRequest& m);
+bool decode(Reader& r, StartRequest& m);
+bool decode(Reader& r, StartedReply& m);
+bool decode(Reader& r, WaitRequest& m);
+bool decode(Reader& r, DoneReply& m);
+bool decode(Reader& r, StatusRequest& m);
+bool decode(Reader& r, StatusReply& m);
+bool decode(Reader& r, ErrorReply& m);
+
+template <typename M>
+Type type_of(const M& m) {
+  if constexpr (requires { M::kType; }) {
+    return M::kType;
+  } else {
+    return m.type();
+  }
+}
+
+// The whole message (header and payload) of `m`, answering or numbered `request`.
+template <typename M>
+std::vector<std::uint8_t> message(const M& m, std::uint32_t request) {
+  Writer w(type_of(m), request);
+  encode(w, m);
+  return w.done();
+}
+
+// The payload of a message whose header was checked by header_of().
+inline Reader payload_of(const std::vector<std::uint8_t>& msg) {
+  return Reader(msg.data() + sizeof(Header), msg.size() - sizeof(Header));
+}
+
+// A request as the daemon serves it: one of the requests above, or why it is not one.
+using AnyRequest = std::variant<HelloRequest, RegisterRequest, FreeRequest, StartRequest, WaitRequest, StatusRequest>;
+struct DecodedRequest {
+  Header header;      // request 0 when the header itself was not ours
+  bool ours = false;  // magic and version are ours: the error (if any) is in the payload or type
+  std::optional<AnyRequest> request;
+  std::string error;  // why not, when there is no request: answered with Errc::kProtocol
+};
+// Checks header, version and type, then decodes the payload. Never throws on any input.
+DecodedRequest decode_request(const std::vector<std::uint8_t>& msg);
 
 // Sends one message, with an optional file descriptor; false when the socket failed.
 bool send_message(int sock, const std::vector<std::uint8_t>& msg, int fd = -1);

@@ -37,7 +37,7 @@ constexpr std::size_t kBufferBytes = 128 << 10;
 constexpr std::size_t kBuffersInFlight = 8;  // 1 MiB at most between the data path and the file
 }  // namespace
 
-CapturePort::CapturePort(Port& inner, const CaptureOptions& options) : inner_(inner), snaplen_(options.snaplen) {
+CapturePort::CapturePort(Port& inner, const CaptureOptions& options) : PortDecorator(inner, "+capture"), snaplen_(options.snaplen) {
   if (options.snaplen < 14 || options.snaplen > 262144) throw NicError("capture: snap length must be between 14 and 262144 bytes");
   pcap_ = pcap_open_dead_with_tstamp_precision(DLT_EN10MB, options.snaplen, PCAP_TSTAMP_PRECISION_NANO);
   if (pcap_ == nullptr) throw NicError("capture: libpcap could not start a capture");

@@ -75,7 +75,7 @@ bool FaultOptions::any() const {
   return drop.rate > 0 || duplicate.rate > 0 || reorder.rate > 0 || corrupt.rate > 0 || truncate.rate > 0;
 }
 
-FaultPort::FaultPort(Port& inner, const FaultOptions& options) : inner_(inner), options_(options) {
+FaultPort::FaultPort(Port& inner, const FaultOptions& options) : PortDecorator(inner, "+faults"), options_(options) {
   // Separate streams per direction: what happens on receive does not depend on how sends
   // interleave with it.
   lanes_[0].rng.seed(options.seed * 2 + 1);

@@ -1,6 +1,7 @@
 #include "aapc/sched/choice.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace aapc::sched {
 
@@ -68,6 +69,40 @@ Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes) {
 }
 
 Choice auto_choice(const Topology& topology, std::uint64_t block_bytes) { return auto_choice(TreeModel(topology), block_bytes); }
+
+SpecText read_spec(std::string_view text) {
+  if (text.find(kSpecSeparator) != std::string_view::npos) return split_spec(text);
+  for (char old : {':', '/'})
+    for (auto at = text.find(old); at != std::string_view::npos; at = text.find(old, at + 1))
+      if (AlgorithmSpec::parse(text.substr(0, at)) || text.substr(0, at) == "auto")
+        if (SyncSpec::parse(text.substr(at + 1)) || text.substr(at + 1) == "auto")
+          return {std::string(text.substr(0, at)), std::string(text.substr(at + 1))};
+  return {std::string(text), {}};
+}
+
+PlanSpec parse_plan_spec(std::string_view text) {
+  const SpecText parts = read_spec(text);
+  PlanSpec out;
+  if (parts.algorithm != "auto") {
+    out.algorithm = AlgorithmSpec::parse(parts.algorithm);
+    if (!out.algorithm) throw std::invalid_argument("unknown schedule '" + parts.algorithm + "'");
+  }
+  if (!parts.sync.empty() && parts.sync != "auto") {
+    out.sync = SyncSpec::parse(parts.sync);
+    if (!out.sync) throw std::invalid_argument("unknown sync variant '" + parts.sync + "'");
+  }
+  return out;
+}
+
+std::string format_plan_spec(const AlgorithmSpec& algorithm, const SyncSpec& sync) { return join_spec(algorithm.name(), sync.name()); }
+
+Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block_bytes) {
+  if (read_spec(spec).algorithm == "auto") return auto_choice(model, block_bytes);  // its own sync, whatever was given
+  const PlanSpec plan = parse_plan_spec(spec);
+  if (plan.sync) return {*plan.algorithm, *plan.sync, "given"};
+  const bool tree = plan.algorithm->algorithm == Algorithm::kTree;
+  return {*plan.algorithm, tree ? SyncSpec{SyncKind::kSenderAll, 1} : SyncSpec{}, tree ? "given; the tree's default tokens" : "given; no tokens by default"};
+}
 
 Schedule barrier_schedule(int machines) {
   // Round s: i signals i + 2^s and waits for i - 2^(s-1) (the token of the previous round);

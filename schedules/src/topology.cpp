@@ -135,60 +135,60 @@ std::optional<std::uint64_t> parse_bytes(std::string_view text) {
   return static_cast<std::uint64_t>(bytes);
 }
 
-Topology Topology::from_spec(const TopologySpec& spec) {
-  if (spec.directed) fail(spec, "the topology must be an undirected 'graph' (links are full duplex), not a 'digraph'");
-  Topology t;
-  t.source_ = spec.source;
-  t.name_ = attr(spec.graph_attrs, "name");
+namespace {
 
+// The graph attribute mtu, or the default.
+int mtu_of(const TopologySpec& spec) {
   if (std::string mtu = attr(spec.graph_attrs, "mtu"); !mtu.empty()) {
     int value = 0;
     auto [ptr, ec] = std::from_chars(mtu.data(), mtu.data() + mtu.size(), value);
     if (ec != std::errc() || ptr != mtu.data() + mtu.size() || value < 256 || value > 9216)
       fail(spec, "graph attribute mtu=\"" + mtu + "\" is not an MTU between 256 and 9216 bytes");
-    t.mtu_ = value;
+    return value;
   }
+  return kDefaultMtu;
+}
 
-  std::unordered_map<std::string, int> by_name;
-  for (const auto& ns : spec.nodes) {
-    if (by_name.count(ns.name) != 0) fail(spec, "node '" + ns.name + "' is declared twice");
-    Node n;
-    n.name = ns.name;
-    std::string mac = attr(ns.attrs, "mac");
-    if (!mac.empty()) {
-      n.kind = NodeKind::kMachine;
-      auto parsed = Mac::parse(mac);
-      if (!parsed) fail(spec, "machine '" + ns.name + "': mac=\"" + mac + "\" is not a MAC address like 02:00:00:00:00:01");
-      if (parsed->is_multicast() || parsed->is_zero())
-        fail(spec, "machine '" + ns.name + "': mac=\"" + mac + "\" is not a unicast address (first octet must be even, not all zero)");
-      n.mac = *parsed;
-    } else {
-      n.kind = NodeKind::kSwitch;
-      if (std::string buffer = attr(ns.attrs, "buffer"); !buffer.empty()) {
-        auto bytes = parse_bytes(buffer);
-        if (!bytes || *bytes == 0) fail(spec, "switch '" + ns.name + "': buffer=\"" + buffer + "\" is not a byte count like 65536 or 64K");
-        n.buffer_bytes = *bytes;
-      }
-      if (!attr(ns.attrs, "rank").empty()) fail(spec, "switch '" + ns.name + "' has a rank; only machines (nodes with a mac) have ranks");
+// A node: a machine when it has a mac, else a switch.
+Node node_of(const TopologySpec& spec, const TopologySpec::NodeSpec& ns) {
+  Node n;
+  n.name = ns.name;
+  std::string mac = attr(ns.attrs, "mac");
+  if (!mac.empty()) {
+    n.kind = NodeKind::kMachine;
+    auto parsed = Mac::parse(mac);
+    if (!parsed) fail(spec, "machine '" + ns.name + "': mac=\"" + mac + "\" is not a MAC address like 02:00:00:00:00:01");
+    if (parsed->is_multicast() || parsed->is_zero())
+      fail(spec, "machine '" + ns.name + "': mac=\"" + mac + "\" is not a unicast address (first octet must be even, not all zero)");
+    n.mac = *parsed;
+  } else {
+    n.kind = NodeKind::kSwitch;
+    if (std::string buffer = attr(ns.attrs, "buffer"); !buffer.empty()) {
+      auto bytes = parse_bytes(buffer);
+      if (!bytes || *bytes == 0) fail(spec, "switch '" + ns.name + "': buffer=\"" + buffer + "\" is not a byte count like 65536 or 64K");
+      n.buffer_bytes = *bytes;
     }
-    by_name.emplace(n.name, static_cast<int>(t.nodes_.size()));
-    t.nodes_.push_back(std::move(n));
+    if (!attr(ns.attrs, "rank").empty()) fail(spec, "switch '" + ns.name + "' has a rank; only machines (nodes with a mac) have ranks");
   }
+  return n;
+}
 
-  // Ranks: order of declaration unless every machine has a rank attribute.
+// Ranks: order of declaration unless every machine has a rank attribute. `ranks` gets the
+// node of every rank.
+void assign_ranks(const TopologySpec& spec, std::vector<Node>& nodes, std::vector<int>& ranks) {
   std::vector<int> machines;
-  for (std::size_t i = 0; i < t.nodes_.size(); ++i)
-    if (t.nodes_[i].kind == NodeKind::kMachine) machines.push_back(static_cast<int>(i));
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i].kind == NodeKind::kMachine) machines.push_back(static_cast<int>(i));
   if (machines.size() < 2)
     fail(spec, "has " + std::to_string(machines.size()) + " machine(s); an exchange needs at least 2 (a machine is a node with a mac attribute)");
   std::size_t with_rank = 0;
   for (int id : machines)
     if (!attr(spec.nodes[static_cast<std::size_t>(id)].attrs, "rank").empty()) ++with_rank;
-  t.machines_.assign(machines.size(), -1);
+  ranks.assign(machines.size(), -1);
   if (with_rank == 0) {
     for (std::size_t r = 0; r < machines.size(); ++r) {
-      t.machines_[r] = machines[r];
-      t.nodes_[static_cast<std::size_t>(machines[r])].rank = static_cast<Rank>(r);
+      ranks[r] = machines[r];
+      nodes[static_cast<std::size_t>(machines[r])].rank = static_cast<Rank>(r);
     }
   } else {
     for (int id : machines) {
@@ -200,24 +200,29 @@ Topology Topology::from_spec(const TopologySpec& spec) {
       auto [ptr, ec] = std::from_chars(rank.data(), rank.data() + rank.size(), value);
       if (ec != std::errc() || ptr != rank.data() + rank.size() || value < 0 || value >= static_cast<int>(machines.size()))
         fail(spec, "machine '" + ns.name + "': rank=\"" + rank + "\" is not a rank between 0 and " + std::to_string(machines.size() - 1));
-      auto& slot = t.machines_[static_cast<std::size_t>(value)];
+      auto& slot = ranks[static_cast<std::size_t>(value)];
       if (slot != -1)
-        fail(spec, "machines '" + t.nodes_[static_cast<std::size_t>(slot)].name + "' and '" + ns.name + "' have the same rank " + rank);
+        fail(spec, "machines '" + nodes[static_cast<std::size_t>(slot)].name + "' and '" + ns.name + "' have the same rank " + rank);
       slot = id;
-      t.nodes_[static_cast<std::size_t>(id)].rank = value;
+      nodes[static_cast<std::size_t>(id)].rank = value;
     }
   }
+}
 
+void check_macs(const TopologySpec& spec, const std::vector<Node>& nodes, const std::vector<int>& ranks) {
   std::map<Mac, int> macs;
-  for (int id : t.machines_) {
-    const Node& n = t.nodes_[static_cast<std::size_t>(id)];
+  for (int id : ranks) {
+    const Node& n = nodes[static_cast<std::size_t>(id)];
     auto [it, inserted] = macs.emplace(n.mac, id);
     if (!inserted)
-      fail(spec, "machines '" + t.nodes_[static_cast<std::size_t>(it->second)].name + "' and '" + n.name + "' have the same mac " + n.mac.str());
+      fail(spec, "machines '" + nodes[static_cast<std::size_t>(it->second)].name + "' and '" + n.name + "' have the same mac " + n.mac.str());
   }
+}
 
-  // Links; a union-find names the edge that closes a cycle.
-  std::vector<int> uf(t.nodes_.size());
+// Links; a union-find names the edge that closes a cycle, and a node left unconnected.
+void add_links(const TopologySpec& spec, const std::unordered_map<std::string, int>& by_name, std::vector<Node>& nodes, std::vector<Link>& links,
+               const std::vector<int>& ranks) {
+  std::vector<int> uf(nodes.size());
   std::iota(uf.begin(), uf.end(), 0);
   auto find = [&](int x) {
     while (uf[static_cast<std::size_t>(x)] != x) x = uf[static_cast<std::size_t>(x)] = uf[static_cast<std::size_t>(uf[static_cast<std::size_t>(x)])];
@@ -238,22 +243,41 @@ Topology Topology::from_spec(const TopologySpec& spec) {
     if (ra == rb)
       fail(spec, label + " closes a cycle; switched Ethernet forwards on a spanning tree, so the graph must be a tree (remove the redundant link)");
     uf[static_cast<std::size_t>(ra)] = rb;
-    int index = static_cast<int>(t.links_.size());
-    t.nodes_[static_cast<std::size_t>(link.a)].links.push_back(index);
-    t.nodes_[static_cast<std::size_t>(link.b)].links.push_back(index);
-    t.links_.push_back(link);
+    int index = static_cast<int>(links.size());
+    nodes[static_cast<std::size_t>(link.a)].links.push_back(index);
+    nodes[static_cast<std::size_t>(link.b)].links.push_back(index);
+    links.push_back(link);
   }
-  for (int id : t.machines_) {
-    const Node& n = t.nodes_[static_cast<std::size_t>(id)];
+  for (int id : ranks) {
+    const Node& n = nodes[static_cast<std::size_t>(id)];
     if (n.links.size() > 1)
       fail(spec, "machine '" + n.name + "' has " + std::to_string(n.links.size()) + " links; a machine must be a leaf with exactly one link");
   }
-  int root = find(t.machines_[0]);
-  for (std::size_t i = 0; i < t.nodes_.size(); ++i) {
+  int root = find(ranks[0]);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
     if (find(static_cast<int>(i)) != root)
-      fail(spec, "node '" + t.nodes_[i].name + "' is not connected to '" + t.nodes_[static_cast<std::size_t>(t.machines_[0])].name +
+      fail(spec, "node '" + nodes[i].name + "' is not connected to '" + nodes[static_cast<std::size_t>(ranks[0])].name +
                      "'; the graph must be connected");
   }
+}
+
+}  // namespace
+
+Topology Topology::from_spec(const TopologySpec& spec) {
+  if (spec.directed) fail(spec, "the topology must be an undirected 'graph' (links are full duplex), not a 'digraph'");
+  Topology t;
+  t.source_ = spec.source;
+  t.name_ = attr(spec.graph_attrs, "name");
+  t.mtu_ = mtu_of(spec);
+  std::unordered_map<std::string, int> by_name;
+  for (const auto& ns : spec.nodes) {
+    if (by_name.count(ns.name) != 0) fail(spec, "node '" + ns.name + "' is declared twice");
+    by_name.emplace(ns.name, static_cast<int>(t.nodes_.size()));
+    t.nodes_.push_back(node_of(spec, ns));
+  }
+  assign_ranks(spec, t.nodes_, t.machines_);
+  check_macs(spec, t.nodes_, t.machines_);
+  add_links(spec, by_name, t.nodes_, t.links_, t.machines_);
   t.build_index();
   return t;
 }
@@ -263,12 +287,15 @@ void Topology::build_index() {
   parent_.assign(n, -1);
   parent_link_.assign(n, -1);
   depth_.assign(n, 0);
+  order_.clear();
+  order_.reserve(n);
   std::vector<int> stack{0};
   std::vector<bool> seen(n, false);
   seen[0] = true;
   while (!stack.empty()) {
     int u = stack.back();
     stack.pop_back();
+    order_.push_back(u);
     for (int l : nodes_[static_cast<std::size_t>(u)].links) {
       int v = links_[static_cast<std::size_t>(l)].other(u);
       if (seen[static_cast<std::size_t>(v)]) continue;

@@ -6,31 +6,26 @@
 namespace aapc::sched {
 
 TreeModel::TreeModel(const Topology& topology) : topology_(&topology), n_(topology.machine_count()) {
-  const auto& nodes = topology.nodes();
-  const auto& links = topology.links();
+  count_below();
+  find_loads();
+  find_root();
+  find_subtrees();
+}
+
+void TreeModel::count_below() {
+  const Topology& topology = *topology_;
+  const auto& nodes = topology_->nodes();
+  const auto& links = topology_->links();
   std::size_t count = nodes.size();
   parent_link_.assign(count, -1);
   below_.assign(count, 0);
   child_of_link_.assign(links.size(), -1);
-
-  // Iterative DFS from node 0; machines below each node counted in post-order.
-  std::vector<int> order;
-  order.reserve(count);
-  std::vector<int> stack{0};
-  std::vector<bool> seen(count, false);
-  seen[0] = true;
-  while (!stack.empty()) {
-    int u = stack.back();
-    stack.pop_back();
-    order.push_back(u);
-    for (int l : nodes[static_cast<std::size_t>(u)].links) {
-      int v = links[static_cast<std::size_t>(l)].other(u);
-      if (seen[static_cast<std::size_t>(v)]) continue;
-      seen[static_cast<std::size_t>(v)] = true;
-      parent_link_[static_cast<std::size_t>(v)] = l;
-      child_of_link_[static_cast<std::size_t>(l)] = v;
-      stack.push_back(v);
-    }
+  // Machines below each node, counted in post-order of the topology's depth-first walk.
+  const std::vector<int>& order = topology.walk_order();
+  for (int v : order) {
+    const int l = topology.parent_link(v);
+    parent_link_[static_cast<std::size_t>(v)] = l;
+    if (l >= 0) child_of_link_[static_cast<std::size_t>(l)] = v;
   }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     int u = *it;
@@ -38,8 +33,10 @@ TreeModel::TreeModel(const Topology& topology) : topology_(&topology), n_(topolo
     int l = parent_link_[static_cast<std::size_t>(u)];
     if (l >= 0) below_[static_cast<std::size_t>(links[static_cast<std::size_t>(l)].other(u))] += below_[static_cast<std::size_t>(u)];
   }
+}
 
-  // Loads, bottlenecks, peak throughput.
+void TreeModel::find_loads() {
+  const auto& links = topology_->links();
   double pairs = static_cast<double>(n_) * static_cast<double>(n_ - 1);
   peak_bps_ = std::numeric_limits<double>::infinity();
   for (std::size_t l = 0; l < links.size(); ++l) {
@@ -57,7 +54,12 @@ TreeModel::TreeModel(const Topology& topology) : topology_(&topology), n_(topolo
       }
     }
   }
+}
 
+void TreeModel::find_root() {
+  const Topology& topology = *topology_;
+  const auto& nodes = topology_->nodes();
+  const auto& links = topology_->links();
   // Root (section 4.1): start on a bottleneck link (u,v) with |Mu| >= |Mv| and walk towards
   // the machines while u has a single branch holding machines.
   if (n_ == 2) {
@@ -88,7 +90,12 @@ TreeModel::TreeModel(const Topology& topology) : topology_(&topology), n_(topolo
     }
     root_ = u;
   }
+}
 
+void TreeModel::find_subtrees() {
+  const Topology& topology = *topology_;
+  const auto& nodes = topology_->nodes();
+  const auto& links = topology_->links();
   subtree_of_.assign(static_cast<std::size_t>(n_), -1);
   if (root_ >= 0) {
     for (int l : nodes[static_cast<std::size_t>(root_)].links) {

@@ -168,11 +168,13 @@ int bad_requests() {
   big.put(std::uint64_t{1} << 20);
   if (raw.call(big.done(), memfd).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument)) return fail("an oversized buffer was accepted");
   auto start = [&](std::uint64_t offset, std::uint64_t len) {
-    aapc::proto::Writer w(Type::kStart, raw.next++);
-    w.put(static_cast<std::uint8_t>(aapc::proto::Kind::kAlltoallv)).str("tree").put(std::uint32_t{4}).str("auto").put(std::uint32_t{0});
-    w.put(std::uint32_t{1}).put(std::uint32_t{1}).put(static_cast<std::uint32_t>(n));
-    for (int i = 0; i < 2 * n; ++i) w.put(offset).put(len);
-    return raw.call(w.done());
+    aapc::proto::StartRequest m;
+    m.kind = aapc::proto::Kind::kAlltoallv;
+    m.spec = "tree";
+    m.send_buffer = m.recv_buffer = 1;
+    m.sends.assign(static_cast<std::size_t>(n), {offset, len});
+    m.recvs = m.sends;
+    return raw.call(aapc::proto::message(m, raw.next++));
   };
   if (start(4000, 200).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument)) return fail("a block past the buffer's end was accepted");
   if (start(~std::uint64_t{0} - 10, 100).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument)) return fail("an overflowing offset was accepted");

@@ -18,6 +18,8 @@
 #include <thread>
 #include <utility>
 
+#include "common/procutil.hpp"
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
@@ -44,12 +46,9 @@ Sh sh(const std::string& cmd) {
   return r;
 }
 
-nlohmann::json state() {
-  std::ifstream in("/run/aapc-emu/state.json");
-  return in ? nlohmann::json::parse(in) : nlohmann::json();
-}
+nlohmann::json state() { return aapc::tools::read_emu_state(); }
 
-std::string socket_of(const std::string& machine) { return "/run/aapc-emu/" + machine + "/aapcd.sock"; }
+std::string socket_of(const std::string& machine) { return aapc::tools::emu_socket(machine); }
 
 // A process of a test; one still running when its test ends (a failed REQUIRE before the test
 // stops it) is killed and reaped rather than left waiting.
@@ -80,20 +79,9 @@ Proc spawn_in(const std::string& machine, const std::vector<std::string>& argv) 
   Proc p;
   p.machine = machine;
   p.log = (kLogs / (machine + "-" + std::to_string(serial++) + ".log")).string();
-  p.pid = ::fork();
-  if (p.pid == 0) {
-    int fd = ::open(p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    ::setenv("AAPC_SOCKET", socket_of(machine).c_str(), 1);
-    std::vector<std::string> full = {"ip", "netns", "exec", "aapc-" + machine};
-    full.insert(full.end(), argv.begin(), argv.end());
-    std::vector<char*> args;
-    for (auto& a : full) args.push_back(a.data());
-    args.push_back(nullptr);
-    ::execvp("ip", args.data());
-    ::_exit(127);
-  }
+  std::vector<std::string> full = {"ip", "netns", "exec", aapc::tools::emu_netns(machine)};
+  full.insert(full.end(), argv.begin(), argv.end());
+  p.pid = aapc::tools::spawn(full, {p.log, {"AAPC_SOCKET=" + socket_of(machine)}, false});
   return p;
 }
 
@@ -103,7 +91,7 @@ bool wait_for(Proc& p, std::chrono::milliseconds limit) {
     int st = 0;
     if (::waitpid(p.pid, &st, WNOHANG) == p.pid) {
       p.reaped = true;
-      p.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      p.status = aapc::tools::exit_status(st);
       return true;
     }
     std::this_thread::sleep_for(10ms);
@@ -111,13 +99,7 @@ bool wait_for(Proc& p, std::chrono::milliseconds limit) {
   return false;
 }
 
-std::vector<std::string> machines() {
-  std::vector<std::string> out;
-  const nlohmann::json s = state();  // (iterating a member of a temporary would dangle)
-  if (s.contains("machines"))
-    for (const auto& m : s["machines"]) out.push_back(m["name"]);
-  return out;
-}
+std::vector<std::string> machines() { return aapc::tools::emu_machines(state()); }
 
 // The same command on every machine; returns the finished processes (rank order).
 std::vector<Proc> everywhere(const std::vector<std::string>& argv, std::chrono::milliseconds limit = 60s) {
@@ -144,7 +126,7 @@ void require_all_ok(const std::vector<Proc>& procs, const std::string& what) {
 bool nothing_left() {
   return sh("ip netns list | grep -c '^aapc-'").out.find_first_not_of("0\n") == std::string::npos &&
          sh("ip -o link show | grep -cE ': aapc(b|p|m|l)[0-9]'").out.find_first_not_of("0\n") == std::string::npos &&
-         !fs::exists("/run/aapc-emu") && sh("pgrep -x aapcd").status != 0;
+         !fs::exists(aapc::tools::kEmuStateDir) && sh("pgrep -x aapcd").status != 0;
 }
 
 // An emulated cluster for one test: torn down even when the test fails.
@@ -435,7 +417,7 @@ TEST_CASE("nothing is left behind: namespaces, interfaces, sockets, daemons") {
   CHECK(nothing_left());
   // Even after a crash of aapc-emu itself: down finds what it made by name.
   REQUIRE(sh(kEmu + " up 8-one-switch").status == 0);
-  fs::remove("/run/aapc-emu/state.json");
+  fs::remove(aapc::tools::kEmuStateFile);
   REQUIRE(sh(kEmu + " down").status == 0);
   CHECK(nothing_left());
 }

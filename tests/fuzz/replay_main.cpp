@@ -1,6 +1,7 @@
-// Runs the fuzz target without libFuzzer: every file of the corpus, then deterministic
+// Runs a fuzz target without libFuzzer: every file of the corpus, then deterministic
 // mutations of each (bit flips, byte changes, cuts and extensions). Also writes the seed
-// corpus (--write-seeds DIR). Exit 0 when nothing trapped and every seed parses.
+// corpus (--write-seeds DIR). Exit 0 when nothing trapped and every seed is valid input.
+// The target's seeds come from replay.hpp (parse_seeds.cpp, request_seeds.cpp).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -8,58 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "fuzz_context.hpp"
+#include "replay.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 
 namespace {
 
 namespace fs = std::filesystem;
-using namespace aapc;
-
-std::vector<std::uint8_t> frame(engine::FrameType type, std::uint32_t seq, std::uint64_t block_len, std::size_t payload, int src = 0) {
-  std::vector<std::uint8_t> f(engine::kFrameOverhead + payload, 0x42);
-  engine::Header h;
-  h.type = type;
-  h.exchange = fuzz::kExchange;
-  h.epoch = 1234;
-  h.src = static_cast<std::uint16_t>(src);
-  h.dst = 1;
-  h.seq = seq;
-  h.block_len = block_len;
-  h.chunk = fuzz::kChunk;
-  h.payload_len = static_cast<std::uint16_t>(payload);
-  if (type == engine::FrameType::kAck) h.aux = static_cast<std::uint32_t>(engine::FrameType::kData);
-  engine::encode(f.data(), fuzz::mac(1), fuzz::mac(src), engine::kDefaultEtherType, h);
-  if (type == engine::FrameType::kNack)
-    for (std::uint32_t i = 0; i < seq; ++i) engine::put_nack_range(f.data() + engine::kFrameOverhead, i, i * 3, 2);
-  engine::seal(f.data());
-  return f;
-}
-
-std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
-  using engine::FrameType;
-  const std::uint32_t last = engine::frame_count(fuzz::kPostedBlock, fuzz::kChunk) - 1;
-  return {
-      {"data-first", frame(FrameType::kData, 0, fuzz::kPostedBlock, fuzz::kChunk)},
-      {"data-last", frame(FrameType::kData, last, fuzz::kPostedBlock, engine::frame_payload(fuzz::kPostedBlock, fuzz::kChunk, last))},
-      {"sync", frame(FrameType::kSync, 12, 0, 0, 2)},
-      {"ready", frame(FrameType::kReady, 0, 0, 0, 3)},
-      {"nack", frame(FrameType::kNack, 3, fuzz::kPostedBlock, 24)},
-      {"ack", frame(FrameType::kAck, 0, fuzz::kPostedBlock, 0)},
-      {"abort", frame(FrameType::kAbort, 0, 0, 17, 2)},
-      {"poll", frame(FrameType::kPoll, 0, fuzz::kPostedBlock, 0)},
-      {"ping", frame(FrameType::kPing, 0, 0, 0)},
-  };
-}
-
-// Recomputes the CRC of a mutated frame when its length fields allow it, so that mutations
-// also reach the checks after the CRC.
-void reseal(std::vector<std::uint8_t>& x) {
-  if (x.size() < engine::kFrameOverhead) return;
-  std::size_t payload = (static_cast<std::size_t>(x[engine::kEthHeaderLen + 32]) << 8) | x[engine::kEthHeaderLen + 33];
-  if (payload <= x.size() - engine::kFrameOverhead) engine::seal(x.data());
-}
+using namespace aapc::fuzz;
 
 std::vector<std::uint8_t> read(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -88,15 +45,13 @@ int main(int argc, char** argv) {
     }
   }
   if (dirs.empty()) {
-    std::cerr << "usage: fuzz_parse_replay [--mutate N] CORPUS_DIR...   |   --write-seeds DIR\n";
+    std::cerr << "usage: " << kReplayName << " [--mutate N] CORPUS_DIR...   |   --write-seeds DIR\n";
     return 2;
   }
-  // Every seed is a valid frame for the fuzz context.
-  static const fuzz::Context ctx;
+  // Every seed is valid input for the target.
   for (const auto& [name, bytes] : seeds()) {
-    auto p = engine::parse(bytes, ctx);
-    if (p.reason != engine::DropReason::kOk) {
-      std::cerr << "seed " << name << " does not parse: " << engine::drop_reason_name(p.reason) << "\n";
+    if (auto why = seed_fault(bytes); !why.empty()) {
+      std::cerr << "seed " << name << " is not valid input: " << why << "\n";
       return 1;
     }
   }
@@ -127,6 +82,6 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::cout << "fuzz_parse_replay: " << inputs << " inputs, no fault\n";
+  std::cout << kReplayName << ": " << inputs << " inputs, no fault\n";
   return 0;
 }

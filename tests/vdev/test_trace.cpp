@@ -16,7 +16,7 @@
 #include "fabric.hpp"
 #include "paths.hpp"
 #include "pcap_files.hpp"
-#include "trace/trace.hpp"
+#include "aapc/trace/trace.hpp"
 
 using namespace aapc;
 namespace fs = std::filesystem;

@@ -78,6 +78,7 @@ class Exception : public std::runtime_error {
 };
 
 struct Connection;
+struct StartMessage;
 
 // Memory shared with the daemon. Move-only; released when destroyed.
 class Buffer {
@@ -158,11 +159,11 @@ class Client {
 
  private:
   Client() = default;
-  // Both forms: `uniform` says every block has the same size on every rank (alltoall), which
-  // lets the daemons choose the schedule by block size and still agree.
-  Result<Request> start_blocks(bool uniform, const Buffer& send, const std::vector<std::size_t>& send_counts,
-                               const std::vector<std::size_t>& send_displs, Buffer& recv, const std::vector<std::size_t>& recv_counts,
-                               const std::vector<std::size_t>& recv_displs, const Options& options);
+  // Checks the buffers and the blocks of `message` in them, then starts it. An alltoall
+  // carries its block size once, which lets the daemons choose the schedule by block size
+  // and still agree.
+  Result<Request> start(const Buffer& send, Buffer& recv, StartMessage& message);
+  Result<Request> send_start(const StartMessage& message);
   std::shared_ptr<Connection> conn_;
 };
 

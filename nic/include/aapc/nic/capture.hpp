@@ -30,7 +30,7 @@ struct CaptureOptions {
   int snaplen = 64;
 };
 
-class CapturePort final : public Port {
+class CapturePort final : public PortDecorator {
  public:
   // Opens (truncates) the file; throws NicError when it cannot.
   CapturePort(Port& inner, const CaptureOptions& options);
@@ -40,12 +40,6 @@ class CapturePort final : public Port {
 
   std::uint16_t rx_burst(rte_mbuf** pkts, std::uint16_t n) override;
   std::uint16_t tx_burst(rte_mbuf** pkts, std::uint16_t n) override;
-  rte_mempool* pool() const override { return inner_.pool(); }
-  MacAddr mac() const override { return inner_.mac(); }
-  int mtu() const override { return inner_.mtu(); }
-  std::uint64_t link_speed_bps() const override { return inner_.link_speed_bps(); }
-  int wait_fd() const override { return inner_.wait_fd(); }
-  std::string name() const override { return inner_.name() + "+capture"; }
 
   std::uint64_t frames_captured() const { return captured_; }
   // Writes out everything recorded so far and waits until it is in the file (also done when
@@ -58,7 +52,6 @@ class CapturePort final : public Port {
   timespec timestamp();
   void writer();
 
-  Port& inner_;
   pcap* pcap_ = nullptr;
   pcap_dumper* dumper_ = nullptr;
   int snaplen_;

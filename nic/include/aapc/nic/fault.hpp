@@ -35,7 +35,7 @@ struct FaultCounts {
   std::uint64_t total() const { return dropped + duplicated + reordered + corrupted + truncated; }
 };
 
-class FaultPort final : public Port {
+class FaultPort final : public PortDecorator {
  public:
   FaultPort(Port& inner, const FaultOptions& options);
   ~FaultPort() override;
@@ -44,12 +44,6 @@ class FaultPort final : public Port {
 
   std::uint16_t rx_burst(rte_mbuf** pkts, std::uint16_t n) override;
   std::uint16_t tx_burst(rte_mbuf** pkts, std::uint16_t n) override;
-  rte_mempool* pool() const override { return inner_.pool(); }
-  MacAddr mac() const override { return inner_.mac(); }
-  int mtu() const override { return inner_.mtu(); }
-  std::uint64_t link_speed_bps() const override { return inner_.link_speed_bps(); }
-  int wait_fd() const override { return inner_.wait_fd(); }
-  std::string name() const override { return inner_.name() + "+faults"; }
 
   const FaultCounts& rx_counts() const { return counts_[0]; }
   const FaultCounts& tx_counts() const { return counts_[1]; }
@@ -69,7 +63,6 @@ class FaultPort final : public Port {
   bool hits(Lane& lane, const Fault& fault, Direction dir);
   void flush_tx();
 
-  Port& inner_;
   FaultOptions options_;
   std::array<Lane, 2> lanes_;  // 0 = rx, 1 = tx
   std::array<FaultCounts, 2> counts_{};

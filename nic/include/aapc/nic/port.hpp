@@ -9,6 +9,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 struct rte_mbuf;
 struct rte_mempool;
@@ -42,6 +43,27 @@ class Port {
   // A descriptor that polls readable when frames wait to be received, for sleeping in
   // poll(2) instead of spinning; -1 when the device has none (poll it).
   virtual int wait_fd() const { return -1; }
+};
+
+// A port wrapped around another (the fault injector, the capture tap): everything but the
+// bursts is the inner port's, and the name says what was added. The inner port must outlive
+// the wrapper.
+class PortDecorator : public Port {
+ public:
+  rte_mempool* pool() const override { return inner_.pool(); }
+  MacAddr mac() const override { return inner_.mac(); }
+  int mtu() const override { return inner_.mtu(); }
+  std::uint64_t link_speed_bps() const override { return inner_.link_speed_bps(); }
+  int wait_fd() const override { return inner_.wait_fd(); }
+  std::string name() const override { return inner_.name() + suffix_; }
+
+ protected:
+  PortDecorator(Port& inner, std::string suffix) : inner_(inner), suffix_(std::move(suffix)) {}
+
+  Port& inner_;
+
+ private:
+  std::string suffix_;  // "+faults", "+capture"
 };
 
 }  // namespace aapc::nic

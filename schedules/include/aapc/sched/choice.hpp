@@ -4,10 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/schedule.hpp"
+#include "aapc/sched/spec.hpp"
 #include "aapc/sched/topology.hpp"
 #include "aapc/sched/tree.hpp"
 
@@ -26,6 +29,26 @@ inline constexpr std::uint64_t kAnyBlockSize = UINT64_MAX;
 // tree model of its topology, calls the second form once per exchange.
 Choice auto_choice(const Topology& topology, std::uint64_t block_bytes);
 Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes);
+
+// A spec of spec.hpp read: "+" separates, and where a user may type the old spellings,
+// "ALGORITHM:SYNC" (aapc-bench --configs) and "ALGORITHM/SYNC" are taken when the part after
+// the separator is a sync variant ("group-shuffle:4" stays one algorithm).
+SpecText read_spec(std::string_view text);
+
+// A spec parsed; a part left out or "auto" is nullopt. Throws std::invalid_argument that
+// names the part not understood ("unknown schedule 'x'", "unknown sync variant 'y'").
+struct PlanSpec {
+  std::optional<AlgorithmSpec> algorithm;
+  std::optional<SyncSpec> sync;
+};
+PlanSpec parse_plan_spec(std::string_view text);
+std::string format_plan_spec(const AlgorithmSpec& algorithm, const SyncSpec& sync);
+
+// What runs for `spec` (the policy in one place): "auto" is auto_choice() for the block size
+// (any sync given is ignored); a named schedule without a sync variant gets the default: the
+// tree's phases sender-based tokens (Faraj/Yuan's best for large messages), the others none.
+// Throws std::invalid_argument like parse_plan_spec().
+Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block_bytes);
 
 // A dissemination barrier made of tokens only: ceil(log2 N) rounds without data.
 Schedule barrier_schedule(int machines);

@@ -126,6 +126,12 @@ class Topology {
   void path(int u, int v, std::vector<int>& out) const;
   std::vector<int> path_between(Rank src, Rank dst) const { return path(machine_node(src), machine_node(dst)); }
 
+  // The tree walked depth-first from node 0, once: the nodes in visiting order (parents before
+  // their children) and each node's link to its parent (-1 for node 0). Path queries and
+  // TreeModel's counts below each node build on it.
+  const std::vector<int>& walk_order() const { return order_; }
+  int parent_link(int node) const { return parent_link_[static_cast<std::size_t>(node)]; }
+
  private:
   void build_index();
 
@@ -139,6 +145,7 @@ class Topology {
   std::vector<int> parent_;
   std::vector<int> parent_link_;
   std::vector<int> depth_;
+  std::vector<int> order_;
 };
 
 }  // namespace aapc::sched

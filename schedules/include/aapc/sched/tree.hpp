@@ -46,6 +46,12 @@ class TreeModel {
   double best_time_s(std::uint64_t block_bytes) const;
 
  private:
+  // The constructor's steps, in order.
+  void count_below();    // machines below each node of the depth-first walk
+  void find_loads();     // loads, bottlenecks, peak throughput
+  void find_root();      // section 4.1
+  void find_subtrees();  // the root's subtrees that hold machines
+
   const Topology* topology_;
   int n_ = 0;
   std::vector<int> parent_link_;  // rooted at node 0

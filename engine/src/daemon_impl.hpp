@@ -1,0 +1,148 @@
+// The daemon's insides (private to engine/): the state Daemon::Impl keeps and its parts, one
+// file per concern:
+//   daemon.cpp           the public Daemon, the service loop, finished exchanges
+//   daemon_port.cpp      the port, its decorators (faults, capture), the engine and its pacing
+//   daemon_control.cpp   the Unix socket, peer credentials, clients coming and going, dispatch
+//   daemon_requests.cpp  the requests about buffers and results: HELLO, REGISTER, FREE, WAIT/TEST
+//   daemon_session.cpp   START: blocks checked, schedule chosen and cached, the session's join
+//   daemon_status.cpp    STATUS: the state and counters as JSON
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "aapc/engine/daemon.hpp"
+#include "aapc/engine/engine.hpp"
+#include "aapc/nic/capture.hpp"
+#include "aapc/nic/eth_port.hpp"
+#include "aapc/nic/fault.hpp"
+#include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/topology.hpp"
+#include "aapc/sched/tree.hpp"
+#include "protocol.hpp"
+
+namespace aapc::engine {
+
+// A client's buffer, mapped from the memory file it passed.
+struct Mapping {
+  std::uint8_t* data = nullptr;
+  std::uint64_t size = 0;
+};
+
+struct ClientState {
+  int fd = -1;
+  uid_t uid = 0;
+  pid_t pid = 0;
+  std::uint32_t next_buffer = 1;
+  bool started = false;  // has run exchanges: part of the cluster's current session
+  std::string refused;   // why this client may not use the daemon (answered to its first request)
+  std::map<std::uint32_t, Mapping> buffers;
+  std::set<std::uint32_t> exchanges;  // running or finished, not yet collected
+};
+
+struct ExchangeRecord {
+  int client = -1;  // fd of the owner
+  std::string schedule, sync;
+  std::set<std::uint32_t> buffers;
+  std::int64_t cpu_ns = 0;  // process CPU time at the start, then spent during the exchange
+  std::optional<ExchangeReport> report;
+  std::vector<std::uint32_t> waiters;  // request ids of WAITs to answer
+};
+
+// A START checked and ready to run but for its id.
+struct Prepared {
+  int client = -1;
+  std::uint32_t request = 0;
+  std::shared_ptr<const sched::Schedule> plan;
+  std::vector<SendBlock> send;
+  std::vector<RecvBlock> recv;
+  std::uint32_t timeout_ms = 0;
+  ExchangeRecord rec;
+};
+
+// Setup errors: std::runtime_error with the reason, for aapcd's main to print.
+[[noreturn]] void fail(const std::string& what);
+// The process's CPU time, in nanoseconds.
+std::int64_t cpu_now();
+
+struct Daemon::Impl {
+  DaemonConfig cfg;
+  sched::Topology topo;
+  std::unique_ptr<sched::TreeModel> model;
+  int rank = -1;
+  std::unique_ptr<nic::EthPort> eth;
+  std::unique_ptr<nic::FaultPort> faults;
+  std::unique_ptr<nic::CapturePort> capture;
+  std::unique_ptr<Engine> engine;
+  int listen_fd = -1;
+  bool bound = false;  // the socket file is ours to remove (not another daemon's we refused)
+  int epoll_fd = -1;
+  int port_fd = -1;  // in epoll_fd: readable when frames wait (else the port is polled)
+  std::map<int, ClientState> clients;
+  std::map<std::uint32_t, ExchangeRecord> exchanges;
+  std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;  // by "algorithm+sync"
+  std::uint32_t next_id = 1;
+  bool joined = false;                // the cluster agreed on ids for the current session
+  std::deque<Prepared> waiting_join;  // STARTs until it has
+  std::uint64_t pace_bps = 0;
+
+  ~Impl();
+
+  // daemon_port.cpp
+  void open_port();
+  int rank_of_port() const;
+  nic::Port& decorate_port();
+  void choose_pace();
+
+  // daemon_control.cpp
+  void open_socket();
+  gid_t socket_dir() const;
+  void bind_socket(gid_t gid);
+  void watch_socket_and_port();
+  bool allowed(uid_t uid) const;
+  static void reply_error(int fd, std::uint32_t request, Errc code, const std::string& message);
+  void accept_clients();
+  void close_client_resources(ClientState& c);
+  void drop_client(int fd);
+  bool serve_client(int fd);
+
+  // daemon_requests.cpp
+  void serve(ClientState& c, std::uint32_t request, const proto::HelloRequest& m);
+  void serve(ClientState& c, std::uint32_t request, const proto::FreeRequest& m);
+  void serve(ClientState& c, std::uint32_t request, const proto::StartRequest& m);
+  void serve(ClientState& c, std::uint32_t request, const proto::WaitRequest& m);
+  void serve(ClientState& c, std::uint32_t request, const proto::StatusRequest& m);
+  void hello(ClientState& c, std::uint32_t request);
+  void register_buffer(ClientState& c, std::uint32_t request, const proto::RegisterRequest& m, int fd);
+  bool buffer_busy(std::uint32_t client_fd, std::uint32_t buffer) const;
+  void free_buffer(ClientState& c, std::uint32_t request, const proto::FreeRequest& m);
+  void send_done(int fd, std::uint32_t request, std::uint32_t id, const ExchangeRecord& rec);
+  void wait(ClientState& c, std::uint32_t request, const proto::WaitRequest& m);
+
+  // daemon_session.cpp
+  std::shared_ptr<const sched::Schedule> schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync);
+  void start_or_join(ClientState& c, std::uint32_t request, const proto::StartRequest& m);
+  void joins();
+  void launch(Prepared p);
+  std::optional<Prepared> prepare(ClientState& c, std::uint32_t request, const proto::StartRequest& m);
+  std::optional<std::string> place_blocks(const ClientState& c, const proto::StartRequest& m, Prepared& p) const;
+  std::optional<std::string> plan(const proto::StartRequest& m, Prepared& p);
+
+  // daemon_status.cpp
+  void status(ClientState& c, std::uint32_t request);
+
+  // daemon.cpp
+  void collect_finished();
+  void service(int timeout_ms);
+  void shut_down();
+};
+
+}  // namespace aapc::engine

@@ -1,0 +1,106 @@
+// The daemon's requests about buffers and results: HELLO, REGISTER, FREE, WAIT and TEST, and
+// the DONE reply.
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "daemon_impl.hpp"
+
+namespace aapc::engine {
+
+void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::HelloRequest&) { hello(c, request); }
+void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::FreeRequest& m) { free_buffer(c, request, m); }
+void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::StartRequest& m) { start_or_join(c, request, m); }
+void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::WaitRequest& m) { wait(c, request, m); }
+void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::StatusRequest&) { status(c, request); }
+
+void Daemon::Impl::hello(ClientState& c, std::uint32_t request) {
+  proto::HelloReply m;
+  m.rank = static_cast<std::uint32_t>(rank);
+  m.size = static_cast<std::uint32_t>(topo.machine_count());
+  m.epoch = engine->epoch();
+  m.mtu = static_cast<std::uint32_t>(topo.mtu());
+  m.peak_bps = model->peak_aggregate_bps();
+  m.machine = topo.machine(rank).name;
+  m.topology = topo.name();
+  proto::send_message(c.fd, proto::message(m, request));
+}
+
+void Daemon::Impl::register_buffer(ClientState& c, std::uint32_t request, const proto::RegisterRequest& m, int fd) {
+  const std::uint64_t size = m.size;
+  auto refuse = [&](Errc code, const std::string& why) {
+    if (fd >= 0) ::close(fd);
+    reply_error(c.fd, request, code, why);
+  };
+  if (fd < 0) return refuse(Errc::kInvalidArgument, "REGISTER without a memory file descriptor");
+  if (size == 0 || size > cfg.max_buffer_bytes)
+    return refuse(Errc::kInvalidArgument, "buffer size " + std::to_string(size) + " is not between 1 and " + std::to_string(cfg.max_buffer_bytes));
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < size)
+    return refuse(Errc::kInvalidArgument, "the descriptor is not a memory file of at least " + std::to_string(size) + " bytes");
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return refuse(Errc::kIo, std::string("cannot map the buffer: ") + std::strerror(errno));
+  std::uint32_t id = c.next_buffer++;
+  c.buffers[id] = {static_cast<std::uint8_t*>(p), size};
+  proto::send_message(c.fd, proto::message(proto::RegisterReply{id}, request));
+}
+
+bool Daemon::Impl::buffer_busy(std::uint32_t client_fd, std::uint32_t buffer) const {
+  for (const auto& [id, ex] : exchanges)
+    if (ex.client == static_cast<int>(client_fd) && !ex.report && ex.buffers.count(buffer) != 0) return true;
+  return false;
+}
+
+void Daemon::Impl::free_buffer(ClientState& c, std::uint32_t request, const proto::FreeRequest& m) {
+  const std::uint32_t id = m.buffer;
+  auto it = c.buffers.find(id);
+  if (it == c.buffers.end()) return reply_error(c.fd, request, Errc::kInvalidArgument, "no buffer " + std::to_string(id));
+  if (buffer_busy(static_cast<std::uint32_t>(c.fd), id))
+    return reply_error(c.fd, request, Errc::kBusy, "buffer " + std::to_string(id) + " is in use by a running exchange");
+  ::munmap(it->second.data, it->second.size);
+  c.buffers.erase(it);
+  proto::send_message(c.fd, proto::message(proto::EmptyReply{proto::Type::kOk}, request));
+}
+
+void Daemon::Impl::send_done(int fd, std::uint32_t request, std::uint32_t id, const ExchangeRecord& rec) {
+  const ExchangeReport& rep = *rec.report;
+  proto::DoneReply m;
+  m.exchange = id;
+  m.ok = rep.state == ExchangeState::kDone;
+  m.code = static_cast<std::uint32_t>(rep.code);
+  m.message = rep.error;
+  m.schedule = rec.schedule;
+  m.sync = rec.sync;
+  m.duration_ns = rep.duration_ns;
+  m.bytes_sent = rep.counters.data_bytes_sent;
+  m.bytes_received = rep.counters.data_bytes_received;
+  m.retransmissions = rep.counters.retransmitted_frames;
+  m.wait_ns = rep.counters.wait_ns;
+  m.cpu_ns = rec.cpu_ns;
+  for (const auto& rt : rep.counters.rounds) m.rounds.emplace_back(rt.start_ns, rt.end_ns);
+  proto::send_message(fd, proto::message(m, request));
+}
+
+void Daemon::Impl::wait(ClientState& c, std::uint32_t request, const proto::WaitRequest& m) {
+  const std::uint32_t id = m.exchange;
+  auto it = exchanges.find(id);
+  if (it == exchanges.end() || it->second.client != c.fd)
+    return reply_error(c.fd, request, Errc::kInvalidArgument, "no exchange " + std::to_string(id) + " of this client");
+  if (it->second.report) {
+    send_done(c.fd, request, id, it->second);
+    exchanges.erase(it);
+    c.exchanges.erase(id);
+    return;
+  }
+  if (m.block) {
+    it->second.waiters.push_back(request);
+  } else {
+    proto::send_message(c.fd, proto::message(proto::EmptyReply{proto::Type::kRunning}, request));
+  }
+}
+
+}  // namespace aapc::engine

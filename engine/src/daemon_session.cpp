@@ -1,0 +1,129 @@
+// START: the blocks checked in the client's buffers, the schedule chosen (sched::choose) and
+// cached, and the session's join: the first exchange of a session waits until the cluster
+// agreed on exchange ids.
+#include <spdlog/spdlog.h>
+
+#include "aapc/sched/choice.hpp"
+#include "aapc/sched/sync.hpp"
+#include "daemon_impl.hpp"
+
+namespace aapc::engine {
+
+std::shared_ptr<const sched::Schedule> Daemon::Impl::schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync) {
+  std::string key = sched::format_plan_spec(algo, sync);
+  auto it = schedules.find(key);
+  if (it != schedules.end()) return it->second;
+  auto s = std::make_shared<const sched::Schedule>(sched::plan_sync(topo, sched::make_schedule(topo, algo), sync));
+  schedules[key] = s;
+  return s;
+}
+
+// A request is checked at once; the first exchange of a session then waits until the
+// cluster agreed on exchange ids.
+void Daemon::Impl::start_or_join(ClientState& c, std::uint32_t request, const proto::StartRequest& m) {
+  auto p = prepare(c, request, m);
+  if (!p) return;
+  if (!joined) {
+    if (!engine->joining()) engine->start_join(next_id);
+    waiting_join.push_back(std::move(*p));
+    return;
+  }
+  launch(std::move(*p));
+}
+
+void Daemon::Impl::joins() {
+  auto result = engine->join_result();
+  if (!result) return;
+  auto waiting = std::move(waiting_join);
+  waiting_join.clear();
+  if (!*result) {
+    for (const auto& p : waiting)
+      if (clients.count(p.client) != 0) reply_error(p.client, p.request, result->error().code(), result->error().message());
+    return;
+  }
+  next_id = result->value();
+  joined = true;
+  spdlog::info("session agreed: exchanges from id {}", next_id);
+  for (auto& p : waiting)
+    if (clients.count(p.client) != 0) launch(std::move(p));
+}
+
+void Daemon::Impl::launch(Prepared p) {
+  ClientState& c = clients[p.client];
+  const std::uint32_t id = next_id;
+  ExchangeSpec spec = exchange_spec(*p.plan, rank, id);
+  if (!p.send.empty()) {
+    spec.send = std::move(p.send);
+    spec.recv = std::move(p.recv);
+  }
+  spec.timeout = std::chrono::milliseconds(p.timeout_ms);
+  auto started = engine->start(std::move(spec));
+  ++next_id;  // a collective's id is used up, started or not
+  if (!started) return reply_error(c.fd, p.request, started.error().code(), started.error().message());
+  p.rec.cpu_ns = cpu_now();
+  exchanges[id] = std::move(p.rec);
+  c.exchanges.insert(id);
+  c.started = true;
+  proto::send_message(c.fd, proto::message(proto::StartedReply{id, exchanges[id].schedule, exchanges[id].sync}, p.request));
+}
+
+std::optional<Prepared> Daemon::Impl::prepare(ClientState& c, std::uint32_t request, const proto::StartRequest& m) {
+  Prepared p;
+  p.client = c.fd;
+  p.request = request;
+  p.timeout_ms = m.timeout_ms;
+  p.rec.client = c.fd;
+  if (m.kind == proto::Kind::kBarrier) {
+    p.plan = std::make_shared<const sched::Schedule>(sched::barrier_schedule(topo.machine_count()));
+    p.rec.schedule = "barrier";
+    p.rec.sync = "tokens";
+  } else if (auto error = place_blocks(c, m, p)) {
+    reply_error(c.fd, request, Errc::kInvalidArgument, *error);
+    return std::nullopt;
+  } else if (auto plan_error = plan(m, p)) {
+    reply_error(c.fd, request, Errc::kInvalidArgument, *plan_error);
+    return std::nullopt;
+  }
+  return p;
+}
+
+// The blocks of `m` in the client's buffers, checked like wire fields; why not, if not.
+std::optional<std::string> Daemon::Impl::place_blocks(const ClientState& c, const proto::StartRequest& m, Prepared& p) const {
+  const auto n = static_cast<std::size_t>(topo.machine_count());
+  if (m.kind == proto::Kind::kAlltoallv && m.sends.size() != n)
+    return "the request has " + std::to_string(m.sends.size()) + " blocks; the cluster has " + std::to_string(n) + " ranks";
+  auto sb = c.buffers.find(m.send_buffer), rb = c.buffers.find(m.recv_buffer);
+  if (sb == c.buffers.end() || rb == c.buffers.end()) return "START names a buffer this client has not registered";
+  const Mapping& sm = sb->second;
+  const Mapping& rm = rb->second;
+  for (std::size_t i = 0; i < n; ++i) {
+    const proto::Block s = m.send_block(i), r = m.recv_block(i);
+    if (!proto::fits(s, sm.size))
+      return "send block " + std::to_string(i) + " (offset " + std::to_string(s.offset) + ", " + std::to_string(s.length) +
+             " bytes) runs past the end of the " + std::to_string(sm.size) + "-byte send buffer";
+    if (!proto::fits(r, rm.size))
+      return "receive block " + std::to_string(i) + " (offset " + std::to_string(r.offset) + ", " + std::to_string(r.length) +
+             " bytes) runs past the end of the " + std::to_string(rm.size) + "-byte receive buffer";
+    p.send.push_back({sm.data + s.offset, s.length});
+    p.recv.push_back({rm.data + r.offset, r.length});
+  }
+  p.rec.buffers = {m.send_buffer, m.recv_buffer};
+  return std::nullopt;
+}
+
+// The schedule of `m`'s spec. Every rank must pick the same one: an alltoall's block size is
+// the same on all of them (the collective's contract), an alltoallv's largest block is not,
+// so it gets the choice for large blocks.
+std::optional<std::string> Daemon::Impl::plan(const proto::StartRequest& m, Prepared& p) {
+  try {
+    const sched::Choice choice = sched::choose(*model, m.spec, m.kind == proto::Kind::kAlltoall ? m.block : sched::kAnyBlockSize);
+    p.plan = schedule(choice.algorithm, choice.sync);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  p.rec.schedule = p.plan->algorithm;
+  p.rec.sync = p.plan->sync.name();
+  return std::nullopt;
+}
+
+}  // namespace aapc::engine

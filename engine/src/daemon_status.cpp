@@ -1,0 +1,42 @@
+// STATUS: the daemon's state and counters as JSON text, for `aapc status` and people.
+#include <nlohmann/json.hpp>
+
+#include "daemon_impl.hpp"
+
+namespace aapc::engine {
+
+void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
+  const EngineCounters& k = engine->counters();
+  nlohmann::json drops = nlohmann::json::object();
+  for (int d = 1; d < kDropReasons; ++d)
+    if (k.drops[static_cast<std::size_t>(d)] > 0) drops[std::string(drop_reason_name(static_cast<DropReason>(d)))] = k.drops[static_cast<std::size_t>(d)];
+  nlohmann::json live = nlohmann::json::array();
+  for (const auto& [id, ex] : exchanges) live.push_back({{"id", id}, {"schedule", ex.schedule}, {"sync", ex.sync}, {"finished", ex.report.has_value()}});
+  nlohmann::json j = {
+      {"rank", rank},
+      {"size", topo.machine_count()},
+      {"machine", topo.machine(rank).name},
+      {"mac", topo.machine(rank).mac.str()},
+      {"topology", topo.source()},
+      {"port", cfg.device},
+      {"epoch", engine->epoch()},
+      {"pace_bps", pace_bps},
+      {"peak_aggregate_bps", model->peak_aggregate_bps()},
+      {"next_exchange", next_id},
+      {"clients", clients.size()},
+      {"exchanges", live},
+      {"counters",
+       {{"frames_received", k.frames_received},
+        {"bytes_received", k.bytes_received},
+        {"frames_sent", k.frames_sent},
+        {"bytes_sent", k.bytes_sent},
+        {"tx_refused", k.tx_refused},
+        {"alloc_failures", k.alloc_failures},
+        {"early_frames", k.early_frames},
+        {"drops", drops}}},
+  };
+  if (capture) j["capture"] = {{"path", cfg.capture_path}, {"frames", capture->frames_captured()}};
+  proto::send_message(c.fd, proto::message(proto::StatusReply{j.dump(2)}, request));
+}
+
+}  // namespace aapc::engine

@@ -1,0 +1,63 @@
+// The wire parser's seeds for replay_main.cpp: one valid frame of every type for the receiver
+// of fuzz_context.hpp.
+#include "fuzz_context.hpp"
+#include "replay.hpp"
+
+namespace aapc::fuzz {
+
+const char* const kReplayName = "fuzz_parse_replay";
+
+namespace {
+
+std::vector<std::uint8_t> frame(engine::FrameType type, std::uint32_t seq, std::uint64_t block_len, std::size_t payload, int src = 0) {
+  std::vector<std::uint8_t> f(engine::kFrameOverhead + payload, 0x42);
+  engine::Header h;
+  h.type = type;
+  h.exchange = kExchange;
+  h.epoch = 1234;
+  h.src = static_cast<std::uint16_t>(src);
+  h.dst = 1;
+  h.seq = seq;
+  h.block_len = block_len;
+  h.chunk = kChunk;
+  h.payload_len = static_cast<std::uint16_t>(payload);
+  if (type == engine::FrameType::kAck) h.aux = static_cast<std::uint32_t>(engine::FrameType::kData);
+  engine::encode(f.data(), mac(1), mac(src), engine::kDefaultEtherType, h);
+  if (type == engine::FrameType::kNack)
+    for (std::uint32_t i = 0; i < seq; ++i) engine::put_nack_range(f.data() + engine::kFrameOverhead, i, i * 3, 2);
+  engine::seal(f.data());
+  return f;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
+  using engine::FrameType;
+  const std::uint32_t last = engine::frame_count(kPostedBlock, kChunk) - 1;
+  return {
+      {"data-first", frame(FrameType::kData, 0, kPostedBlock, kChunk)},
+      {"data-last", frame(FrameType::kData, last, kPostedBlock, engine::frame_payload(kPostedBlock, kChunk, last))},
+      {"sync", frame(FrameType::kSync, 12, 0, 0, 2)},
+      {"ready", frame(FrameType::kReady, 0, 0, 0, 3)},
+      {"nack", frame(FrameType::kNack, 3, kPostedBlock, 24)},
+      {"ack", frame(FrameType::kAck, 0, kPostedBlock, 0)},
+      {"abort", frame(FrameType::kAbort, 0, 0, 17, 2)},
+      {"poll", frame(FrameType::kPoll, 0, kPostedBlock, 0)},
+      {"ping", frame(FrameType::kPing, 0, 0, 0)},
+  };
+}
+
+// The CRC, recomputed when the mutated frame's length fields allow it.
+void reseal(std::vector<std::uint8_t>& x) {
+  if (x.size() < engine::kFrameOverhead) return;
+  std::size_t payload = (static_cast<std::size_t>(x[engine::kEthHeaderLen + 32]) << 8) | x[engine::kEthHeaderLen + 33];
+  if (payload <= x.size() - engine::kFrameOverhead) engine::seal(x.data());
+}
+
+std::string seed_fault(const std::vector<std::uint8_t>& input) {
+  static const Context ctx;
+  auto p = engine::parse(input, ctx);
+  return p.reason == engine::DropReason::kOk ? std::string() : std::string(engine::drop_reason_name(p.reason));
+}
+
+}  // namespace aapc::fuzz

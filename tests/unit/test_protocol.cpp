@@ -1,0 +1,179 @@
+// The control protocol between aapcd and its clients: every message round-trips through its one
+// encode and decode, and truncated or garbage input is refused with an error, never a crash.
+// Also the one notation of a schedule and its sync variant (aapc/sched/spec.hpp).
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "aapc/result.hpp"
+#include "aapc/sched/choice.hpp"
+#include "aapc/sched/dot.hpp"
+#include "protocol.hpp"
+
+using namespace aapc;
+
+namespace {
+
+proto::StartRequest alltoallv() {
+  return {.kind = proto::Kind::kAlltoallv,
+          .spec = "tree+sender-partial:4",
+          .timeout_ms = 2500,
+          .send_buffer = 3,
+          .recv_buffer = 4,
+          .sends = {{0, 10}, {10, 0}, {10, 7}},
+          .recvs = {{5, 5}, {0, 5}, {10, 1}}};
+}
+
+proto::DoneReply done() {
+  proto::DoneReply m;
+  m.exchange = 12;
+  m.ok = true;
+  m.schedule = "tree";
+  m.sync = "sender-all";
+  m.duration_ns = 123456789;
+  m.bytes_sent = 1 << 20;
+  m.bytes_received = 1 << 21;
+  m.retransmissions = 3;
+  m.wait_ns = 5;
+  m.cpu_ns = 6;
+  m.rounds = {{1, 2}, {3, 4}};
+  return m;
+}
+
+// Encodes `m`, checks the header, decodes it back; then every cut of the payload and one byte
+// too many are refused.
+template <typename M>
+void round_trip(const M& m) {
+  auto msg = proto::message(m, 77);
+  auto h = proto::header_of(msg);
+  REQUIRE(h);
+  CHECK(h->type == static_cast<std::uint16_t>(proto::type_of(m)));
+  CHECK(h->request == 77);
+  M back{};
+  if constexpr (requires { back.block; } && !requires { M::kType; }) back.block = m.block;  // WAIT or TEST: told by the type
+  proto::Reader r = proto::payload_of(msg);
+  REQUIRE(proto::decode(r, back));
+  CHECK(back == m);
+  for (std::size_t cut = sizeof(proto::Header); cut < msg.size(); ++cut) {
+    proto::Reader shorter(msg.data() + sizeof(proto::Header), cut - sizeof(proto::Header));
+    M x{};
+    CHECK_FALSE(proto::decode(shorter, x));
+  }
+  msg.push_back(0);
+  proto::Reader longer(msg.data() + sizeof(proto::Header), msg.size() - sizeof(proto::Header));
+  M y{};
+  CHECK_FALSE(proto::decode(longer, y));
+}
+
+}  // namespace
+
+TEST_CASE("every control message round-trips, and a cut or a byte too many is refused") {
+  round_trip(proto::HelloRequest{"aapc-client 1"});
+  round_trip(proto::HelloReply{2, 8, 99, 1500, 3.5e8, "m2", "8-two-switch"});
+  round_trip(proto::RegisterRequest{1 << 20});
+  round_trip(proto::RegisterReply{5});
+  round_trip(proto::FreeRequest{5});
+  round_trip(alltoallv());
+  round_trip(proto::StartRequest{.kind = proto::Kind::kAlltoall, .send_buffer = 1, .recv_buffer = 2, .block = 65536, .sends = {}, .recvs = {}});
+  round_trip(proto::StartRequest{.kind = proto::Kind::kBarrier, .sends = {}, .recvs = {}});
+  round_trip(proto::StartedReply{9, "tree", "sender-all"});
+  round_trip(proto::WaitRequest{9, true});
+  round_trip(proto::WaitRequest{9, false});
+  round_trip(done());
+  proto::DoneReply failed = done();
+  failed.ok = false;
+  failed.code = static_cast<std::uint32_t>(Errc::kPeerSilent);
+  failed.message = "rank 3 stayed silent";
+  failed.rounds.clear();
+  round_trip(failed);
+  round_trip(proto::StatusRequest{});
+  round_trip(proto::StatusReply{"{\"rank\": 0}"});
+  round_trip(proto::ErrorReply{static_cast<std::uint32_t>(Errc::kInvalidArgument), "no buffer 3"});
+}
+
+TEST_CASE("an alltoall carries its block size once; its blocks lie at d x block") {
+  proto::StartRequest m;
+  m.kind = proto::Kind::kAlltoall;
+  m.block = 1000;
+  CHECK(m.send_block(3) == proto::Block{3000, 1000});
+  CHECK(m.recv_block(0) == proto::Block{0, 1000});
+  CHECK(proto::fits(m.send_block(3), 4000));
+  CHECK_FALSE(proto::fits(m.send_block(3), 3999));
+  CHECK_FALSE(proto::fits({~std::uint64_t{0} - 10, 100}, 4096));  // the offset would overflow
+  CHECK(alltoallv().send_block(2) == proto::Block{10, 7});
+}
+
+TEST_CASE("the request decoder names what is wrong and never crashes") {
+  auto error_of = [](const std::vector<std::uint8_t>& msg) { return proto::decode_request(msg).error; };
+  CHECK(error_of({1, 2, 3, 4, 5}) == "not an aapc request");
+  auto status = proto::message(proto::StatusRequest{}, 1);
+  auto d = proto::decode_request(status);
+  REQUIRE(d.request);
+  CHECK(std::holds_alternative<proto::StatusRequest>(*d.request));
+  status[4] = 99;  // the version
+  CHECK(error_of(status).starts_with("protocol version 99"));
+  proto::Writer truncated(proto::Type::kStart, 2);
+  truncated.put(static_cast<std::uint8_t>(proto::Kind::kAlltoallv));
+  d = proto::decode_request(truncated.done());
+  CHECK(d.ours);
+  CHECK(d.error == "malformed START");
+  CHECK(d.header.request == 2);
+  proto::Writer unknown(proto::Type::kDone, 3);
+  CHECK(error_of(unknown.done()) == "unknown request type " + std::to_string(static_cast<int>(proto::Type::kDone)));
+  // A forged block count larger than the message is refused before anything is sized by it.
+  auto start = proto::message(alltoallv(), 4);
+  const std::size_t count_at = start.size() - 6 * 16 - 4;
+  start[count_at + 3] = 0x7f;
+  CHECK(error_of(start) == "malformed START");
+  // Random bytes after a valid header, of every request type.
+  std::mt19937 rng(16);
+  for (int i = 0; i < 20000; ++i) {
+    proto::Writer w(static_cast<proto::Type>(1 + rng() % 16), 5);
+    const std::size_t n = rng() % 48;
+    for (std::size_t k = 0; k < n; ++k) w.put(static_cast<std::uint8_t>(rng() % 4 == 0 ? 0 : rng()));
+    auto r = proto::decode_request(w.done());
+    CHECK((r.request.has_value() || !r.error.empty()));
+  }
+  // WAIT and TEST share a payload; the type tells them apart.
+  auto test = proto::decode_request(proto::message(proto::WaitRequest{8, false}, 6));
+  REQUIRE(test.request);
+  CHECK(std::get<proto::WaitRequest>(*test.request) == proto::WaitRequest{8, false});
+}
+
+TEST_CASE("one notation for a schedule and its sync variant") {
+  CHECK(sched::join_spec("tree", "sender-all") == "tree+sender-all");
+  CHECK(sched::join_spec("tree", "auto") == "tree");
+  CHECK(sched::join_spec("group-shuffle:4", "") == "group-shuffle:4");
+  auto parts = sched::read_spec("tree+sender-partial:4");
+  CHECK(parts.algorithm == "tree");
+  CHECK(parts.sync == "sender-partial:4");
+  // The old spellings, where a user may still type them.
+  CHECK(sched::read_spec("tree:sender-all").sync == "sender-all");
+  CHECK(sched::read_spec("tree/sender-partial:2").sync == "sender-partial:2");
+  CHECK(sched::read_spec("group-shuffle:4").algorithm == "group-shuffle:4");
+  CHECK(sched::read_spec("group-shuffle:4:none").algorithm == "group-shuffle:4");
+  auto plan = sched::parse_plan_spec("group-shuffle:3+receiver-all");
+  REQUIRE(plan.algorithm);
+  CHECK(plan.algorithm->group == 3);
+  CHECK(plan.sync->kind == sched::SyncKind::kReceiverAll);
+  CHECK(sched::format_plan_spec(*plan.algorithm, *plan.sync) == "group-shuffle:3+receiver-all");
+  CHECK_FALSE(sched::parse_plan_spec("auto").algorithm);
+  CHECK_THROWS_WITH(sched::parse_plan_spec("trees"), "unknown schedule 'trees'");
+  CHECK_THROWS_WITH(sched::parse_plan_spec("tree+often"), "unknown sync variant 'often'");
+}
+
+TEST_CASE("the choice of schedule and sync is made in one place") {
+  sched::Topology topo = sched::load_topology(std::string(AAPC_TEST_TOPOLOGIES) + "/8-two-switch.dot");
+  sched::TreeModel model(topo);
+  // A named tree gets sender-based tokens, other schedules none, unless a variant is given.
+  CHECK(sched::choose(model, "tree", 1 << 20).sync.kind == sched::SyncKind::kSenderAll);
+  CHECK(sched::choose(model, "pairwise", 1 << 20).sync.kind == sched::SyncKind::kNone);
+  CHECK(sched::choose(model, "tree+receiver-all", 1 << 20).sync.kind == sched::SyncKind::kReceiverAll);
+  // auto is auto_choice, whatever sync was given.
+  for (std::uint64_t block : {std::uint64_t{1024}, std::uint64_t{1} << 20}) {
+    const sched::Choice a = sched::choose(model, "auto+often", block), b = sched::auto_choice(model, block);
+    CHECK(a.algorithm.name() == b.algorithm.name());
+    CHECK(a.sync.name() == b.sync.name());
+  }
+  CHECK_THROWS_WITH(sched::choose(model, "ring+often", 1024), "unknown sync variant 'often'");
+}
