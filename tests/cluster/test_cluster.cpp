@@ -312,8 +312,16 @@ TEST_CASE("traces: linear contends on the inter-switch link, tree with receiver-
   auto lin = links(linear);
   INFO(lin.dump(1));
   CHECK(on_trunk(lin["contention"]) > 0.010);  // blocks of different senders share s0-s1 for tens of ms
+  // Receiver-based tokens: a block starts only after the previous one on its links has
+  // arrived whole, so no two ever share a link. The captures time a frame when its daemon
+  // polled it, which on a loaded box comes up to a few frame times late; overlaps that short
+  // are the clocks', not the wire's (found failing 2 of 3 runs on landed main while the box
+  // compiled in the background).
   auto rcv = links(receiver);
-  CHECK(rcv["contention"].empty());
+  for (const auto& k : rcv["contention"]) {
+    INFO("receiver-all: " << k.dump());
+    CHECK(k["seconds"].get<double>() < 0.0005);
+  }
   // Sender-based tokens let a block start while the previous user's tail is still queued in
   // the network (Faraj/Yuan/Patarasuk section 6): overlaps only at a block's end, each shorter
   // than a switch buffer takes to drain (64 KiB at 100 Mbit/s: 5.2 ms).
