@@ -5,9 +5,16 @@
 
 #include <string>
 
+#include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/sync.hpp"
 #include "fabric.hpp"
 
 namespace aapc::test {
+
+// The schedule `algo` ("tree", "group-shuffle:3", ...) on `t` with the sync plan `sync`.
+inline sched::Schedule planned(const sched::Topology& t, const std::string& algo, const std::string& sync) {
+  return sched::plan_sync(t, sched::make_schedule(t, *sched::AlgorithmSpec::parse(algo)), *sched::SyncSpec::parse(sync));
+}
 
 // Every engine finished the exchange successfully and every received byte is right.
 inline void expect_ok(const ExchangeRun& run, const std::string& what) {

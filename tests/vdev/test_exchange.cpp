@@ -17,10 +17,7 @@ using namespace aapc::sched;
 
 namespace {
 
-Schedule planned(const Topology& t, const std::string& algo, const std::string& sync) {
-  Schedule s = make_schedule(t, *AlgorithmSpec::parse(algo));
-  return plan_sync(t, s, *SyncSpec::parse(sync));
-}
+using test::planned;
 
 using test::expect_ok;
 

@@ -16,10 +16,7 @@ using namespace aapc::sched;
 
 namespace {
 
-Schedule planned(const Topology& t, const std::string& algo, const std::string& sync) {
-  Schedule s = make_schedule(t, *AlgorithmSpec::parse(algo));
-  return plan_sync(t, s, *SyncSpec::parse(sync));
-}
+using test::planned;
 
 std::uint32_t be32(const std::uint8_t* p) { return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3]; }
 std::uint16_t be16(const std::uint8_t* p) { return static_cast<std::uint16_t>((p[0] << 8) | p[1]); }
@@ -36,13 +33,17 @@ TEST_CASE("an engine that waits sleeps until its earliest deadline, not the time
   Topology t = single_switch_topology(3);
   Schedule s = planned(t, "ring", "none");
   std::vector<std::vector<std::uint8_t>> send(3, std::vector<std::uint8_t>(4000, 1)), recv(3, std::vector<std::uint8_t>(4000, 0));
-  auto spec = engine::exchange_spec(s, 0, 1);
-  for (std::size_t r = 0; r < 3; ++r) {
-    spec.send[r] = {send[r].data(), send[r].size()};
-    spec.recv[r] = {recv[r].data(), recv[r].size()};
-  }
-  REQUIRE(fabric.engine(0).start(std::move(spec)));
-  fabric.settle(std::chrono::milliseconds(5));  // rank 1 acknowledges the READY (kept as early)
+  // Only rank 0 starts: its READYs go out, and no peer's READY comes back.
+  auto start_rank0 = [&](test::Fabric& f) {
+    auto spec = engine::exchange_spec(s, 0, 1);
+    for (std::size_t r = 0; r < 3; ++r) {
+      spec.send[r] = {send[r].data(), send[r].size()};
+      spec.recv[r] = {recv[r].data(), recv[r].size()};
+    }
+    REQUIRE(f.engine(0).start(std::move(spec)));
+    f.settle(std::chrono::milliseconds(5));  // the READYs that arrive are acknowledged (kept as early)
+  };
+  start_rank0(fabric);
   auto& eng = fabric.engine(0);
   const auto now = engine::Clock::now();
   const auto wake = eng.next_event(now) - now;
@@ -52,13 +53,7 @@ TEST_CASE("an engine that waits sleeps until its earliest deadline, not the time
   CHECK(wake <= eng.config().rto);
   // Once every control frame is answered, the next deadline is the keepalive.
   test::Fabric calm(opts);
-  auto spec2 = engine::exchange_spec(s, 0, 1);
-  for (std::size_t r = 0; r < 3; ++r) {
-    spec2.send[r] = {send[r].data(), send[r].size()};
-    spec2.recv[r] = {recv[r].data(), recv[r].size()};
-  }
-  REQUIRE(calm.engine(0).start(std::move(spec2)));
-  calm.settle(std::chrono::milliseconds(5));
+  start_rank0(calm);
   const auto now2 = engine::Clock::now();
   CHECK(calm.engine(0).next_event(now2) - now2 > std::chrono::milliseconds(50));
   CHECK(calm.engine(0).report(1)->state == engine::ExchangeState::kRunning);
