@@ -460,7 +460,6 @@ bool Engine::poll() {
       ++it;
       continue;
     }
-    ex->reported = true;
     finished_.push_back(ex->report(now));
     lingering_.emplace_back(ex->linger_until(), ex->id());
     it = active_.erase(it);

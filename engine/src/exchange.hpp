@@ -14,8 +14,6 @@ class Exchange {
  public:
   Exchange(Engine& engine, ExchangeSpec spec, Clock::time_point now);
 
-  bool reported = false;  // the engine has handed out its final report
-
   std::uint32_t id() const { return spec_.id; }
   ExchangeState state() const { return state_; }
   bool running() const { return state_ == ExchangeState::kRunning; }

@@ -186,7 +186,6 @@ class Engine final : private ParseContext {
   void flush();
   bool note_epoch(Rank src, std::uint32_t epoch);  // false: stale
   Exchange* find(std::uint32_t id) const;
-  void finish(Exchange& ex, Clock::time_point now);
 
   struct Early {  // READY and SYNC for an exchange not started yet
     std::vector<bool> ready_from;
