@@ -132,7 +132,7 @@ Result<void> Engine::start(ExchangeSpec spec) {
   const auto now = Clock::now();
   for (std::size_t r = 0; r < n; ++r) {
     AbortedBy& ab = aborted_by_[r];
-    if (ab.active && now - ab.when < config_.peer_deadline && !later(ab.exchange, spec.id))
+    if (ab.active && now - ab.when < config_.peer_deadline && ab.exchange == spec.id)
       return Error(Errc::kPeerAborted, "exchange " + std::to_string(spec.id) + ": rank " + std::to_string(r) + " aborted exchange " +
                                            std::to_string(ab.exchange) + " a moment ago (" + ab.reason + ")");
   }
@@ -205,20 +205,30 @@ bool Engine::send_control(Rank dst, FrameType type, std::uint32_t exchange, std:
   return send_frame(dst, h, payload, len);
 }
 
-bool Engine::note_epoch(Rank src, std::uint32_t epoch) {
+DropReason Engine::note_epoch(Rank src, std::uint32_t epoch) {
   auto i = static_cast<std::size_t>(src);
+  if (peer_epoch_known_[i] && epoch == peer_epoch_[i]) return DropReason::kOk;
+  // Issue 15, finding 5: an epoch is its sender's start time, so none can lie ahead of our
+  // clock by more than the skew between the clocks. A frame that claims one is forged (or
+  // from a badly set clock) and must not make the real incarnation's frames look stale.
+  // Epochs are 32-bit milliseconds, compared as serial numbers (24.8 days each way).
+  auto plausible = [&](std::uint32_t e) {
+    return config_.max_epoch_skew.count() <= 0 || !later(e, clock_epoch() + static_cast<std::uint32_t>(config_.max_epoch_skew.count()));
+  };
+  if (!plausible(epoch)) return DropReason::kFutureEpoch;
   if (!peer_epoch_known_[i]) {
     peer_epoch_known_[i] = true;
     peer_epoch_[i] = epoch;
-    return true;
+    return DropReason::kOk;
   }
-  if (epoch == peer_epoch_[i]) return true;
-  if (!later(epoch, peer_epoch_[i])) return false;  // an earlier incarnation
+  // A later epoch means the peer restarted. A known epoch that no longer looks plausible (a
+  // daemon up for longer than the serial-number range) gives way to any plausible one.
+  if (!later(epoch, peer_epoch_[i]) && plausible(peer_epoch_[i])) return DropReason::kStaleEpoch;  // an earlier incarnation
   peer_epoch_[i] = epoch;
   const auto now = Clock::now();
   for (auto& [id, ex] : exchanges_) ex->peer_restarted(src, now);
   if (on_peer_restart) on_peer_restart(src);
-  return true;
+  return DropReason::kOk;
 }
 
 void Engine::announce() {
@@ -298,16 +308,21 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
     return;
   }
   if (f.h.type == FrameType::kAbort) {
-    // The peer gave up exchange K: no collective after K will complete with it either (its
-    // application is gone), so running exchanges from K on fail here too, instead of
-    // waiting for a peer that will never join.
+    // Issue 15, finding 5: an ABORT counts only for the exchange it names, and only while that
+    // exchange runs here. (One forged ABORT with a stale id used to fail every running
+    // exchange from that id on, and the next two through aborted_by_.)
     std::string reason = "aborted by peer rank " + std::to_string(src);
     if (f.payload.size() > 0) reason += ": " + std::string(f.payload.begin(), f.payload.end());
-    for (auto& [id, ex] : exchanges_)
-      if (ex->running() && !later(f.h.exchange, id)) ex->fail(Errc::kPeerAborted, reason, src, now);
-    // An exchange started here just after this one belongs to the same, broken, session:
-    // remembered for a peer deadline (or until the peer shows up in a later exchange).
-    aborted_by_[static_cast<std::size_t>(src)] = {f.h.exchange, now, reason, true};
+    Exchange* ex = find(f.h.exchange);
+    if (ex != nullptr && ex->running() && ex->accept_epoch(src, f.h.epoch)) {
+      ex->fail(Errc::kPeerAborted, reason, src, now);
+    } else if (ex == nullptr && (!started_any_ || later(f.h.exchange, last_started_))) {
+      // An exchange this node has not started yet, which the peer will never start
+      // (abort_unstarted): starting exactly that id fails at once, for a peer deadline.
+      aborted_by_[static_cast<std::size_t>(src)] = {f.h.exchange, now, reason, true};
+    } else {
+      ++counters_.drops[static_cast<std::size_t>(DropReason::kNotLive)];
+    }
     return;
   }
   if (auto& ab = aborted_by_[static_cast<std::size_t>(src)]; ab.active && later(f.h.exchange, ab.exchange)) ab.active = false;
@@ -356,7 +371,7 @@ void Engine::receive(Clock::time_point now) {
     counters_.bytes_received += rte_pktmbuf_data_len(m);
     std::span<const std::uint8_t> frame(rte_pktmbuf_mtod(m, const std::uint8_t*), rte_pktmbuf_data_len(m));
     Parsed f = parse(frame, *this);
-    if (f.reason == DropReason::kOk && !note_epoch(f.src_rank, f.h.epoch)) f.reason = DropReason::kStaleEpoch;
+    if (f.reason == DropReason::kOk) f.reason = note_epoch(f.src_rank, f.h.epoch);
     if (f.reason != DropReason::kOk) {
       // Reasons found after the CRC matched can be charged to the exchange.
       Exchange* ex = f.reason >= DropReason::kRankMismatch && f.reason != DropReason::kNotLive ? find(f.h.exchange) : nullptr;

@@ -169,18 +169,54 @@ Topology Topology::from_spec(const TopologySpec& spec) {
         if (!bytes || *bytes == 0) fail(spec, "switch '" + ns.name + "': buffer=\"" + buffer + "\" is not a byte count like 65536 or 64K");
         n.buffer_bytes = *bytes;
       }
-      if (!attr(ns.attrs, "rank").empty()) fail(spec, "switch '" + ns.name + "' has a rank; only machines (nodes with a mac) have ranks");
     }
     by_name.emplace(n.name, static_cast<int>(t.nodes_.size()));
     t.nodes_.push_back(std::move(n));
   }
 
+  // Issue 15, finding 11: a machine whose mac was forgotten parses as a switch, and the error
+  // used to be only "has 1 machine(s)". Such a node is named, with a free mac to give it.
+  auto no_mac = [&](const std::string& name) {
+    std::set<Mac> used;
+    for (const Node& n : t.nodes_)
+      if (n.kind == NodeKind::kMachine) used.insert(n.mac);
+    Mac free;  // a suggestion: the first 02:00:00:00:xx:xx that no machine uses
+    for (std::uint32_t k = 1; k < 0x10000; ++k) {
+      free.bytes = {0x02, 0, 0, 0, static_cast<std::uint8_t>(k >> 8), static_cast<std::uint8_t>(k)};
+      if (used.count(free) == 0) break;
+    }
+    return "machine '" + name + "' has no mac attribute; give it mac=\"" + free.str() + "\" (a node without mac is a switch)";
+  };
+  for (const auto& ns : spec.nodes)
+    if (attr(ns.attrs, "mac").empty() && !attr(ns.attrs, "rank").empty()) fail(spec, no_mac(ns.name) + ", and only machines have ranks");
+
   // Ranks: order of declaration unless every machine has a rank attribute.
   std::vector<int> machines;
   for (std::size_t i = 0; i < t.nodes_.size(); ++i)
     if (t.nodes_[i].kind == NodeKind::kMachine) machines.push_back(static_cast<int>(i));
-  if (machines.size() < 2)
-    fail(spec, "has " + std::to_string(machines.size()) + " machine(s); an exchange needs at least 2 (a machine is a node with a mac attribute)");
+  if (machines.size() > kMaxMachines)
+    fail(spec, "has " + std::to_string(machines.size()) + " machines; the wire's 16-bit rank fields allow at most " + std::to_string(kMaxMachines));
+  if (machines.size() < 2) {
+    // A leaf without mac hanging off a switch connects nothing as a switch: most likely the
+    // machine that lacks its mac. (Random trees do have leaf switches, so this is only a hint.)
+    std::vector<int> degree(t.nodes_.size(), 0), neighbour(t.nodes_.size(), -1);
+    for (const auto& es : spec.edges) {
+      auto ia = by_name.find(es.a), ib = by_name.find(es.b);
+      if (ia == by_name.end() || ib == by_name.end()) continue;  // reported with the links below
+      ++degree[static_cast<std::size_t>(ia->second)];
+      ++degree[static_cast<std::size_t>(ib->second)];
+      neighbour[static_cast<std::size_t>(ia->second)] = ib->second;
+      neighbour[static_cast<std::size_t>(ib->second)] = ia->second;
+    }
+    std::string hint;
+    for (std::size_t i = 0; i < t.nodes_.size() && hint.empty(); ++i) {
+      const int nb = neighbour[i];
+      if (t.nodes_[i].kind == NodeKind::kSwitch && degree[i] == 1 && t.nodes_[static_cast<std::size_t>(nb)].kind == NodeKind::kSwitch &&
+          degree[static_cast<std::size_t>(nb)] >= 2)
+        hint = ": " + no_mac(t.nodes_[i].name);
+    }
+    fail(spec, "has " + std::to_string(machines.size()) + " machine(s); an exchange needs at least 2 (a machine is a node with a mac attribute)" + hint);
+  }
   std::size_t with_rank = 0;
   for (int id : machines)
     if (!attr(spec.nodes[static_cast<std::size_t>(id)].attrs, "rank").empty()) ++with_rank;

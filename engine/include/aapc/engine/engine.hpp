@@ -39,6 +39,11 @@ struct EngineConfig {
   std::chrono::milliseconds peer_deadline{5'000};  // a peer silent this long fails the exchange
   std::chrono::milliseconds linger{15'000};     // finished exchanges still answer late frames
   std::uint32_t epoch = 0;                      // 0: derived from the clock (later is newer)
+  // Epochs are the senders' start times in wall-clock ms. A peer's epoch is taken only if it is
+  // no later than our clock plus this skew (issue 15, finding 5: one forged frame with a
+  // far-future epoch made every real frame of its sender stale until restart). 0: no bound,
+  // for engines given an epoch that is not a clock reading.
+  std::chrono::milliseconds max_epoch_skew{600'000};
   std::size_t max_live_exchanges = 16;
   std::uint16_t rx_burst = 32;
 };
@@ -181,7 +186,9 @@ class Engine final : private ParseContext {
   // A round starts: it may not open with the burst the bucket saved while the node waited.
   void restart_pacing(Clock::time_point now);
   void flush();
-  bool note_epoch(Rank src, std::uint32_t epoch);  // false: stale
+  // kOk when `epoch` is the sender's current one (learned or moved forward here), else why
+  // the frame must be dropped (kStaleEpoch, kFutureEpoch).
+  DropReason note_epoch(Rank src, std::uint32_t epoch);
   Exchange* find(std::uint32_t id) const;
   void finish(Exchange& ex, Clock::time_point now);
 

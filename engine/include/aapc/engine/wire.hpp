@@ -87,6 +87,10 @@ enum class DropReason : std::uint8_t {
   kBadOffset,        // frame index / chunk / payload length do not fit the posted block
   kDuplicate,        // DATA already received
   kDummy,            // dummy traffic
+  // Issue 15, finding 5: an epoch later than the receiver's clock allows (now + a bounded
+  // skew). A forged frame with a far-future epoch would otherwise make every real frame of
+  // the sender look stale until the receiver restarts.
+  kFutureEpoch,
   kCount
 };
 inline constexpr int kDropReasons = static_cast<int>(DropReason::kCount);
