@@ -56,7 +56,8 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   if (config_.rank < 0 || static_cast<std::size_t>(config_.rank) >= n) throw std::invalid_argument("engine rank out of range");
   if (config_.mtu < static_cast<int>(kHeaderLen) + 64 || config_.mtu - static_cast<int>(kHeaderLen) > 65535)
     throw std::invalid_argument("engine MTU must be between " + std::to_string(kHeaderLen + 64) + " and 65579");
-  chunk_ = static_cast<std::uint32_t>(config_.mtu) - static_cast<std::uint32_t>(kHeaderLen);
+  // With a key, the tag after the payload must fit the MTU too.
+  chunk_ = static_cast<std::uint32_t>(config_.mtu) - static_cast<std::uint32_t>(kHeaderLen) - (config_.key ? static_cast<std::uint32_t>(kTagLen) : 0U);
   epoch_ = config_.epoch != 0 ? config_.epoch : clock_epoch();
   mac_ = config_.peers[static_cast<std::size_t>(config_.rank)];
   for (std::size_t r = 0; r < n; ++r) mac_index_.emplace_back(config_.peers[r], static_cast<Rank>(r));
@@ -72,6 +73,7 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   ethertype = config_.ethertype;
   my_mac = mac_;
   my_rank = config_.rank;
+  key = config_.key ? &*config_.key : nullptr;
   rx_.resize(config_.rx_burst);
   pace_last_ = Clock::now();
   if (config_.pace_burst_bytes == 0) {
@@ -164,7 +166,7 @@ bool Engine::send_frame(Rank dst, const Header& h, const std::uint8_t* payload, 
   }
   // No padding of short frames: NICs pad to the Ethernet minimum themselves, and without it
   // every byte of a frame is checked (a truncated frame is always caught).
-  const std::size_t frame_len = kFrameOverhead + len;
+  const std::size_t frame_len = kFrameOverhead + frame_tail(len, key);
   auto* p = static_cast<std::uint8_t*>(static_cast<void*>(rte_pktmbuf_append(m, static_cast<std::uint16_t>(frame_len))));
   if (p == nullptr) {
     rte_pktmbuf_free(m);
@@ -176,9 +178,9 @@ bool Engine::send_frame(Rank dst, const Header& h, const std::uint8_t* payload, 
   hh.src = static_cast<std::uint16_t>(config_.rank);
   encode(p, config_.peers[static_cast<std::size_t>(dst)], mac_, config_.ethertype, hh);
   if (len > 0) {
-    copy_and_seal(p, payload, len);
+    copy_and_seal(p, payload, len, key);
   } else {
-    seal(p);
+    seal(p, key);
   }
   txq_.push_back(m);
   counters_.bytes_sent += frame_len;
@@ -382,8 +384,11 @@ void Engine::receive(Clock::time_point now) {
       }
       if (f.reason != DropReason::kDummy && f.reason != DropReason::kEtherType && now - last_log_ > std::chrono::seconds(1)) {
         last_log_ = now;
-        spdlog::warn("rank {}: dropped a frame ({}); {} dropped so far for that reason", config_.rank, drop_reason_name(f.reason),
-                     counters_.drops[static_cast<std::size_t>(f.reason)]);
+        spdlog::warn("rank {}: dropped a frame ({}); {} dropped so far for that reason{}", config_.rank, drop_reason_name(f.reason),
+                     counters_.drops[static_cast<std::size_t>(f.reason)],
+                     f.reason != DropReason::kBadAuth ? ""
+                     : key != nullptr ? " (not tagged with our cluster key: a forgery, or a node with another key or none)"
+                                      : " (tagged with a cluster key, and this node has none: give every node the same key)");
       }
       rte_pktmbuf_free(m);
       continue;

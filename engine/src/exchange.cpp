@@ -370,7 +370,7 @@ void Exchange::block_complete(Rank src, Clock::time_point now) {
 void Exchange::send_nack(Rank src, InBlock& in, Clock::time_point now) {
   if (now < in.nack_at) return;  // one NACK per half RTO is enough
   in.nack_at = now + eng_.config().rto / 2;
-  const std::size_t max_ranges = (static_cast<std::size_t>(eng_.config().mtu) - kHeaderLen) / 8;
+  const std::size_t max_ranges = eng_.chunk() / 8;  // a NACK fits the frames' payload, tag included
   std::vector<std::uint8_t> payload;
   std::uint32_t ranges = 0;
   std::uint32_t f = 0;

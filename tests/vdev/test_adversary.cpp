@@ -2,6 +2,12 @@
 // fabric. Nothing may fail an exchange that would otherwise succeed, corrupt a byte, or hang.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "aapc/engine/auth.hpp"
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/generate.hpp"
 #include "aapc/sched/sync.hpp"
@@ -65,4 +71,107 @@ TEST_CASE("finding 5: a forged ABORT with a stale exchange id kills nothing; one
   CHECK(run.reports[1].state == engine::ExchangeState::kFailed);
   CHECK(run.reports[1].code == Errc::kPeerAborted);
   CHECK(run.reports[1].peer == 0);
+}
+
+namespace {
+
+engine::FrameKey key_of(std::uint8_t seed) {
+  engine::FrameKey k;
+  for (std::size_t i = 0; i < k.bytes.size(); ++i) k.bytes[i] = static_cast<std::uint8_t>(seed + i * 7);
+  return k;
+}
+
+// A DATA frame for the first frame of rank src's block to rank dst, as a forger would write it,
+// tagged with `key` when given.
+std::vector<std::uint8_t> forge_data(std::uint32_t exchange, std::uint32_t epoch, std::uint64_t block, std::uint32_t chunk, const engine::FrameKey* key) {
+  engine::Header h;
+  h.type = FrameType::kData;
+  h.exchange = exchange;
+  h.epoch = epoch;
+  h.src = 0;
+  h.dst = 1;
+  h.block_len = block;
+  h.chunk = static_cast<std::uint16_t>(chunk);
+  h.payload_len = static_cast<std::uint16_t>(engine::frame_payload(block, chunk, 0));
+  std::vector<std::uint8_t> f(engine::kFrameOverhead + engine::frame_tail(h.payload_len, key), 0x5A);
+  engine::encode(f.data(), test::Fabric::mac(1), test::Fabric::mac(0), engine::kDefaultEtherType, h);
+  engine::seal(f.data(), key);
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("finding 4: with a cluster key, frames forged without it or with another are dropped and counted; the exchange stays byte-exact") {
+  const engine::FrameKey key = key_of(1), wrong = key_of(2);
+  auto opts = test::nodes(4);
+  opts.tune = [&](engine::EngineConfig& c) { c.key = key; };
+  test::Fabric fabric(opts);
+  const std::uint64_t block = 5'000;
+  test::expect_ok(test::run_exchange(fabric, ring(4), 1, block), "before");
+  const std::uint32_t chunk = fabric.engine(1).chunk(), epoch = fabric.engine(0).epoch();
+  CHECK(chunk == 1500 - engine::kHeaderLen - engine::kTagLen);
+  // Everything a forger who read the exchange id and epoch (aapc status) could send while
+  // exchange 2 runs: DATA (65,280 of 65,536 bytes wrong, reported ok, before the key), an
+  // ABORT, a PING with a far-future epoch; without a tag, and with a tag of another key.
+  for (const engine::FrameKey* k : {static_cast<const engine::FrameKey*>(nullptr), &wrong}) {
+    fabric.inject(1, forge_data(2, epoch, block, chunk, k));
+    auto abort = forge(FrameType::kAbort, 2, epoch, 0, 1, "forged");
+    auto ping = forge(FrameType::kPing, 0, epoch + 1'000'000, 0, 1);
+    if (k != nullptr) {
+      for (auto* f : {&abort, &ping}) {
+        f->resize(f->size() + engine::kTagLen);
+        engine::seal(f->data(), k);
+      }
+    }
+    fabric.inject(1, abort);
+    fabric.inject(1, ping);
+  }
+  test::expect_ok(test::run_exchange(fabric, ring(4), 2, block, std::chrono::milliseconds(10'000)), "with forged frames");
+  CHECK(drops(fabric.engine(1), DropReason::kBadAuth) == 6);
+  CHECK(drops(fabric.engine(1), DropReason::kFutureEpoch) == 0);  // the tag is checked first
+}
+
+TEST_CASE("finding 4: a node without the key and nodes with it fail loudly, not silently") {
+  auto opts = test::nodes(3);
+  opts.tune = [&](engine::EngineConfig& c) {
+    if (c.rank != 2) c.key = key_of(1);
+    c.peer_deadline = std::chrono::milliseconds(300);
+  };
+  test::Fabric fabric(opts);
+  auto run = test::run_exchange(fabric, ring(3), 1, 5'000, std::chrono::milliseconds(20'000));
+  REQUIRE(run.finished);
+  for (int r = 0; r < 3; ++r) CHECK(run.reports[static_cast<std::size_t>(r)].state == engine::ExchangeState::kFailed);
+  CHECK(drops(fabric.engine(2), DropReason::kBadAuth) > 0);  // tagged frames at the node without a key
+  CHECK(drops(fabric.engine(0), DropReason::kBadAuth) > 0);  // untagged frames at a node with one
+}
+
+TEST_CASE("finding 4: the cluster key file must be mode 0600 and hold 32 bytes or 64 hex digits") {
+  const std::string path = "/tmp/aapc-test-key-" + std::to_string(::getpid());
+  auto write = [&](const std::string& text, mode_t mode) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+    ::chmod(path.c_str(), mode);
+  };
+  const std::string raw(32, '\x07');
+  write(raw, 0600);
+  auto k = engine::load_cluster_key(path);
+  REQUIRE(k);
+  CHECK(k->bytes[0] == 7);
+  write(std::string(64, 'a') + "\n", 0400);
+  k = engine::load_cluster_key(path);
+  REQUIRE(k);
+  CHECK(k->bytes[31] == 0xAA);
+  write(raw, 0644);
+  k = engine::load_cluster_key(path);
+  REQUIRE(!k);
+  CHECK(k.error().code() == Errc::kPermission);
+  CHECK_THAT(k.error().message(), Catch::Contains("mode 0644") && Catch::Contains("chmod 600"));
+  write("short", 0600);
+  k = engine::load_cluster_key(path);
+  REQUIRE(!k);
+  CHECK_THAT(k.error().message(), Catch::Contains("holds 5 bytes"));
+  ::unlink(path.c_str());
+  CHECK(!engine::load_cluster_key(path));
 }

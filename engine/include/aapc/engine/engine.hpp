@@ -45,6 +45,10 @@ struct EngineConfig {
   // for engines given an epoch that is not a clock reading.
   std::chrono::milliseconds max_epoch_skew{600'000};
   std::size_t max_live_exchanges = 16;
+  // Issue 15, finding 4: the cluster key (load_cluster_key in auth.hpp). When set, every frame
+  // is tagged with it and only frames tagged with it are taken; each frame's chunk is
+  // kTagLen bytes smaller. Every node of a cluster must have the same key, or none.
+  std::optional<FrameKey> key;
   std::uint16_t rx_burst = 32;
 };
 
