@@ -125,6 +125,9 @@ class Exchange {
   std::vector<std::uint32_t> epoch_;
   std::vector<bool> epoch_known_;
   std::vector<Clock::time_point> pinged_;
+  // Keepalive PINGs sent to each peer since it was last heard (heard_seen_), finding 8.
+  std::vector<int> pings_;
+  std::vector<Clock::time_point> heard_seen_;
   std::vector<std::uint8_t> have_sync_;
   // Control frames awaiting their ACK: our READY to each peer (by rank; `to` < 0 when none
   // is outstanding), and the tokens we emitted (by sync id; removed when acknowledged).

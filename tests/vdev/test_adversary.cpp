@@ -9,10 +9,12 @@
 
 #include "aapc/engine/auth.hpp"
 #include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/dot.hpp"
 #include "aapc/sched/generate.hpp"
 #include "aapc/sched/sync.hpp"
 #include "checks.hpp"
 #include "fabric.hpp"
+#include "paths.hpp"
 
 using namespace aapc;
 using namespace aapc::sched;
@@ -174,4 +176,51 @@ TEST_CASE("finding 4: the cluster key file must be mode 0600 and hold 32 bytes o
   CHECK_THAT(k.error().message(), Catch::Contains("holds 5 bytes"));
   ::unlink(path.c_str());
   CHECK(!engine::load_cluster_key(path));
+}
+
+TEST_CASE("finding 8: at 30% loss per port direction and a 300 ms peer deadline no live peer is declared silent") {
+  Topology t = load_topology(test::topology_path("8-two-switch"));
+  for (int seed : {1, 2, 3, 4}) {
+    auto opts = test::nodes(t.machine_count());
+    opts.faults = nic::FaultOptions::parse("drop=0.3,seed=" + std::to_string(seed));
+    opts.tune = [](engine::EngineConfig& c) { c.peer_deadline = std::chrono::milliseconds(300); };
+    test::Fabric fabric(opts);
+    std::uint32_t id = 1;
+    for (const auto& [algo, sync] : std::vector<std::pair<std::string, std::string>>{{"tree", "sender-all"}, {"sync-shuffle", "none"}}) {
+      Schedule s = plan_sync(t, make_schedule(t, *AlgorithmSpec::parse(algo)), *SyncSpec::parse(sync));
+      auto run = test::run_exchange(fabric, s, id++, 20'000, std::chrono::milliseconds(30'000));
+      std::string states;
+      for (int r = 0; r < fabric.size(); ++r) {
+        auto rep = fabric.engine(r).report(id - 1);
+        states += "\n  rank " + std::to_string(r) + ": " + (rep ? std::to_string(static_cast<int>(rep->state)) + " " + rep->error : "gone");
+      }
+      INFO(states);
+      test::expect_ok(run, "seed " + std::to_string(seed) + ": " + algo + " + " + sync);
+    }
+  }
+}
+
+TEST_CASE("finding 7: a peer found silent is remembered: exchanges with it fail at once until it is heard from again") {
+  auto opts = test::nodes(2);
+  opts.tune = [](engine::EngineConfig& c) { c.peer_deadline = std::chrono::milliseconds(300); };
+  test::Fabric fabric(opts);
+  test::expect_ok(test::run_exchange(fabric, ring(2), 1, 5'000), "before");
+  fabric.unplug(1);
+  auto run = test::run_exchange(fabric, ring(2), 2, 5'000, std::chrono::milliseconds(10'000));
+  REQUIRE(run.finished);
+  CHECK(run.reports[0].code == Errc::kPeerSilent);
+  CHECK(fabric.engine(0).peer_dead(1));
+  // The next exchange with it fails at start, naming it, instead of after another deadline.
+  auto spec = engine::exchange_spec(ring(2), 0, 3);
+  std::vector<std::uint8_t> out(5'000, 1), in(5'000);
+  spec.send[1] = {out.data(), out.size()};
+  spec.recv[1] = {in.data(), in.size()};
+  auto started = fabric.engine(0).start(std::move(spec));
+  REQUIRE(!started);
+  CHECK(started.error().code() == Errc::kPeerSilent);
+  CHECK_THAT(started.error().message(), Catch::Contains("peer rank 1 (02:00:00:00:00:02)"));
+  // Back on the wire: the probes are answered, and exchanges run again.
+  fabric.plug(1);
+  REQUIRE(fabric.run_until([&] { return !fabric.engine(0).peer_dead(1) && !fabric.engine(1).peer_dead(0); }, std::chrono::milliseconds(5'000)));
+  test::expect_ok(test::run_exchange(fabric, ring(2), 4, 5'000), "after");
 }

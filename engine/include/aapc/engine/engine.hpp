@@ -146,6 +146,9 @@ class Engine final : private ParseContext {
   void announce();
   // Tells every peer that exchange `id`, which this node will never start, is off.
   void abort_unstarted(std::uint32_t id, const std::string& reason);
+  // True while `peer` is remembered as dead (an exchange found it silent, and nothing came
+  // from it since): start() refuses exchanges that involve it (issue 15, finding 7).
+  bool peer_dead(Rank peer) const { return dead_[static_cast<std::size_t>(peer)].dead; }
   // Called when a peer shows up with a later epoch (it restarted); running exchanges with it
   // have failed by then.
   std::function<void(Rank)> on_peer_restart;
@@ -194,6 +197,11 @@ class Engine final : private ParseContext {
   // the frame must be dropped (kStaleEpoch, kFutureEpoch).
   DropReason note_epoch(Rank src, std::uint32_t epoch);
   Exchange* find(std::uint32_t id) const;
+  // Issue 15, finding 7: an exchange failed because `peer` stayed silent. Unless something
+  // came from it within the deadline, it is remembered as dead: exchanges that involve it
+  // fail at start, and it is probed with PINGs until any valid frame of it arrives.
+  void peer_silent(Rank peer, const std::string& why, Clock::time_point now);
+  void heard_from(Rank peer, Clock::time_point now);
   void finish(Exchange& ex, Clock::time_point now);
 
   struct Early {  // READY and SYNC for an exchange not started yet
@@ -227,12 +235,21 @@ class Engine final : private ParseContext {
     bool active = false;
   };
   std::vector<AbortedBy> aborted_by_;
+  struct Dead {  // a peer declared silent and not heard from since
+    bool dead = false;
+    std::string why;
+    Clock::time_point since{}, probe_at{};
+  };
+  std::vector<Dead> dead_;
   std::map<std::uint32_t, std::unique_ptr<Exchange>> exchanges_;  // running and lingering
   // The poll loop looks only at these: running, or finished and not yet reported. Reported
   // exchanges linger (they answer late frames) in `lingering_`, oldest first, until erased;
   // a benchmark leaves thousands of them, which the loop must not walk.
   std::vector<Exchange*> active_;
   std::deque<std::pair<Clock::time_point, std::uint32_t>> lingering_;
+  // Ids of exchanges that completed here and are no longer lingering, newest last (bounded):
+  // a sender whose ACKs were all lost still polls, and learns that its block arrived.
+  std::deque<std::uint32_t> done_ids_;
   std::map<std::uint32_t, Early> early_;
   std::vector<ExchangeReport> finished_;
   std::uint32_t last_started_ = 0;
