@@ -14,6 +14,7 @@
 #include "aapc/sched/sync.hpp"
 #include "checks.hpp"
 #include "fabric.hpp"
+#include "frames.hpp"
 #include "paths.hpp"
 
 using namespace aapc;
@@ -32,15 +33,8 @@ std::vector<std::uint8_t> forge(FrameType type, std::uint32_t exchange, std::uin
   h.type = type;
   h.exchange = exchange;
   h.epoch = epoch;
-  h.src = static_cast<std::uint16_t>(src);
-  h.dst = static_cast<std::uint16_t>(dst);
   h.chunk = 1500 - engine::kHeaderLen;
-  h.payload_len = static_cast<std::uint16_t>(payload.size());
-  std::vector<std::uint8_t> f(engine::kFrameOverhead + payload.size());
-  engine::encode(f.data(), test::Fabric::mac(dst), test::Fabric::mac(src), engine::kDefaultEtherType, h);
-  std::copy(payload.begin(), payload.end(), f.begin() + static_cast<std::ptrdiff_t>(engine::kFrameOverhead));
-  engine::seal(f.data());
-  return f;
+  return test::fabric_frame(h, src, dst, std::span(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size()));
 }
 
 Schedule ring(int p) { return make_schedule(single_switch_topology(p), {Algorithm::kRing, 0}); }
@@ -90,15 +84,10 @@ std::vector<std::uint8_t> forge_data(std::uint32_t exchange, std::uint32_t epoch
   h.type = FrameType::kData;
   h.exchange = exchange;
   h.epoch = epoch;
-  h.src = 0;
-  h.dst = 1;
   h.block_len = block;
   h.chunk = static_cast<std::uint16_t>(chunk);
-  h.payload_len = static_cast<std::uint16_t>(engine::frame_payload(block, chunk, 0));
-  std::vector<std::uint8_t> f(engine::kFrameOverhead + engine::frame_tail(h.payload_len, key), 0x5A);
-  engine::encode(f.data(), test::Fabric::mac(1), test::Fabric::mac(0), engine::kDefaultEtherType, h);
-  engine::seal(f.data(), key);
-  return f;
+  const std::vector<std::uint8_t> payload(engine::frame_payload(block, chunk, 0), 0x5A);
+  return test::fabric_frame(h, 0, 1, payload, key);
 }
 
 }  // namespace
