@@ -187,9 +187,9 @@ bool Engine::send_frame(Rank dst, const Header& h, const std::uint8_t* payload, 
   hh.src = static_cast<std::uint16_t>(config_.rank);
   encode(p, config_.peers[static_cast<std::size_t>(dst)], mac_, config_.ethertype, hh);
   if (len > 0) {
-    copy_and_seal(p, payload, len, key);
+    copy_and_seal(p, payload, len, key, ++tag_counter_);
   } else {
-    seal(p, key);
+    seal(p, key, ++tag_counter_);
   }
   txq_.push_back(m);
   counters_.bytes_sent += frame_len;

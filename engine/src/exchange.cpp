@@ -529,10 +529,11 @@ void Exchange::timers(Clock::time_point now) {
         continue;
       }
       if (now - pinged_[r] >= interval) {
-        eng_.send_control(static_cast<Rank>(r), FrameType::kPing, spec_.id, 0, 0);
-        ++counters_.pings_sent;
-        ++pings_[r];
         pinged_[r] = now;
+        if (eng_.send_control(static_cast<Rank>(r), FrameType::kPing, spec_.id, 0, 0)) {  // no mbuf: not a try
+          ++counters_.pings_sent;
+          ++pings_[r];
+        }
       }
       next = std::min(next, pinged_[r] + interval);
     }

@@ -93,14 +93,41 @@ const bool kHaveSse42 = [] {
 }();
 #endif
 
-// libsodium picks its fastest BLAKE2b for this CPU in sodium_init(); without it the portable
-// one runs. Thread-safe and idempotent.
+// libsodium picks its fastest implementations for this CPU in sodium_init(). Thread-safe and
+// idempotent.
 [[maybe_unused]] const bool kSodiumReady = sodium_init() >= 0;
 
-// The tag of a frame: keyed BLAKE2b-128 of our header (CRC included) and the payload, which
-// lie next to each other in the frame.
-void compute_tag(std::uint8_t* out, const std::uint8_t* p, std::size_t payload_len, const FrameKey& key) {
-  crypto_generichash(out, kTagLen, p, kHeaderLen + payload_len, key.bytes.data(), kKeyLen);
+constexpr std::size_t kMacLen = crypto_aead_chacha20poly1305_ietf_ABYTES;
+static_assert(kTagLen == 8 + kMacLen);
+static_assert(kKeyLen == crypto_aead_chacha20poly1305_ietf_KEYBYTES);
+
+// The nonce of a frame: source rank, epoch (both in the header) and the sender's counter (in
+// the tag), so that no two frames sealed with the cluster key share one.
+std::array<std::uint8_t, crypto_aead_chacha20poly1305_ietf_NPUBBYTES> nonce_of(const std::uint8_t* p, const std::uint8_t* tag) {
+  std::array<std::uint8_t, crypto_aead_chacha20poly1305_ietf_NPUBBYTES> n{};
+  std::memcpy(n.data(), p + 16, 2);     // source rank
+  std::memcpy(n.data() + 2, p + 12, 4);  // epoch
+  std::memcpy(n.data() + 6, tag + 2, 6);  // low 48 bits of the big-endian counter
+  return n;
+}
+
+// Writes the tag of a frame after its payload: our header (CRC included) and the payload lie
+// next to each other in the frame and are authenticated as associated data.
+void put_tag(std::uint8_t* p, std::size_t payload_len, const FrameKey& key, std::uint64_t counter) {
+  std::uint8_t* tag = p + kHeaderLen + payload_len;
+  put64(tag, counter);
+  const auto n = nonce_of(p, tag);
+  std::uint8_t none[1] = {0};  // no message: libsodium's prototypes want pointers all the same
+  crypto_aead_chacha20poly1305_ietf_encrypt_detached(none, tag + 8, nullptr, none, 0, p, kHeaderLen + payload_len, nullptr, n.data(),
+                                                     key.bytes.data());
+}
+
+bool tag_verifies(const std::uint8_t* p, std::size_t payload_len, const FrameKey& key) {
+  const std::uint8_t* tag = p + kHeaderLen + payload_len;
+  const auto n = nonce_of(p, tag);
+  std::uint8_t none[1] = {0};
+  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(none, nullptr, none, 0, tag + 8, p, kHeaderLen + payload_len, n.data(),
+                                                            key.bytes.data()) == 0;
 }
 
 }  // namespace
@@ -169,17 +196,17 @@ void encode(std::uint8_t* out, const MacAddr& dst_mac, const MacAddr& src_mac, s
   put32(p + kCrcOffset, 0);
 }
 
-void seal(std::uint8_t* frame, const FrameKey* key) {
+void seal(std::uint8_t* frame, const FrameKey* key, std::uint64_t counter) {
   std::uint8_t* p = frame + kEthHeaderLen;
   std::uint16_t payload = get16(p + 32);
   if (key != nullptr) p[2] = kVersionAuth;
   std::uint32_t crc = crc32c(0, p, kCrcOffset);
   crc = crc32c(crc, p + kHeaderLen, payload);
   put32(p + kCrcOffset, crc);
-  if (key != nullptr) compute_tag(p + kHeaderLen + payload, p, payload, *key);
+  if (key != nullptr) put_tag(p, payload, *key, counter);
 }
 
-void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len, const FrameKey* key) {
+void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len, const FrameKey* key, std::uint64_t counter) {
   std::uint8_t* p = frame + kEthHeaderLen;
   if (key != nullptr) p[2] = kVersionAuth;
   std::uint32_t crc = crc32c(0, p, kCrcOffset);
@@ -193,7 +220,7 @@ void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t
     crc = crc32c(crc, p + kHeaderLen, len);
   }
   put32(p + kCrcOffset, crc);
-  if (key != nullptr) compute_tag(p + kHeaderLen + len, p, len, *key);
+  if (key != nullptr) put_tag(p, len, *key, counter);
 }
 
 namespace {
@@ -294,11 +321,7 @@ Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx) {
   // tagged frame at a node without the key means the cluster is configured in two ways.
   const std::uint8_t* p = f + kEthHeaderLen;
   if ((p[2] == kVersionAuth) != (ctx.key != nullptr)) return drop(DropReason::kBadAuth);
-  if (ctx.key != nullptr) {
-    std::uint8_t tag[kTagLen];
-    compute_tag(tag, p, h.payload_len, *ctx.key);
-    if (crypto_verify_16(tag, p + kHeaderLen + h.payload_len) != 0) return drop(DropReason::kBadAuth);
-  }
+  if (ctx.key != nullptr && !tag_verifies(p, h.payload_len, *ctx.key)) return drop(DropReason::kBadAuth);
   if (h.src != src_rank || h.dst != ctx.my_rank) return drop(DropReason::kRankMismatch);
   out.src_rank = src_rank;
   out.payload = frame.subspan(kFrameOverhead, h.payload_len);

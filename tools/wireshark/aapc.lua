@@ -24,9 +24,9 @@
 --   36     4   aux                            aapc.aux
 --   40     4   CRC32C                         aapc.crc
 --   44     n   payload                        aapc.payload
---  44+n   16   version 2: keyed BLAKE2b-128   aapc.tag
---              tag of header and payload under the cluster key (not verified here: the
---              dissector has no key)
+--  44+n   24   version 2: tag                 aapc.tag
+--              a frame counter (8 bytes) and the ChaCha20-Poly1305 MAC (16) of header and
+--              payload under the cluster key (not verified here: the dissector has no key)
 --
 -- Generated fields: aapc.offset (DATA: seq * chunk, where the payload goes in the block),
 -- aapc.ack_of (ACK: the type acknowledged, from aux), aapc.abort_code (ABORT: the reason
@@ -82,7 +82,7 @@ local DEFAULT_ETHERTYPE = 0x88B5
 local MAGIC = 0xAA9C
 local VERSION = 1
 local VERSION_AUTH = 2  -- frames of a cluster with a key: a 16-byte tag follows the payload
-local TAG_LEN = 16
+local TAG_LEN = 24
 local HEADER_LEN = 44
 local CRC_OFFSET = 40
 local NO_PHASE = 0xFFFF
@@ -138,7 +138,7 @@ local f = {
   nack_first = ProtoField.uint32("aapc.nack.first", "First missing frame", base.DEC),
   nack_count = ProtoField.uint32("aapc.nack.count", "Frames missing", base.DEC),
   payload = ProtoField.bytes("aapc.payload", "Payload"),
-  tag = ProtoField.bytes("aapc.tag", "Tag (keyed BLAKE2b-128, cluster key)"),
+  tag = ProtoField.bytes("aapc.tag", "Tag (frame counter, ChaCha20-Poly1305 MAC under the cluster key)"),
   crc_computed = ProtoField.uint32("aapc.crc.computed", "Computed CRC32C", base.HEX),
   crc_ok = ProtoField.bool("aapc.crc_ok", "CRC32C good"),
   crc_bad = ProtoField.bool("aapc.crc_bad", "CRC32C bad"),

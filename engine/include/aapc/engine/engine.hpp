@@ -264,6 +264,7 @@ class Engine final : private ParseContext {
   Clock::time_point next_timers_{};
   std::size_t rr_ = 0;  // round-robin over exchanges
   std::uint64_t handled_ = 0;  // frames of ours that passed validation
+  std::uint64_t tag_counter_ = 0;  // numbers the frames sealed with the cluster key (their nonces)
   Clock::time_point last_log_{};
 };
 
