@@ -506,7 +506,7 @@ void Exchange::timers(Clock::time_point now) {
   // when nothing came from it for the whole deadline although we pinged it kMinPings times,
   // the last one long enough ago to be answered: a host that did not poll us for a while (no
   // pings went out) gets no verdict from that alone: silence is counted in the time between
-  // runs of these timers, at most two ping intervals per run, so that a stall of the host (8
+  // runs of these timers, at most a tenth of the deadline per run, so that a stall of the host (8
   // engines of the vdev fabric on a loaded 2-core machine: 12 pings in 333 ms, and the peer's
   // frames were waiting in the queues) is not charged to the peer. An engine that waits sleeps
   // until the first of these is due (README, "Scale").
@@ -515,7 +515,7 @@ void Exchange::timers(Clock::time_point now) {
     const auto deadline = duration_cast<Clock::duration>(cfg.peer_deadline);
     const auto quiet = deadline / 5, interval = deadline / kPingsPerDeadline;
     Clock::time_point next = Clock::time_point::max();
-    const auto step = std::min<Clock::duration>(now - last_keepalive_, 2 * interval);
+    const auto step = std::min<Clock::duration>(now - last_keepalive_, deadline / 10);
     last_keepalive_ = now;
     for (std::size_t r = 0; r < n_; ++r) {
       if (static_cast<Rank>(r) == eng_.rank()) continue;
