@@ -24,6 +24,7 @@ constexpr std::size_t kTxTarget = 32;      // frames built ahead of the port
 constexpr unsigned kMinFreeMbufs = 128;    // leave room for control frames and receive
 constexpr std::size_t kMaxEarly = 64;      // exchanges not started yet whose READY/SYNC we keep
 constexpr auto kTimerPeriod = std::chrono::microseconds(500);
+constexpr std::size_t kMaxDoneIds = 256;   // completed exchanges remembered past their linger
 
 std::uint32_t clock_epoch() {
   // Milliseconds of wall-clock time: a restarted daemon gets a later epoch.
@@ -59,7 +60,8 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   if (config_.rank < 0 || static_cast<std::size_t>(config_.rank) >= n) throw std::invalid_argument("engine rank out of range");
   if (config_.mtu < static_cast<int>(kHeaderLen) + 64 || config_.mtu - static_cast<int>(kHeaderLen) > 65535)
     throw std::invalid_argument("engine MTU must be between " + std::to_string(kHeaderLen + 64) + " and 65579");
-  chunk_ = static_cast<std::uint32_t>(config_.mtu) - static_cast<std::uint32_t>(kHeaderLen);
+  // With a key, the tag after the payload must fit the MTU too.
+  chunk_ = static_cast<std::uint32_t>(config_.mtu) - static_cast<std::uint32_t>(kHeaderLen) - (config_.key ? static_cast<std::uint32_t>(kTagLen) : 0U);
   epoch_ = config_.epoch != 0 ? config_.epoch : clock_epoch();
   mac_ = config_.peers[static_cast<std::size_t>(config_.rank)];
   for (std::size_t r = 0; r < n; ++r) mac_index_.emplace_back(config_.peers[r], static_cast<Rank>(r));
@@ -69,12 +71,14 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   peer_epoch_.assign(n, 0);
   peer_epoch_known_.assign(n, false);
   aborted_by_.resize(n);
+  dead_.resize(n);
   peer_proposal_.resize(n);
   join_acked_.assign(n, true);
   last_heard_.assign(n, Clock::time_point{});
   ethertype = config_.ethertype;
   my_mac = mac_;
   my_rank = config_.rank;
+  key = config_.key ? &*config_.key : nullptr;
   rx_.resize(config_.rx_burst);
   pace_last_ = Clock::now();
   if (config_.pace_burst_bytes == 0) {
@@ -134,8 +138,15 @@ Result<void> Engine::start(ExchangeSpec spec) {
 
   const auto now = Clock::now();
   for (std::size_t r = 0; r < n; ++r) {
+    const Dead& d = dead_[r];
+    const bool involved = spec.send[r].len > 0 || spec.recv[r].len > 0 ||
+                          std::any_of(spec.sync_targets.begin(), spec.sync_targets.end(), [&](const auto& t) { return t.second == static_cast<Rank>(r); });
+    if (d.dead && involved)
+      return Error(Errc::kPeerSilent, "exchange " + std::to_string(spec.id) + ": peer rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) +
+                                          ") has not been heard from since it was found silent " +
+                                          std::to_string(duration_cast<milliseconds>(now - d.since).count()) + " ms ago (" + d.why + ")");
     AbortedBy& ab = aborted_by_[r];
-    if (ab.active && now - ab.when < config_.peer_deadline && !later(ab.exchange, spec.id))
+    if (ab.active && now - ab.when < config_.peer_deadline && ab.exchange == spec.id)
       return Error(Errc::kPeerAborted, "exchange " + std::to_string(spec.id) + ": rank " + std::to_string(r) + " aborted exchange " +
                                            std::to_string(ab.exchange) + " a moment ago (" + ab.reason + ")");
   }
@@ -167,7 +178,7 @@ bool Engine::send_frame(Rank dst, const Header& h, const std::uint8_t* payload, 
   }
   // No padding of short frames: NICs pad to the Ethernet minimum themselves, and without it
   // every byte of a frame is checked (a truncated frame is always caught).
-  const std::size_t frame_len = kFrameOverhead + len;
+  const std::size_t frame_len = kFrameOverhead + frame_tail(len, key);
   auto* p = static_cast<std::uint8_t*>(static_cast<void*>(rte_pktmbuf_append(m, static_cast<std::uint16_t>(frame_len))));
   if (p == nullptr) {
     rte_pktmbuf_free(m);
@@ -179,9 +190,9 @@ bool Engine::send_frame(Rank dst, const Header& h, const std::uint8_t* payload, 
   hh.src = static_cast<std::uint16_t>(config_.rank);
   encode(p, config_.peers[static_cast<std::size_t>(dst)], mac_, config_.ethertype, hh);
   if (len > 0) {
-    copy_and_seal(p, payload, len);
+    copy_and_seal(p, payload, len, key, ++tag_counter_);
   } else {
-    seal(p);
+    seal(p, key, ++tag_counter_);
   }
   txq_.push_back(m);
   counters_.bytes_sent += frame_len;
@@ -208,20 +219,30 @@ bool Engine::send_control(Rank dst, FrameType type, std::uint32_t exchange, std:
   return send_frame(dst, h, payload, len);
 }
 
-bool Engine::note_epoch(Rank src, std::uint32_t epoch) {
+DropReason Engine::note_epoch(Rank src, std::uint32_t epoch) {
   auto i = static_cast<std::size_t>(src);
+  if (peer_epoch_known_[i] && epoch == peer_epoch_[i]) return DropReason::kOk;
+  // Issue 15, finding 5: an epoch is its sender's start time, so none can lie ahead of our
+  // clock by more than the skew between the clocks. A frame that claims one is forged (or
+  // from a badly set clock) and must not make the real incarnation's frames look stale.
+  // Epochs are 32-bit milliseconds, compared as serial numbers (24.8 days each way).
+  auto plausible = [&](std::uint32_t e) {
+    return config_.max_epoch_skew.count() <= 0 || !later(e, clock_epoch() + static_cast<std::uint32_t>(config_.max_epoch_skew.count()));
+  };
+  if (!plausible(epoch)) return DropReason::kFutureEpoch;
   if (!peer_epoch_known_[i]) {
     peer_epoch_known_[i] = true;
     peer_epoch_[i] = epoch;
-    return true;
+    return DropReason::kOk;
   }
-  if (epoch == peer_epoch_[i]) return true;
-  if (!later(epoch, peer_epoch_[i])) return false;  // an earlier incarnation
+  // A later epoch means the peer restarted. A known epoch that no longer looks plausible (a
+  // daemon up for longer than the serial-number range) gives way to any plausible one.
+  if (!later(epoch, peer_epoch_[i]) && plausible(peer_epoch_[i])) return DropReason::kStaleEpoch;  // an earlier incarnation
   peer_epoch_[i] = epoch;
   const auto now = Clock::now();
   for (auto& [id, ex] : exchanges_) ex->peer_restarted(src, now);
   if (on_peer_restart) on_peer_restart(src);
-  return true;
+  return DropReason::kOk;
 }
 
 void Engine::announce() {
@@ -301,20 +322,31 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
     return;
   }
   if (f.h.type == FrameType::kAbort) {
-    // The peer gave up exchange K: no collective after K will complete with it either (its
-    // application is gone), so running exchanges from K on fail here too, instead of
-    // waiting for a peer that will never join.
+    // Issue 15, finding 5: an ABORT counts only for the exchange it names, and only while that
+    // exchange runs here. (One forged ABORT with a stale id used to fail every running
+    // exchange from that id on, and the next two through aborted_by_.)
     std::string reason = "aborted by peer rank " + std::to_string(src);
     if (f.payload.size() > 0) reason += ": " + std::string(f.payload.begin(), f.payload.end());
-    for (auto& [id, ex] : exchanges_)
-      if (ex->running() && !later(f.h.exchange, id)) ex->fail(Errc::kPeerAborted, reason, src, now);
-    // An exchange started here just after this one belongs to the same, broken, session:
-    // remembered for a peer deadline (or until the peer shows up in a later exchange).
-    aborted_by_[static_cast<std::size_t>(src)] = {f.h.exchange, now, reason, true};
+    Exchange* ex = find(f.h.exchange);
+    if (ex != nullptr && ex->running() && ex->accept_epoch(src, f.h.epoch)) {
+      ex->fail(Errc::kPeerAborted, reason, src, now);
+    } else if (ex == nullptr && (!started_any_ || later(f.h.exchange, last_started_))) {
+      // An exchange this node has not started yet, which the peer will never start
+      // (abort_unstarted): starting exactly that id fails at once, for a peer deadline.
+      aborted_by_[static_cast<std::size_t>(src)] = {f.h.exchange, now, reason, true};
+    } else {
+      ++counters_.drops[static_cast<std::size_t>(DropReason::kNotLive)];
+    }
     return;
   }
   if (auto& ab = aborted_by_[static_cast<std::size_t>(src)]; ab.active && later(f.h.exchange, ab.exchange)) ab.active = false;
   Exchange* ex = find(f.h.exchange);
+  if (ex == nullptr && f.h.type == FrameType::kPoll && std::find(done_ids_.begin(), done_ids_.end(), f.h.exchange) != done_ids_.end()) {
+    // Finding 8: at 30% loss the ACKs of a block could all be lost within the linger time;
+    // the exchange completed here, so every block of it arrived.
+    send_control(src, FrameType::kAck, f.h.exchange, 0, static_cast<std::uint32_t>(FrameType::kData), f.h.block_len);
+    return;
+  }
   if (ex == nullptr) {
     const bool future = !started_any_ || later(f.h.exchange, last_started_);
     const bool keep = f.h.type == FrameType::kReady || f.h.type == FrameType::kSync;
@@ -359,8 +391,13 @@ void Engine::receive(Clock::time_point now) {
     counters_.bytes_received += rte_pktmbuf_data_len(m);
     std::span<const std::uint8_t> frame(rte_pktmbuf_mtod(m, const std::uint8_t*), rte_pktmbuf_data_len(m));
     Parsed f = parse(frame, *this);
-    if (f.reason == DropReason::kOk && !note_epoch(f.src_rank, f.h.epoch)) f.reason = DropReason::kStaleEpoch;
+    if (f.reason == DropReason::kOk) f.reason = note_epoch(f.src_rank, f.h.epoch);
     if (f.reason != DropReason::kOk) {
+      // A frame of the peer's current incarnation that is merely of no use (a duplicate, for a
+      // finished exchange, dummy traffic) still shows that the peer is alive (finding 8).
+      const bool alive = f.src_rank >= 0 && (f.reason == DropReason::kDummy || f.reason == DropReason::kNotLive || f.reason == DropReason::kDuplicate) &&
+                         peer_epoch_known_[static_cast<std::size_t>(f.src_rank)] && peer_epoch_[static_cast<std::size_t>(f.src_rank)] == f.h.epoch;
+      if (alive) heard_from(f.src_rank, now);
       // Reasons found after the CRC matched can be charged to the exchange.
       Exchange* ex = f.reason >= DropReason::kRankMismatch && f.reason != DropReason::kNotLive ? find(f.h.exchange) : nullptr;
       if (ex != nullptr) {
@@ -370,23 +407,53 @@ void Engine::receive(Clock::time_point now) {
       }
       if (f.reason != DropReason::kDummy && f.reason != DropReason::kEtherType && now - last_log_ > std::chrono::seconds(1)) {
         last_log_ = now;
-        spdlog::warn("rank {}: dropped a frame ({}); {} dropped so far for that reason", config_.rank, drop_reason_name(f.reason),
-                     counters_.drops[static_cast<std::size_t>(f.reason)]);
+        spdlog::warn("rank {}: dropped a frame ({}); {} dropped so far for that reason{}", config_.rank, drop_reason_name(f.reason),
+                     counters_.drops[static_cast<std::size_t>(f.reason)],
+                     f.reason != DropReason::kBadAuth ? ""
+                     : key != nullptr ? " (not tagged with our cluster key: a forgery, or a node with another key or none)"
+                                      : " (tagged with a cluster key, and this node has none: give every node the same key)");
       }
       rte_pktmbuf_free(m);
       continue;
     }
-    last_heard_[static_cast<std::size_t>(f.src_rank)] = now;
+    heard_from(f.src_rank, now);
     ++handled_;
     handle(f, now);
     rte_pktmbuf_free(m);
   }
 }
 
+void Engine::peer_silent(Rank peer, const std::string& why, Clock::time_point now) {
+  Dead& d = dead_[static_cast<std::size_t>(peer)];
+  if (d.dead || now - last_heard_[static_cast<std::size_t>(peer)] < config_.peer_deadline) return;
+  d = {true, why, now, now};
+  spdlog::warn("rank {}: peer rank {} is dead until heard from again: {}", config_.rank, peer, why);
+}
+
+void Engine::heard_from(Rank peer, Clock::time_point now) {
+  last_heard_[static_cast<std::size_t>(peer)] = now;
+  Dead& d = dead_[static_cast<std::size_t>(peer)];
+  if (!d.dead) return;
+  d.dead = false;
+  spdlog::info("rank {}: peer rank {} is heard from again", config_.rank, peer);
+}
+
 void Engine::timers(Clock::time_point now) {
   join_timers(now);
+  // Dead peers are probed: a peer that was only cut off answers once it is back, and the
+  // exchanges that involve it may start again.
+  for (std::size_t r = 0; r < dead_.size(); ++r) {
+    Dead& d = dead_[r];
+    if (!d.dead || now < d.probe_at) continue;
+    send_control(static_cast<Rank>(r), FrameType::kPing, 0, 0, 0);
+    d.probe_at = now + duration_cast<Clock::duration>(config_.peer_deadline) / 2;
+  }
   for (Exchange* ex : active_) ex->timers(now);
   while (!lingering_.empty() && now > lingering_.front().first) {
+    if (Exchange* ex = find(lingering_.front().second); ex != nullptr && ex->state() == ExchangeState::kDone) {
+      done_ids_.push_back(ex->id());
+      if (done_ids_.size() > kMaxDoneIds) done_ids_.pop_front();
+    }
     exchanges_.erase(lingering_.front().second);
     lingering_.pop_front();
   }
@@ -492,6 +559,8 @@ Clock::time_point Engine::next_event(Clock::time_point now) const {
   // the timer period took more CPU than the nodes that were sending (README, "Scale").
   Clock::time_point due = joining_ && join_sending_ ? join_retry_ : Clock::time_point::max();
   if (!lingering_.empty()) due = std::min(due, lingering_.front().first);
+  for (const Dead& d : dead_)
+    if (d.dead) due = std::min(due, d.probe_at);
   Clock::time_point token = Clock::time_point::max();
   for (const Exchange* ex : active_) {
     due = std::min(due, ex->next_deadline());

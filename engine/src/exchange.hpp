@@ -129,6 +129,13 @@ class Exchange {
   std::vector<Clock::time_point> pinged_;
   std::vector<bool> waiting_;                    // by peer: waited on at the last keepalive
   std::vector<Clock::time_point> waiting_since_;  // by peer: since when
+  // Keepalive PINGs sent to each peer since it was last heard (heard_seen_), finding 8.
+  std::vector<int> pings_;
+  std::vector<Clock::time_point> heard_seen_;
+  // How long each peer has been silent while this engine was running its timers: a host that
+  // did not run us for a while must not charge that time to the peers (finding 8).
+  std::vector<Clock::duration> silent_for_;
+  Clock::time_point last_keepalive_{};
   std::vector<std::uint8_t> have_sync_;
   // Control frames awaiting their ACK: our READY to each peer (by rank; `to` < 0 when none
   // is outstanding), and the tokens we emitted (by sync id; removed when acknowledged).

@@ -1,5 +1,7 @@
 #include "aapc/engine/wire.hpp"
 
+#include <sodium.h>
+
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -91,6 +93,43 @@ const bool kHaveSse42 = [] {
 }();
 #endif
 
+// libsodium picks its fastest implementations for this CPU in sodium_init(). Thread-safe and
+// idempotent.
+[[maybe_unused]] const bool kSodiumReady = sodium_init() >= 0;
+
+constexpr std::size_t kMacLen = crypto_aead_chacha20poly1305_ietf_ABYTES;
+static_assert(kTagLen == 8 + kMacLen);
+static_assert(kKeyLen == crypto_aead_chacha20poly1305_ietf_KEYBYTES);
+
+// The nonce of a frame: source rank, epoch (both in the header) and the sender's counter (in
+// the tag), so that no two frames sealed with the cluster key share one.
+std::array<std::uint8_t, crypto_aead_chacha20poly1305_ietf_NPUBBYTES> nonce_of(const std::uint8_t* p, const std::uint8_t* tag) {
+  std::array<std::uint8_t, crypto_aead_chacha20poly1305_ietf_NPUBBYTES> n{};
+  std::memcpy(n.data(), p + 16, 2);     // source rank
+  std::memcpy(n.data() + 2, p + 12, 4);  // epoch
+  std::memcpy(n.data() + 6, tag + 2, 6);  // low 48 bits of the big-endian counter
+  return n;
+}
+
+// Writes the tag of a frame after its payload: our header (CRC included) and the payload lie
+// next to each other in the frame and are authenticated as associated data.
+void put_tag(std::uint8_t* p, std::size_t payload_len, const FrameKey& key, std::uint64_t counter) {
+  std::uint8_t* tag = p + kHeaderLen + payload_len;
+  put64(tag, counter);
+  const auto n = nonce_of(p, tag);
+  std::uint8_t none[1] = {0};  // no message: libsodium's prototypes want pointers all the same
+  crypto_aead_chacha20poly1305_ietf_encrypt_detached(none, tag + 8, nullptr, none, 0, p, kHeaderLen + payload_len, nullptr, n.data(),
+                                                     key.bytes.data());
+}
+
+bool tag_verifies(const std::uint8_t* p, std::size_t payload_len, const FrameKey& key) {
+  const std::uint8_t* tag = p + kHeaderLen + payload_len;
+  const auto n = nonce_of(p, tag);
+  std::uint8_t none[1] = {0};
+  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(none, nullptr, none, 0, tag + 8, p, kHeaderLen + payload_len, n.data(),
+                                                            key.bytes.data()) == 0;
+}
+
 }  // namespace
 
 void put_nack_range(std::uint8_t* payload, std::uint32_t index, std::uint32_t first, std::uint32_t count) {
@@ -129,7 +168,7 @@ std::string_view drop_reason_name(DropReason reason) {
   static constexpr std::string_view kNames[] = {
       "ok",          "runt",        "ethertype",   "not_for_us",       "unknown_source", "bad_magic",
       "bad_version", "bad_type",    "bad_length",  "bad_crc",          "rank_mismatch",  "not_live",
-      "stale_epoch", "unexpected_block", "bad_offset", "duplicate", "dummy"};
+      "stale_epoch", "unexpected_block", "bad_offset", "duplicate", "dummy", "future_epoch", "bad_auth"};
   auto i = static_cast<std::size_t>(reason);
   return i < std::size(kNames) ? kNames[i] : "?";
 }
@@ -157,27 +196,31 @@ void encode(std::uint8_t* out, const MacAddr& dst_mac, const MacAddr& src_mac, s
   put32(p + kCrcOffset, 0);
 }
 
-void seal(std::uint8_t* frame) {
+void seal(std::uint8_t* frame, const FrameKey* key, std::uint64_t counter) {
   std::uint8_t* p = frame + kEthHeaderLen;
   std::uint16_t payload = get16(p + 32);
+  if (key != nullptr) p[2] = kVersionAuth;
   std::uint32_t crc = crc32c(0, p, kCrcOffset);
   crc = crc32c(crc, p + kHeaderLen, payload);
   put32(p + kCrcOffset, crc);
+  if (key != nullptr) put_tag(p, payload, *key, counter);
 }
 
-void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len) {
+void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len, const FrameKey* key, std::uint64_t counter) {
   std::uint8_t* p = frame + kEthHeaderLen;
+  if (key != nullptr) p[2] = kVersionAuth;
   std::uint32_t crc = crc32c(0, p, kCrcOffset);
 #if defined(__x86_64__)
   if (kHaveSse42) {
     crc = copy_crc32c_hw(crc, p + kHeaderLen, payload, len);
-    put32(p + kCrcOffset, crc);
-    return;
-  }
+  } else
 #endif
-  std::memcpy(p + kHeaderLen, payload, len);
-  crc = crc32c(crc, p + kHeaderLen, len);
+  {
+    std::memcpy(p + kHeaderLen, payload, len);
+    crc = crc32c(crc, p + kHeaderLen, len);
+  }
   put32(p + kCrcOffset, crc);
+  if (key != nullptr) put_tag(p, len, *key, counter);
 }
 
 namespace {
@@ -186,7 +229,7 @@ namespace {
 // length checked; not the payload length nor the CRC.
 DropReason decode_fields(const std::uint8_t* p, Header& h) {
   if (get16(p) != kMagic) return DropReason::kBadMagic;
-  if (p[2] != kVersion) return DropReason::kBadVersion;
+  if (p[2] != kVersion && p[2] != kVersionAuth) return DropReason::kBadVersion;
   if (p[3] == 0 || p[3] >= kFrameTypes) return DropReason::kBadType;
   if (p[5] != kHeaderLen) return DropReason::kBadLength;
   h.type = static_cast<FrameType>(p[3]);
@@ -210,12 +253,15 @@ bool crc_matches(const std::uint8_t* p, std::uint16_t payload_len) {
   return crc == get32(p + kCrcOffset);
 }
 
+// Bytes after our header: the payload, and the tag of a version-2 frame.
+std::size_t tail_len(const std::uint8_t* p, std::uint16_t payload_len) { return payload_len + (p[2] == kVersionAuth ? kTagLen : 0); }
+
 // Our header of a frame already known to be long enough and of our EtherType: fields, lengths
 // and CRC.
 DropReason decode(std::span<const std::uint8_t> frame, Header& h) {
   const std::uint8_t* p = frame.data() + kEthHeaderLen;
   if (DropReason r = decode_fields(p, h); r != DropReason::kOk) return r;
-  if (h.payload_len > frame.size() - kFrameOverhead) return DropReason::kBadLength;
+  if (tail_len(p, h.payload_len) > frame.size() - kFrameOverhead) return DropReason::kBadLength;
   if (!crc_matches(p, h.payload_len)) return DropReason::kBadCrc;
   return DropReason::kOk;
 }
@@ -235,7 +281,7 @@ Captured peek_captured(std::span<const std::uint8_t> captured, std::size_t wire_
   const std::uint8_t* p = captured.data() + kEthHeaderLen;
   out.reason = decode_fields(p, out.h);
   if (out.reason != DropReason::kOk) return out;
-  if (out.h.payload_len > wire_len - kFrameOverhead) {
+  if (tail_len(p, out.h.payload_len) > wire_len - kFrameOverhead) {
     out.reason = DropReason::kBadLength;
     return out;
   }
@@ -271,6 +317,11 @@ Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx) {
 
   if (DropReason r = decode(frame, out.h); r != DropReason::kOk) return drop(r);
   Header& h = out.h;
+  // Issue 15, finding 4: with a cluster key nothing passes without a tag that verifies; and a
+  // tagged frame at a node without the key means the cluster is configured in two ways.
+  const std::uint8_t* p = f + kEthHeaderLen;
+  if ((p[2] == kVersionAuth) != (ctx.key != nullptr)) return drop(DropReason::kBadAuth);
+  if (ctx.key != nullptr && !tag_verifies(p, h.payload_len, *ctx.key)) return drop(DropReason::kBadAuth);
   if (h.src != src_rank || h.dst != ctx.my_rank) return drop(DropReason::kRankMismatch);
   out.src_rank = src_rank;
   out.payload = frame.subspan(kFrameOverhead, h.payload_len);

@@ -168,9 +168,55 @@ Node node_of(const TopologySpec& spec, const TopologySpec::NodeSpec& ns) {
       if (!bytes || *bytes == 0) fail(spec, "switch '" + ns.name + "': buffer=\"" + buffer + "\" is not a byte count like 65536 or 64K");
       n.buffer_bytes = *bytes;
     }
-    if (!attr(ns.attrs, "rank").empty()) fail(spec, "switch '" + ns.name + "' has a rank; only machines (nodes with a mac) have ranks");
   }
   return n;
+}
+
+// Issue 15, finding 11: a machine whose mac was forgotten parses as a switch, and the error
+// used to be only "has 1 machine(s)". Such a node is named, with a free mac to give it.
+std::string no_mac(const std::vector<Node>& nodes, const std::string& name) {
+  std::set<Mac> used;
+  for (const Node& n : nodes)
+    if (n.kind == NodeKind::kMachine) used.insert(n.mac);
+  Mac free;  // a suggestion: the first 02:00:00:00:xx:xx that no machine uses
+  for (std::uint32_t k = 1; k < 0x10000; ++k) {
+    free.bytes = {0x02, 0, 0, 0, static_cast<std::uint8_t>(k >> 8), static_cast<std::uint8_t>(k)};
+    if (used.count(free) == 0) break;
+  }
+  return "machine '" + name + "' has no mac attribute; give it mac=\"" + free.str() + "\" (a node without mac is a switch)";
+}
+
+// A leaf without mac hanging off a switch connects nothing as a switch: most likely the
+// machine that lacks its mac. (Random trees do have leaf switches, so this is only a hint.)
+std::string missing_mac_hint(const TopologySpec& spec, const std::vector<Node>& nodes, const std::unordered_map<std::string, int>& by_name) {
+  std::vector<int> degree(nodes.size(), 0), neighbour(nodes.size(), -1);
+  for (const auto& es : spec.edges) {
+    auto ia = by_name.find(es.a), ib = by_name.find(es.b);
+    if (ia == by_name.end() || ib == by_name.end()) continue;  // reported with the links
+    ++degree[static_cast<std::size_t>(ia->second)];
+    ++degree[static_cast<std::size_t>(ib->second)];
+    neighbour[static_cast<std::size_t>(ia->second)] = ib->second;
+    neighbour[static_cast<std::size_t>(ib->second)] = ia->second;
+  }
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const int nb = neighbour[i];
+    if (nodes[i].kind == NodeKind::kSwitch && degree[i] == 1 && nodes[static_cast<std::size_t>(nb)].kind == NodeKind::kSwitch &&
+        degree[static_cast<std::size_t>(nb)] >= 2)
+      return ": " + no_mac(nodes, nodes[i].name);
+  }
+  return "";
+}
+
+// Ranks only on machines, at least 2 machines and no more than the wire's 16-bit ranks allow.
+void check_machines(const TopologySpec& spec, const std::vector<Node>& nodes, const std::unordered_map<std::string, int>& by_name) {
+  for (const auto& ns : spec.nodes)
+    if (attr(ns.attrs, "mac").empty() && !attr(ns.attrs, "rank").empty()) fail(spec, no_mac(nodes, ns.name) + ", and only machines have ranks");
+  const auto machines = static_cast<std::size_t>(std::count_if(nodes.begin(), nodes.end(), [](const Node& n) { return n.kind == NodeKind::kMachine; }));
+  if (machines > kMaxMachines)
+    fail(spec, "has " + std::to_string(machines) + " machines; the wire's 16-bit rank fields allow at most " + std::to_string(kMaxMachines));
+  if (machines < 2)
+    fail(spec, "has " + std::to_string(machines) + " machine(s); an exchange needs at least 2 (a machine is a node with a mac attribute)" +
+                   missing_mac_hint(spec, nodes, by_name));
 }
 
 // Ranks: order of declaration unless every machine has a rank attribute. `ranks` gets the
@@ -179,8 +225,6 @@ void assign_ranks(const TopologySpec& spec, std::vector<Node>& nodes, std::vecto
   std::vector<int> machines;
   for (std::size_t i = 0; i < nodes.size(); ++i)
     if (nodes[i].kind == NodeKind::kMachine) machines.push_back(static_cast<int>(i));
-  if (machines.size() < 2)
-    fail(spec, "has " + std::to_string(machines.size()) + " machine(s); an exchange needs at least 2 (a machine is a node with a mac attribute)");
   std::size_t with_rank = 0;
   for (int id : machines)
     if (!attr(spec.nodes[static_cast<std::size_t>(id)].attrs, "rank").empty()) ++with_rank;
@@ -275,6 +319,7 @@ Topology Topology::from_spec(const TopologySpec& spec) {
     by_name.emplace(ns.name, static_cast<int>(t.nodes_.size()));
     t.nodes_.push_back(node_of(spec, ns));
   }
+  check_machines(spec, t.nodes_, by_name);
   assign_ranks(spec, t.nodes_, t.machines_);
   check_macs(spec, t.nodes_, t.machines_);
   add_links(spec, by_name, t.nodes_, t.links_, t.machines_);

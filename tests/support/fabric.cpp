@@ -162,6 +162,22 @@ bool Fabric::step() {
   return moved;
 }
 
+void Fabric::inject(int i, std::span<const std::uint8_t> frame) {
+  Node& node = nodes_[static_cast<std::size_t>(i)];
+  rte_mbuf* m = rte_pktmbuf_alloc(node.eth->pool());
+  if (m == nullptr) throw std::runtime_error("fabric: no mbuf to inject a frame");
+  void* p = rte_pktmbuf_append(m, static_cast<std::uint16_t>(frame.size()));
+  if (p == nullptr) {
+    rte_pktmbuf_free(m);
+    throw std::runtime_error("fabric: frame too long to inject");
+  }
+  std::memcpy(p, frame.data(), frame.size());
+  if (rte_ring_enqueue(node.to_node, m) != 0) {
+    rte_pktmbuf_free(m);
+    throw std::runtime_error("fabric: receive ring full");
+  }
+}
+
 bool Fabric::run_until(const std::function<bool()>& done, std::chrono::milliseconds deadline) {
   const auto end = std::chrono::steady_clock::now() + deadline;
   engine::Idler idler;

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,11 @@ class Fabric {
 
   // Cuts a node off: the switch drops everything from and to it.
   void unplug(int i) { unplugged_[static_cast<std::size_t>(i)] = true; }
+  // Connects it again.
+  void plug(int i) { unplugged_[static_cast<std::size_t>(i)] = false; }
+  // Puts a frame, as bytes, on node i's receive ring, as if the switch had delivered it (a
+  // forger on the wire).
+  void inject(int i, std::span<const std::uint8_t> frame);
   // One pass of the switch and of every engine; true when anything moved.
   bool step();
   // Steps until done() or the deadline; false on the deadline.

@@ -115,6 +115,12 @@ TEST_CASE("every malformed topology gets its own error naming the file and the c
       {"isolated switch", "graph g { " + two + " s -- a; s -- b; lonely; }", "node 'lonely' is not connected"},
       {"one machine", "graph g { a [mac=\"02:00:00:00:00:01\"]; s -- a; }", "has 1 machine(s)"},
       {"no machine", "graph g { s -- t; }", "has 0 machine(s)"},
+      // Issue 15, finding 11: the machine that lacks its mac is named, with a free one to give it.
+      {"machine without mac", "graph g { a [mac=\"02:00:00:00:00:01\"]; n3; s -- a; s -- n3; }",
+       "has 1 machine(s); an exchange needs at least 2 (a machine is a node with a mac attribute): machine 'n3' has no mac attribute; "
+       "give it mac=\"02:00:00:00:00:02\""},
+      {"ranked machine without mac", "graph g { " + two + " n3 [rank=2]; s -- a; s -- b; s -- n3; }",
+       "machine 'n3' has no mac attribute; give it mac=\"02:00:00:00:00:03\" (a node without mac is a switch), and only machines have ranks"},
       {"duplicate mac", "graph g { a [mac=\"02:00:00:00:00:01\"]; b [mac=\"02:00:00:00:00:01\"]; s -- a; s -- b; }",
        "machines 'a' and 'b' have the same mac"},
       {"malformed mac", "graph g { a [mac=\"02:00:00:00:01\"]; b [mac=\"02:00:00:00:00:02\"]; s -- a; s -- b; }",
@@ -165,4 +171,26 @@ TEST_CASE("paths and loads on a generated tree") {
   CHECK(t.edge_from(p.front()) == t.machine_node(0));
   CHECK(t.edge_to(p.back()) == t.machine_node(19));
   for (std::size_t i = 1; i < p.size(); ++i) CHECK(t.edge_to(p[i - 1]) == t.edge_from(p[i]));
+}
+
+TEST_CASE("finding 11: more machines than the wire's 16-bit ranks can name are refused") {
+  auto spec_of = [](std::size_t machines) {
+    TopologySpec spec;
+    spec.source = "big.dot";
+    spec.nodes.push_back({"s", {}});
+    for (std::size_t i = 0; i < machines; ++i) {
+      Mac m;
+      m.bytes = {0x02, 0, 0, static_cast<std::uint8_t>(i >> 16), static_cast<std::uint8_t>(i >> 8), static_cast<std::uint8_t>(i)};
+      spec.nodes.push_back({"m" + std::to_string(i), {{"mac", m.str()}}});
+      spec.edges.push_back({"s", "m" + std::to_string(i), {}});
+    }
+    return spec;
+  };
+  try {
+    (void)Topology::from_spec(spec_of(70'000));
+    FAIL("a topology of 70,000 machines was accepted");
+  } catch (const TopologyError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("big.dot: has 70000 machines; the wire's 16-bit rank fields allow at most 65535"));
+  }
+  CHECK(Topology::from_spec(spec_of(kMaxMachines)).machine_count() == 65535);
 }

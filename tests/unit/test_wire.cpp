@@ -169,3 +169,48 @@ TEST_CASE("frame arithmetic") {
   CHECK(frame_payload(1457, 1456, 1) == 1);
   CHECK(frame_payload(1457, 1456, 0) == 1456);
 }
+
+TEST_CASE("finding 4: a tagged frame passes only with the cluster key it was sealed with") {
+  FrameKey key, other;
+  key.bytes.fill(1);
+  other.bytes.fill(2);
+  fuzz::Context keyed, wrong;
+  keyed.key = &key;
+  wrong.key = &other;
+  static const fuzz::Context plain;
+  Header h = data_header(1);
+  h.src = 0;
+  h.dst = 1;
+  h.payload_len = fuzz::kChunk;
+  std::vector<std::uint8_t> f(kFrameOverhead + frame_tail(fuzz::kChunk, &key));
+  encode(f.data(), fuzz::mac(1), fuzz::mac(0), kDefaultEtherType, h);
+  const std::vector<std::uint8_t> body(fuzz::kChunk, 0x44);
+  copy_and_seal(f.data(), body.data(), body.size(), &key, 7);
+  CHECK(f[kEthHeaderLen + 2] == kVersionAuth);
+  CHECK(parse(f, keyed).reason == DropReason::kOk);
+  CHECK(parse(f, wrong).reason == DropReason::kBadAuth);
+  CHECK(parse(f, plain).reason == DropReason::kBadAuth);  // the sender has a key, this node none
+  CHECK(peek(f).has_value());                              // traces read it (unverified)
+  auto g = f;
+  seal(g.data(), &key, 7);
+  CHECK(g == f);  // seal and copy_and_seal agree
+  seal(g.data(), &key, 8);
+  CHECK(g != f);  // another counter, another nonce
+  CHECK(parse(g, keyed).reason == DropReason::kOk);
+  // A forger changes a field, the payload, the counter or the MAC, and mends the CRC: the
+  // tag catches every one.
+  for (std::size_t at : {kEthHeaderLen + 8, kEthHeaderLen + 12, kEthHeaderLen + 16, kFrameOverhead + 100, f.size() - 20, f.size() - 1}) {
+    INFO("byte " << at);
+    auto x = f;
+    x[at] ^= 0x01;
+    std::uint8_t* p = x.data() + kEthHeaderLen;
+    std::uint32_t crc = crc32c(crc32c(0, p, 40), p + kHeaderLen, fuzz::kChunk);
+    for (int i = 0; i < 4; ++i) p[40 + i] = static_cast<std::uint8_t>(crc >> (24 - 8 * i));
+    const DropReason r = parse(x, keyed).reason;
+    CHECK((r == DropReason::kBadAuth || r == DropReason::kRankMismatch || r == DropReason::kUnknownSource));
+    if (at != kEthHeaderLen + 16) CHECK(r == DropReason::kBadAuth);
+  }
+  // A frame without a tag, at a node with the key.
+  CHECK(reason(make(data_header(1), fuzz::kChunk)) == DropReason::kOk);
+  CHECK(parse(make(data_header(1), fuzz::kChunk), keyed).reason == DropReason::kBadAuth);
+}

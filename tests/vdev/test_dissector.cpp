@@ -171,7 +171,8 @@ Expected expect(const Captured& c, std::size_t number) {
     e.fields[22] = count;
   }
   if (type == static_cast<std::uint8_t>(engine::FrameType::kAck)) e.fields[23] = n(aux);
-  const bool fits = engine::kFrameOverhead + payload_len <= c.len;
+  const std::size_t tag = version == engine::kVersionAuth ? engine::kTagLen : 0;  // a cluster key's tag follows the payload
+  const bool fits = engine::kFrameOverhead + payload_len + tag <= c.len;
   const bool whole = fits && engine::kFrameOverhead + payload_len <= b.size();
   if (whole) {
     std::uint32_t computed = engine::crc32c(0, h, 40);
@@ -182,7 +183,7 @@ Expected expect(const Captured& c, std::size_t number) {
     if (e.crc_bad) e.fields[25] = "1";
   }
   e.crc_unverified_note = fits && !whole;
-  e.malformed = magic != engine::kMagic || version != engine::kVersion || hdr_len != engine::kHeaderLen || !fits;
+  e.malformed = magic != engine::kMagic || (version != engine::kVersion && version != engine::kVersionAuth) || hdr_len != engine::kHeaderLen || !fits;
   if (type >= 1 && type < engine::kFrameTypes) {
     std::ostringstream info;
     info << engine::frame_type_name(static_cast<engine::FrameType>(type)) << ' ' << get16(h + 16) << "->" << get16(h + 18) << " ex "
@@ -392,7 +393,7 @@ TEST_CASE("the Wireshark dissector decodes every captured frame as the engine wr
         make(FT::kJoin, 11, 0, {}),
         make(FT::kData, 5, 0, std::vector<std::uint8_t>(100, 1), [](std::uint8_t* h) { h[4] = engine::kFlagRetransmit | engine::kFlagLast; }),
         make(FT::kData, 1, 0, std::vector<std::uint8_t>(100, 1), [](std::uint8_t* h) { h[0] ^= 0x01; }),  // bad magic
-        make(FT::kData, 1, 0, std::vector<std::uint8_t>(100, 1), [](std::uint8_t* h) { h[2] = 2; }),     // bad version
+        make(FT::kData, 1, 0, std::vector<std::uint8_t>(100, 1), [](std::uint8_t* h) { h[2] = 3; }),     // bad version
         make(FT::kData, 1, 0, std::vector<std::uint8_t>(100, 1), [](std::uint8_t* h) { h[5] = 40; }),    // bad header length
         make(FT::kPing, 0, 0, {}, [](std::uint8_t* h) { h[3] = 12; }),                                   // unknown type
     };
@@ -402,6 +403,13 @@ TEST_CASE("the Wireshark dissector decodes every captured frame as the engine wr
     auto beyond = make(FT::kData, 7, 0, std::vector<std::uint8_t>(600, 1));
     beyond.resize(engine::kFrameOverhead + 100);  // claims 600 payload bytes, carries 100
     frames.push_back(beyond);
+    // Frames of a cluster with a key (version 2, issue 15 finding 4): a tag after the payload.
+    const engine::FrameKey key{};
+    for (auto tagged : {make(FT::kData, 8, 0, std::vector<std::uint8_t>(100, 2)), make(FT::kPing, 0, 0, {})}) {
+      tagged.resize(tagged.size() + engine::kTagLen);
+      engine::seal(tagged.data(), &key);
+      frames.push_back(tagged);
+    }
     write_pcap(dir / "forged.pcap", frames);
     Tally t;
     check_capture(dir / "forged.pcap", dir, t);

@@ -14,6 +14,7 @@
 #include "aapc/sched/sync.hpp"
 #include "checks.hpp"
 #include "fabric.hpp"
+#include "frames.hpp"
 #include "paths.hpp"
 #include "pcap_files.hpp"
 #include "aapc/trace/trace.hpp"
@@ -71,13 +72,8 @@ std::vector<std::uint8_t> frame(int src, int dst, engine::FrameType type, std::u
   h.type = type;
   h.exchange = exchange;
   h.epoch = epoch;
-  h.src = static_cast<std::uint16_t>(src);
-  h.dst = static_cast<std::uint16_t>(dst);
   h.seq = seq;
-  std::vector<std::uint8_t> f(engine::kFrameOverhead);
-  engine::encode(f.data(), test::Fabric::mac(dst), test::Fabric::mac(src), engine::kDefaultEtherType, h);
-  engine::seal(f.data());
-  return f;
+  return test::fabric_frame(h, src, dst);
 }
 
 bool mentions(const std::function<void()>& f, const std::string& words) {

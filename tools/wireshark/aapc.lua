@@ -8,7 +8,7 @@
 --
 --   offset size field                        filter name
 --    0     2   magic 0xAA9C                   aapc.magic
---    2     1   version (1)                    aapc.version
+--    2     1   version (1; 2: tagged)         aapc.version
 --    3     1   type                           aapc.type (DATA 1 .. JOIN 9)
 --    4     1   flags                          aapc.flags, aapc.flags.retransmit/.dummy/.last
 --    5     1   header length (44)             aapc.hdr_len
@@ -23,6 +23,10 @@
 --   34     2   chunk                          aapc.chunk
 --   36     4   aux                            aapc.aux
 --   40     4   CRC32C                         aapc.crc
+--   44     n   payload                        aapc.payload
+--  44+n   24   version 2: tag                 aapc.tag
+--              a frame counter (8 bytes) and the ChaCha20-Poly1305 MAC (16) of header and
+--              payload under the cluster key (not verified here: the dissector has no key)
 --
 -- Generated fields: aapc.offset (DATA: seq * chunk, where the payload goes in the block),
 -- aapc.ack_of (ACK: the type acknowledged, from aux), aapc.abort_code (ABORT: the reason
@@ -77,6 +81,8 @@ local aapc = Proto("aapc", "aapc all-to-all exchange")
 local DEFAULT_ETHERTYPE = 0x88B5
 local MAGIC = 0xAA9C
 local VERSION = 1
+local VERSION_AUTH = 2  -- frames of a cluster with a key: a 16-byte tag follows the payload
+local TAG_LEN = 24
 local HEADER_LEN = 44
 local CRC_OFFSET = 40
 local NO_PHASE = 0xFFFF
@@ -132,6 +138,7 @@ local f = {
   nack_first = ProtoField.uint32("aapc.nack.first", "First missing frame", base.DEC),
   nack_count = ProtoField.uint32("aapc.nack.count", "Frames missing", base.DEC),
   payload = ProtoField.bytes("aapc.payload", "Payload"),
+  tag = ProtoField.bytes("aapc.tag", "Tag (frame counter, ChaCha20-Poly1305 MAC under the cluster key)"),
   crc_computed = ProtoField.uint32("aapc.crc.computed", "Computed CRC32C", base.HEX),
   crc_ok = ProtoField.bool("aapc.crc_ok", "CRC32C good"),
   crc_bad = ProtoField.bool("aapc.crc_bad", "CRC32C bad"),
@@ -140,7 +147,7 @@ aapc.fields = {
   f.magic, f.version, f.type, f.flags, f.flag_retransmit, f.flag_dummy, f.flag_last, f.hdr_len,
   f.phase, f.exchange, f.epoch, f.src, f.dst, f.seq, f.block_len, f.payload_len, f.chunk, f.aux,
   f.crc, f.offset, f.ack_of, f.abort_code, f.abort_reason, f.nack_range, f.nack_first,
-  f.nack_count, f.payload, f.crc_computed, f.crc_ok, f.crc_bad,
+  f.nack_count, f.payload, f.tag, f.crc_computed, f.crc_ok, f.crc_bad,
 }
 
 local ex = {
@@ -240,8 +247,8 @@ function aapc.dissector(tvb, pinfo, tree)
     problems[#problems + 1] = "bad magic"
   end
   item = root:add(f.version, tvb(2, 1))
-  if version ~= VERSION then
-    item:add_proto_expert_info(ex.malformed, string.format("bad version %d (expected %d)", version, VERSION))
+  if version ~= VERSION and version ~= VERSION_AUTH then
+    item:add_proto_expert_info(ex.malformed, string.format("bad version %d (expected %d, or %d when tagged)", version, VERSION, VERSION_AUTH))
     problems[#problems + 1] = "bad version"
   end
   item = root:add(f.type, tvb(3, 1))
@@ -271,11 +278,13 @@ function aapc.dissector(tvb, pinfo, tree)
   local aux_item = root:add(f.aux, tvb(36, 4))
   local crc_item = root:add(f.crc, tvb(40, 4))
 
-  -- The payload: within the frame as sent, and how much of it the capture holds.
-  local payload_fits = HEADER_LEN + payload_len <= reported
+  -- The payload (and the tag of version 2): within the frame as sent, and how much of it the
+  -- capture holds.
+  local tag_len = version == VERSION_AUTH and TAG_LEN or 0
+  local payload_fits = HEADER_LEN + payload_len + tag_len <= reported
   if not payload_fits then
-    plen_item:add_proto_expert_info(ex.malformed, string.format("payload length %d beyond the frame (%d bytes after the header)",
-      payload_len, reported - HEADER_LEN))
+    plen_item:add_proto_expert_info(ex.malformed, string.format("payload length %d%s beyond the frame (%d bytes after the header)",
+      payload_len, tag_len > 0 and " and tag" or "", reported - HEADER_LEN))
     problems[#problems + 1] = "payload length beyond the frame"
   end
   local payload_captured = math.max(0, math.min(payload_len, captured - HEADER_LEN))
@@ -338,6 +347,9 @@ function aapc.dissector(tvb, pinfo, tree)
   if payload_captured > 0 and ftype ~= TYPE_NACK and ftype ~= TYPE_ABORT then
     root:add(f.payload, tvb(HEADER_LEN, payload_captured))
   end
+  if tag_len > 0 and payload_fits and HEADER_LEN + payload_len + tag_len <= captured then
+    root:add(f.tag, tvb(HEADER_LEN + payload_len, tag_len))
+  end
 
   -- CRC32C over header bytes 0..39 and the payload.
   local crc_note = ""
@@ -368,7 +380,7 @@ function aapc.dissector(tvb, pinfo, tree)
   pinfo.cols.info:set(info)
   -- What follows header and payload (Ethernet padding of short frames) is the Ethernet
   -- dissector's trailer.
-  if payload_fits then return math.min(captured, HEADER_LEN + payload_len) end
+  if payload_fits then return math.min(captured, HEADER_LEN + payload_len + tag_len) end
   return captured
 end
 

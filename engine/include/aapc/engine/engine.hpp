@@ -39,7 +39,16 @@ struct EngineConfig {
   std::chrono::milliseconds peer_deadline{5'000};  // a peer silent this long fails the exchange
   std::chrono::milliseconds linger{15'000};     // finished exchanges still answer late frames
   std::uint32_t epoch = 0;                      // 0: derived from the clock (later is newer)
+  // Epochs are the senders' start times in wall-clock ms. A peer's epoch is taken only if it is
+  // no later than our clock plus this skew (issue 15, finding 5: one forged frame with a
+  // far-future epoch made every real frame of its sender stale until restart). 0: no bound,
+  // for engines given an epoch that is not a clock reading.
+  std::chrono::milliseconds max_epoch_skew{600'000};
   std::size_t max_live_exchanges = 16;
+  // Issue 15, finding 4: the cluster key (load_cluster_key in auth.hpp). When set, every frame
+  // is tagged with it and only frames tagged with it are taken; each frame's chunk is
+  // kTagLen bytes smaller. Every node of a cluster must have the same key, or none.
+  std::optional<FrameKey> key;
   std::uint16_t rx_burst = 32;
 };
 
@@ -140,6 +149,9 @@ class Engine final : private ParseContext {
   void announce();
   // Tells every peer that exchange `id`, which this node will never start, is off.
   void abort_unstarted(std::uint32_t id, const std::string& reason);
+  // True while `peer` is remembered as dead (an exchange found it silent, and nothing came
+  // from it since): start() refuses exchanges that involve it (issue 15, finding 7).
+  bool peer_dead(Rank peer) const { return dead_[static_cast<std::size_t>(peer)].dead; }
   // Called when a peer shows up with a later epoch (it restarted); running exchanges with it
   // have failed by then.
   std::function<void(Rank)> on_peer_restart;
@@ -184,8 +196,15 @@ class Engine final : private ParseContext {
   // A round starts: it may not open with the burst the bucket saved while the node waited.
   void restart_pacing(Clock::time_point now);
   void flush();
-  bool note_epoch(Rank src, std::uint32_t epoch);  // false: stale
+  // kOk when `epoch` is the sender's current one (learned or moved forward here), else why
+  // the frame must be dropped (kStaleEpoch, kFutureEpoch).
+  DropReason note_epoch(Rank src, std::uint32_t epoch);
   Exchange* find(std::uint32_t id) const;
+  // Issue 15, finding 7: an exchange failed because `peer` stayed silent. Unless something
+  // came from it within the deadline, it is remembered as dead: exchanges that involve it
+  // fail at start, and it is probed with PINGs until any valid frame of it arrives.
+  void peer_silent(Rank peer, const std::string& why, Clock::time_point now);
+  void heard_from(Rank peer, Clock::time_point now);
 
   struct Early {  // READY and SYNC for an exchange not started yet
     std::vector<bool> ready_from;
@@ -218,12 +237,21 @@ class Engine final : private ParseContext {
     bool active = false;
   };
   std::vector<AbortedBy> aborted_by_;
+  struct Dead {  // a peer declared silent and not heard from since
+    bool dead = false;
+    std::string why;
+    Clock::time_point since{}, probe_at{};
+  };
+  std::vector<Dead> dead_;
   std::map<std::uint32_t, std::unique_ptr<Exchange>> exchanges_;  // running and lingering
   // The poll loop looks only at these: running, or finished and not yet reported. Reported
   // exchanges linger (they answer late frames) in `lingering_`, oldest first, until erased;
   // a benchmark leaves thousands of them, which the loop must not walk.
   std::vector<Exchange*> active_;
   std::deque<std::pair<Clock::time_point, std::uint32_t>> lingering_;
+  // Ids of exchanges that completed here and are no longer lingering, newest last (bounded):
+  // a sender whose ACKs were all lost still polls, and learns that its block arrived.
+  std::deque<std::uint32_t> done_ids_;
   std::map<std::uint32_t, Early> early_;
   std::vector<ExchangeReport> finished_;
   std::uint32_t last_started_ = 0;
@@ -238,6 +266,7 @@ class Engine final : private ParseContext {
   Clock::time_point next_timers_{};
   std::size_t rr_ = 0;  // round-robin over exchanges
   std::uint64_t handled_ = 0;  // frames of ours that passed validation
+  std::uint64_t tag_counter_ = 0;  // numbers the frames sealed with the cluster key (their nonces)
   Clock::time_point last_log_{};
 };
 

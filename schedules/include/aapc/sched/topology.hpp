@@ -72,6 +72,10 @@ struct Link {
   int other(int node) const { return node == a ? b : a; }
 };
 
+// The wire's source and destination ranks are 16-bit fields (engine/wire.hpp, kMaxRanks);
+// schedules/ includes no engine header, so the limit is repeated here (issue 15, finding 11).
+inline constexpr std::size_t kMaxMachines = 0xFFFF;
+
 inline constexpr std::uint64_t kDefaultRateBps = 1'000'000'000ULL;
 inline constexpr int kDefaultMtu = 1500;
 // A switch port's queue when the topology does not give one (`buffer` on a switch): what the

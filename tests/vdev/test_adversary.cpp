@@ -1,0 +1,216 @@
+// Issue 15: what a forger on the wire, heavy loss or a dead peer can do to the engines of a
+// fabric. Nothing may fail an exchange that would otherwise succeed, corrupt a byte, or hang.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "aapc/engine/auth.hpp"
+#include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/dot.hpp"
+#include "aapc/sched/generate.hpp"
+#include "aapc/sched/sync.hpp"
+#include "checks.hpp"
+#include "fabric.hpp"
+#include "frames.hpp"
+#include "paths.hpp"
+
+using namespace aapc;
+using namespace aapc::sched;
+using engine::DropReason;
+using engine::FrameType;
+
+namespace {
+
+std::uint64_t drops(const engine::Engine& e, DropReason r) { return e.counters().drops[static_cast<std::size_t>(r)]; }
+
+// A frame as rank `src` would send it to rank `dst`, sealed with CRC32C only.
+std::vector<std::uint8_t> forge(FrameType type, std::uint32_t exchange, std::uint32_t epoch, int src, int dst,
+                                const std::string& payload = {}) {
+  engine::Header h;
+  h.type = type;
+  h.exchange = exchange;
+  h.epoch = epoch;
+  h.chunk = 1500 - engine::kHeaderLen;
+  return test::fabric_frame(h, src, dst, std::span(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size()));
+}
+
+Schedule ring(int p) { return make_schedule(single_switch_topology(p), {Algorithm::kRing, 0}); }
+
+}  // namespace
+
+TEST_CASE("finding 5: a forged PING with a far-future epoch is dropped; the sender's real frames still count") {
+  test::Fabric fabric(test::nodes(4));
+  test::expect_ok(test::run_exchange(fabric, ring(4), 1, 5'000), "before");
+  const std::uint32_t real = fabric.engine(0).epoch();
+  fabric.inject(1, forge(FrameType::kPing, 0, real + 1'000'000, 0, 1));
+  fabric.settle();
+  CHECK(drops(fabric.engine(1), DropReason::kFutureEpoch) == 1);
+  // Had rank 1 taken the forged epoch, every real frame of rank 0 would now be stale.
+  test::expect_ok(test::run_exchange(fabric, ring(4), 2, 5'000, std::chrono::milliseconds(10'000)), "after the forged PING");
+  CHECK(drops(fabric.engine(1), DropReason::kStaleEpoch) == 0);
+}
+
+TEST_CASE("finding 5: a forged ABORT with a stale exchange id kills nothing; one naming the running exchange fails it") {
+  test::Fabric fabric(test::nodes(4));
+  test::expect_ok(test::run_exchange(fabric, ring(4), 1, 5'000), "before");
+  // Received while exchange 2 runs: used to fail it and the two after it.
+  fabric.inject(1, forge(FrameType::kAbort, 1, fabric.engine(0).epoch(), 0, 1, "forged"));
+  for (std::uint32_t id : {2U, 3U, 4U}) test::expect_ok(test::run_exchange(fabric, ring(4), id, 5'000), "exchange " + std::to_string(id));
+  CHECK(drops(fabric.engine(1), DropReason::kNotLive) >= 1);
+  // The real thing: an ABORT for the exchange that runs fails it, naming the peer.
+  fabric.inject(1, forge(FrameType::kAbort, 5, fabric.engine(0).epoch(), 0, 1, "gone"));
+  auto run = test::run_exchange(fabric, ring(4), 5, 5'000, std::chrono::milliseconds(20'000));
+  REQUIRE(run.finished);
+  CHECK(run.reports[1].state == engine::ExchangeState::kFailed);
+  CHECK(run.reports[1].code == Errc::kPeerAborted);
+  CHECK(run.reports[1].peer == 0);
+}
+
+namespace {
+
+engine::FrameKey key_of(std::uint8_t seed) {
+  engine::FrameKey k;
+  for (std::size_t i = 0; i < k.bytes.size(); ++i) k.bytes[i] = static_cast<std::uint8_t>(seed + i * 7);
+  return k;
+}
+
+// A DATA frame for the first frame of rank src's block to rank dst, as a forger would write it,
+// tagged with `key` when given.
+std::vector<std::uint8_t> forge_data(std::uint32_t exchange, std::uint32_t epoch, std::uint64_t block, std::uint32_t chunk, const engine::FrameKey* key) {
+  engine::Header h;
+  h.type = FrameType::kData;
+  h.exchange = exchange;
+  h.epoch = epoch;
+  h.block_len = block;
+  h.chunk = static_cast<std::uint16_t>(chunk);
+  const std::vector<std::uint8_t> payload(engine::frame_payload(block, chunk, 0), 0x5A);
+  return test::fabric_frame(h, 0, 1, payload, key);
+}
+
+}  // namespace
+
+TEST_CASE("finding 4: with a cluster key, frames forged without it or with another are dropped and counted; the exchange stays byte-exact") {
+  const engine::FrameKey key = key_of(1), wrong = key_of(2);
+  auto opts = test::nodes(4);
+  opts.tune = [&](engine::EngineConfig& c) { c.key = key; };
+  test::Fabric fabric(opts);
+  const std::uint64_t block = 5'000;
+  test::expect_ok(test::run_exchange(fabric, ring(4), 1, block), "before");
+  const std::uint32_t chunk = fabric.engine(1).chunk(), epoch = fabric.engine(0).epoch();
+  CHECK(chunk == 1500 - engine::kHeaderLen - engine::kTagLen);
+  // Everything a forger who read the exchange id and epoch (aapc status) could send while
+  // exchange 2 runs: DATA (65,280 of 65,536 bytes wrong, reported ok, before the key), an
+  // ABORT, a PING with a far-future epoch; without a tag, and with a tag of another key.
+  for (const engine::FrameKey* k : {static_cast<const engine::FrameKey*>(nullptr), &wrong}) {
+    fabric.inject(1, forge_data(2, epoch, block, chunk, k));
+    auto abort = forge(FrameType::kAbort, 2, epoch, 0, 1, "forged");
+    auto ping = forge(FrameType::kPing, 0, epoch + 1'000'000, 0, 1);
+    if (k != nullptr) {
+      for (auto* f : {&abort, &ping}) {
+        f->resize(f->size() + engine::kTagLen);
+        engine::seal(f->data(), k);
+      }
+    }
+    fabric.inject(1, abort);
+    fabric.inject(1, ping);
+  }
+  test::expect_ok(test::run_exchange(fabric, ring(4), 2, block, std::chrono::milliseconds(10'000)), "with forged frames");
+  CHECK(drops(fabric.engine(1), DropReason::kBadAuth) == 6);
+  CHECK(drops(fabric.engine(1), DropReason::kFutureEpoch) == 0);  // the tag is checked first
+}
+
+TEST_CASE("finding 4: a node without the key and nodes with it fail loudly, not silently") {
+  auto opts = test::nodes(3);
+  opts.tune = [&](engine::EngineConfig& c) {
+    if (c.rank != 2) c.key = key_of(1);
+    c.peer_deadline = std::chrono::milliseconds(300);
+  };
+  test::Fabric fabric(opts);
+  auto run = test::run_exchange(fabric, ring(3), 1, 5'000, std::chrono::milliseconds(20'000));
+  REQUIRE(run.finished);
+  for (int r = 0; r < 3; ++r) CHECK(run.reports[static_cast<std::size_t>(r)].state == engine::ExchangeState::kFailed);
+  CHECK(drops(fabric.engine(2), DropReason::kBadAuth) > 0);  // tagged frames at the node without a key
+  CHECK(drops(fabric.engine(0), DropReason::kBadAuth) > 0);  // untagged frames at a node with one
+}
+
+TEST_CASE("finding 4: the cluster key file must be mode 0600 and hold 32 bytes or 64 hex digits") {
+  const std::string path = "/tmp/aapc-test-key-" + std::to_string(::getpid());
+  auto write = [&](const std::string& text, mode_t mode) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+    ::chmod(path.c_str(), mode);
+  };
+  const std::string raw(32, '\x07');
+  write(raw, 0600);
+  auto k = engine::load_cluster_key(path);
+  REQUIRE(k);
+  CHECK(k->bytes[0] == 7);
+  write(std::string(64, 'a') + "\n", 0400);
+  k = engine::load_cluster_key(path);
+  REQUIRE(k);
+  CHECK(k->bytes[31] == 0xAA);
+  write(raw, 0644);
+  k = engine::load_cluster_key(path);
+  REQUIRE(!k);
+  CHECK(k.error().code() == Errc::kPermission);
+  CHECK_THAT(k.error().message(), Catch::Contains("mode 0644") && Catch::Contains("chmod 600"));
+  write("short", 0600);
+  k = engine::load_cluster_key(path);
+  REQUIRE(!k);
+  CHECK_THAT(k.error().message(), Catch::Contains("holds 5 bytes"));
+  ::unlink(path.c_str());
+  CHECK(!engine::load_cluster_key(path));
+}
+
+TEST_CASE("finding 8: at 30% loss per port direction and a 300 ms peer deadline no live peer is declared silent") {
+  Topology t = load_topology(test::topology_path("8-two-switch"));
+  for (int seed : {1, 2, 3}) {
+    auto opts = test::nodes(t.machine_count());
+    opts.faults = nic::FaultOptions::parse("drop=0.3,seed=" + std::to_string(seed));
+    opts.tune = [](engine::EngineConfig& c) { c.peer_deadline = std::chrono::milliseconds(300); };
+    test::Fabric fabric(opts);
+    std::uint32_t id = 1;
+    for (const auto& [algo, sync] : std::vector<std::pair<std::string, std::string>>{{"tree", "sender-all"}, {"sync-shuffle", "none"}}) {
+      Schedule s = plan_sync(t, make_schedule(t, *AlgorithmSpec::parse(algo)), *SyncSpec::parse(sync));
+      // A few seconds each on an idle machine; the deadline leaves room for a loaded one.
+      auto run = test::run_exchange(fabric, s, id++, 20'000, std::chrono::milliseconds(90'000));
+      std::string states;
+      for (int r = 0; r < fabric.size(); ++r) {
+        auto rep = fabric.engine(r).report(id - 1);
+        states += "\n  rank " + std::to_string(r) + ": " + (rep ? std::to_string(static_cast<int>(rep->state)) + " " + rep->error : "gone");
+      }
+      INFO(states);
+      test::expect_ok(run, "seed " + std::to_string(seed) + ": " + algo + " + " + sync);
+    }
+  }
+}
+
+TEST_CASE("finding 7: a peer found silent is remembered: exchanges with it fail at once until it is heard from again") {
+  auto opts = test::nodes(2);
+  opts.tune = [](engine::EngineConfig& c) { c.peer_deadline = std::chrono::milliseconds(300); };
+  test::Fabric fabric(opts);
+  test::expect_ok(test::run_exchange(fabric, ring(2), 1, 5'000), "before");
+  fabric.unplug(1);
+  auto run = test::run_exchange(fabric, ring(2), 2, 5'000, std::chrono::milliseconds(10'000));
+  REQUIRE(run.finished);
+  CHECK(run.reports[0].code == Errc::kPeerSilent);
+  CHECK(fabric.engine(0).peer_dead(1));
+  // The next exchange with it fails at start, naming it, instead of after another deadline.
+  auto spec = engine::exchange_spec(ring(2), 0, 3);
+  std::vector<std::uint8_t> out(5'000, 1), in(5'000);
+  spec.send[1] = {out.data(), out.size()};
+  spec.recv[1] = {in.data(), in.size()};
+  auto started = fabric.engine(0).start(std::move(spec));
+  REQUIRE(!started);
+  CHECK(started.error().code() == Errc::kPeerSilent);
+  CHECK_THAT(started.error().message(), Catch::Contains("peer rank 1 (02:00:00:00:00:02)"));
+  // Back on the wire: the probes are answered, and exchanges run again.
+  fabric.plug(1);
+  REQUIRE(fabric.run_until([&] { return !fabric.engine(0).peer_dead(1) && !fabric.engine(1).peer_dead(0); }, std::chrono::milliseconds(5'000)));
+  test::expect_ok(test::run_exchange(fabric, ring(2), 4, 5'000), "after");
+}
