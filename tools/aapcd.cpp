@@ -35,6 +35,9 @@ int main(int argc, char** argv) {
   app.add_option("--pace", cfg.pace, "pacing: auto (this machine's link rate from the topology), off, or a rate like 1Gbit")->capture_default_str();
   app.add_option("--faults", cfg.faults, "inject faults on the port, for tests: drop=0.01,dup=0.001,corrupt=...,seed=N");
   app.add_option("--peer-deadline-ms", deadline_ms, "a peer silent this long fails the exchange")->capture_default_str();
+  app.add_option("--cluster-key", cfg.cluster_key,
+                 "file of the cluster key (32 bytes or 64 hex digits, mode 0600, the same on every node): frames carry a keyed MAC, "
+                 "and frames without a valid one are dropped");
   app.add_option("--eal", eal_args, "further DPDK EAL arguments");
   app.add_option("--eal-memory-mb", cfg.eal.memory_mb, "EAL memory without hugepages")->capture_default_str();
   app.add_option("--log-level", level, "trace, debug, info, warn, error")->capture_default_str()->take_last();

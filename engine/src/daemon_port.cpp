@@ -2,12 +2,19 @@
 // pace, and the engine over them.
 #include <spdlog/spdlog.h>
 
+#include "aapc/engine/auth.hpp"
 #include "aapc/sched/dot.hpp"
 #include "daemon_impl.hpp"
 
 namespace aapc::engine {
 
 void Daemon::Impl::open_port() {
+  std::optional<FrameKey> key;  // read before the EAL starts: a bad key file fails at once
+  if (!cfg.cluster_key.empty()) {
+    auto loaded = load_cluster_key(cfg.cluster_key);
+    if (!loaded) fail(loaded.error().message());
+    key = *loaded;
+  }
   nic::eal_init(cfg.eal);
   nic::PortOptions po;
   po.device = cfg.device;
@@ -23,6 +30,7 @@ void Daemon::Impl::open_port() {
   ec.mtu = topo.mtu();
   ec.peer_deadline = cfg.peer_deadline;
   ec.pace_bps = pace_bps;
+  ec.key = key;
   engine = std::make_unique<Engine>(port, ec);
   engine->on_peer_restart = [](Rank peer) { spdlog::warn("peer rank {} restarted: running exchanges with it failed", peer); };
   engine->announce();

@@ -199,8 +199,8 @@ bool Engine::send_frame(Rank dst, const Header& h, const std::uint8_t* payload, 
   if (config_.pace_bps > 0) {
     const double bytes = static_cast<double>(frame_len + config_.pace_overhead_bytes);
     tokens_ -= bytes;
-    pace_drained_ = std::max(pace_drained_, pace_last_) +
-                    std::chrono::nanoseconds(static_cast<std::int64_t>(bytes * 8e9 / static_cast<double>(config_.pace_bps)));
+    pace_last_start_ = std::max(pace_drained_, pace_last_);
+    pace_drained_ = pace_last_start_ + std::chrono::nanoseconds(static_cast<std::int64_t>(bytes * 8e9 / static_cast<double>(config_.pace_bps)));
   }
   return true;
 }

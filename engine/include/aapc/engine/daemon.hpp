@@ -29,6 +29,9 @@ struct DaemonConfig {
   std::string faults;                   // fault injector spec, for tests ("drop=0.01")
   std::string pace = "auto";            // "auto": the machine's link rate; "off"; or a rate
   std::chrono::milliseconds peer_deadline{5'000};
+  // A file with the cluster key (auth.hpp), the same on every node: frames carry a keyed MAC
+  // and frames without a valid one are dropped. Empty: no key.
+  std::string cluster_key;
   std::size_t max_clients = 64;
   std::uint64_t max_buffer_bytes = 1ULL << 36;  // per buffer
   nic::EalOptions eal;

@@ -165,11 +165,12 @@ class Engine final : private ParseContext {
   // The agreed id once every peer's proposal is in; an error when a peer stays silent.
   std::optional<Result<std::uint32_t>> join_result();
 
-  // When the frames handed to the port so far will have left it at the paced rate. Later than
-  // the last frame's own wire time only after the bucket let a late poll catch up in a burst,
-  // which then waits in a queue downstream. Sender-based tokens leave no earlier (README,
+  // When the last frame handed to the port starts to leave it at the paced rate, that is when
+  // the ones before it have left: a frame handed over then queues right behind it. Later than
+  // that frame's hand-over only after the bucket let a late poll catch up in a burst, which
+  // then waits in a queue downstream. Sender-based tokens are handed over no earlier (README,
   // "Scale").
-  Clock::time_point drained_at() const { return pace_drained_; }
+  Clock::time_point drained_at() const { return pace_last_start_; }
 
   const EngineCounters& counters() const { return counters_; }
   std::uint32_t epoch() const { return epoch_; }
@@ -262,7 +263,8 @@ class Engine final : private ParseContext {
   // Pacing
   double tokens_ = 0;
   Clock::time_point pace_last_{};
-  Clock::time_point pace_drained_{};
+  Clock::time_point pace_drained_{};     // when everything handed over has left at the paced rate
+  Clock::time_point pace_last_start_{};  // when the last frame handed over starts to leave
   Clock::time_point next_timers_{};
   std::size_t rr_ = 0;  // round-robin over exchanges
   std::uint64_t handled_ = 0;  // frames of ours that passed validation
