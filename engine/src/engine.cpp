@@ -54,6 +54,12 @@ ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32
   return spec;
 }
 
+Clock::duration token_slack(std::uint64_t smallest_buffer_bytes, std::size_t phases, std::uint64_t pace_bps) {
+  if (pace_bps == 0 || phases == 0) return Clock::duration::zero();
+  const double bytes = static_cast<double>(smallest_buffer_bytes) / static_cast<double>(phases);
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(bytes * 8e9 / static_cast<double>(pace_bps)));
+}
+
 Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std::move(config)) {
   const std::size_t n = config_.peers.size();
   if (n < 2 || n > kMaxRanks) throw std::invalid_argument("engine needs 2 to 65535 peers");
@@ -88,6 +94,10 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
         std::max<std::uint64_t>(4ULL * (static_cast<std::uint64_t>(config_.mtu) + kEthHeaderLen), config_.pace_bps / 8 / 2000));
   }
   tokens_ = config_.pace_burst_bytes;
+  if (config_.pace_bps > 0)
+    pace_frame_ = std::chrono::nanoseconds(static_cast<std::int64_t>(
+        static_cast<double>(static_cast<std::uint64_t>(config_.mtu) + kEthHeaderLen + config_.pace_overhead_bytes) * 8e9 /
+        static_cast<double>(config_.pace_bps)));
 }
 
 Engine::~Engine() {

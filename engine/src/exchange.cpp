@@ -239,7 +239,7 @@ void Exchange::end_round(Clock::time_point now) {
   // A round that caught up with a burst after a late poll leaves that burst queued
   // downstream, so its tokens wait until the burst has drained at the paced rate; otherwise
   // the bursts of 448 hand-overs add up on a bottleneck link that is never idle (64 machines).
-  const Clock::time_point drained = eng_.drained_at();
+  const Clock::time_point drained = eng_.drained_at() - spec_.token_slack;
   for (std::uint32_t id : round.emits) {
     if (drained > now) {
       late_emits_.emplace_back(drained, id);

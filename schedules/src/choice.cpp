@@ -59,9 +59,7 @@ Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes) {
   if (topology.single_switch())
     return {{Algorithm::kSyncShuffle, 4}, {SyncKind::kNone, 1}, "one switch: synchronous shuffle, no synchronisation needed"};
   constexpr std::uint64_t kBuffersAbsorbed = 3;
-  std::uint64_t buffer = 0;  // the smallest switch buffer (none: two machines cabled together)
-  for (const Node& node : topology.nodes())
-    if (node.kind == NodeKind::kSwitch) buffer = buffer == 0 ? buffer_or_default(node) : std::min(buffer, buffer_or_default(node));
+  const std::uint64_t buffer = smallest_switch_buffer(topology);  // 0: two machines cabled together
   const auto load = static_cast<std::uint64_t>(model.load());
   if (buffer > 0 && load > 0 && block_bytes <= (kBuffersAbsorbed * buffer - 1) / load)  // block x load < 3 buffers, without overflow
     return {{Algorithm::kPairwiseEc, 4}, {SyncKind::kNone, 1}, "tree of switches, small blocks: pairwise exchange without tokens, switch queues absorb the contention"};

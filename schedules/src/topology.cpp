@@ -307,6 +307,13 @@ void add_links(const TopologySpec& spec, const std::unordered_map<std::string, i
 
 }  // namespace
 
+std::uint64_t smallest_switch_buffer(const Topology& topology) {
+  std::uint64_t buffer = 0;
+  for (const Node& node : topology.nodes())
+    if (node.kind == NodeKind::kSwitch) buffer = buffer == 0 ? buffer_or_default(node) : std::min(buffer, buffer_or_default(node));
+  return buffer;
+}
+
 Topology Topology::from_spec(const TopologySpec& spec) {
   if (spec.directed) fail(spec, "the topology must be an undirected 'graph' (links are full duplex), not a 'digraph'");
   Topology t;

@@ -117,6 +117,7 @@ TEST_CASE("a late engine's burst holds back its sender-based tokens until the fr
   REQUIRE(last_data >= 0);
   REQUIRE(bursts > 0);  // the late polls did send in bursts
   INFO("token " << (static_cast<double>(sync_sent) - last_start) / 1e6 << " ms after the round's last frame could start");
+  // The capture's clock: half a frame.
   CHECK(static_cast<double>(sync_sent) >= last_start - frame_ns / 2);
 }
 

@@ -152,4 +152,8 @@ class Topology {
   std::vector<int> order_;
 };
 
+// The smallest switch buffer of the topology (buffer_or_default of each switch); 0 when it has
+// no switch (two machines cabled together).
+std::uint64_t smallest_switch_buffer(const Topology& topology);
+
 }  // namespace aapc::sched
