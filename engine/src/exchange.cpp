@@ -421,6 +421,35 @@ void Exchange::send_nack(Rank src, InBlock& in, Clock::time_point now) {
   ++counters_.control_frames_sent;
 }
 
+void Exchange::on_nack(const Parsed& f, Clock::time_point now) {
+  const Rank src = f.src_rank;
+  ++counters_.nacks_received;
+  int o = out_of_[idx(src)];
+  if (o < 0 || out_[static_cast<std::size_t>(o)].len != f.h.block_len || !running()) {
+    count_drop(DropReason::kUnexpectedBlock);
+    return;
+  }
+  OutBlock& b = out_[static_cast<std::size_t>(o)];
+  if (b.acked || f.h.chunk != eng_.chunk()) return;
+  bool was_empty = b.resend.empty();
+  for (std::uint32_t i = 0; i < f.h.seq; ++i) {
+    auto [first, count] = nack_range(f.payload, i);
+    for (std::uint32_t x = first; x < first + count; ++x) {
+      // Only frames already sent once: the first pass will still bring the others.
+      if (x < b.sent && !test_bit(b.queued, x)) {
+        set_bit(b.queued, x);
+        b.resend.push_back(x);
+      }
+    }
+  }
+  if (was_empty && !b.resend.empty()) resend_blocks_.push_back(o);
+  b.poll_at = now + b.rto;
+  // The receiver answers: only polls in a row that get no answer count towards giving up.
+  // (At 30% loss per port direction, 41 polls in all were used up by a block that kept
+  // making progress, finding 8.)
+  b.polls = 0;
+}
+
 void Exchange::on_control(const Parsed& f, Clock::time_point now) {
   const Rank src = f.src_rank;
   ++counters_.control_frames_received;
@@ -456,34 +485,9 @@ void Exchange::on_control(const Parsed& f, Clock::time_point now) {
       }
       break;
     }
-    case FrameType::kNack: {
-      ++counters_.nacks_received;
-      int o = out_of_[idx(src)];
-      if (o < 0 || out_[static_cast<std::size_t>(o)].len != f.h.block_len || !running()) {
-        count_drop(DropReason::kUnexpectedBlock);
-        return;
-      }
-      OutBlock& b = out_[static_cast<std::size_t>(o)];
-      if (b.acked || f.h.chunk != eng_.chunk()) return;
-      bool was_empty = b.resend.empty();
-      for (std::uint32_t i = 0; i < f.h.seq; ++i) {
-        auto [first, count] = nack_range(f.payload, i);
-        for (std::uint32_t x = first; x < first + count; ++x) {
-          // Only frames already sent once: the first pass will still bring the others.
-          if (x < b.sent && !test_bit(b.queued, x)) {
-            set_bit(b.queued, x);
-            b.resend.push_back(x);
-          }
-        }
-      }
-      if (was_empty && !b.resend.empty()) resend_blocks_.push_back(o);
-      b.poll_at = now + b.rto;
-      // The receiver answers: only polls in a row that get no answer count towards giving up.
-      // (At 30% loss per port direction, 41 polls in all were used up by a block that kept
-      // making progress, finding 8.)
-      b.polls = 0;
+    case FrameType::kNack:
+      on_nack(f, now);
       break;
-    }
     case FrameType::kPoll: {
       InBlock& in = in_[idx(src)];
       if (in.len == 0 || in.len != f.h.block_len) {
@@ -502,6 +506,75 @@ void Exchange::on_control(const Parsed& f, Clock::time_point now) {
       break;
   }
   advance(now);
+}
+
+  // Liveness, for the peers this exchange waits on (waited_on): pinging every quiet peer made
+  // 128 machines send more PINGs and ACKs than data frames (390,104 PINGs for 747,892 DATA
+  // frames in one exchange). A peer nobody waits on is not needed: whoever needs it next waits
+  // on it, finds it silent and aborts the exchange everywhere. Silence counts from when the
+  // wait began.
+  // Issue 15, finding 8: a waited-on peer we have not heard from for a fifth of the deadline
+  // gets a PING, and another every 1/50 of the deadline while it stays silent. At 30% loss per
+  // port direction a PING and its ACK both arrive only 24% of the time: the old keepalive (4
+  // PINGs per deadline) declared live peers silent at 20% loss; 40 tries all fail once in
+  // 60,000. Any frame of the peer counts as heard (Engine::receive). A peer is silent only
+  // when nothing came from it for the whole deadline although we pinged it kMinPings times,
+  // the last one long enough ago to be answered. Silence is counted in the time between runs
+  // of these timers, at most a tenth of the deadline per run, so that a stall of the host (8
+  // engines of the vdev fabric on a loaded 2-core machine: 12 pings in 333 ms, and the peer's
+  // frames were waiting in the queues) is not charged to the peer.
+bool Exchange::keepalive(Clock::time_point now) {
+  if (now < next_keepalive_) return true;
+  const auto& cfg = eng_.config();
+  constexpr int kPingsPerDeadline = 50, kMinPings = 3;
+  const auto deadline = duration_cast<Clock::duration>(cfg.peer_deadline);
+  const auto quiet = deadline / 5, interval = deadline / kPingsPerDeadline;
+  // Look again within a tenth of the deadline even when nobody is waited on: a wait that
+  // begins meanwhile is then counted from its start.
+  Clock::time_point next = now + deadline / 10;
+  const auto step = std::min<Clock::duration>(now - last_keepalive_, deadline / 10);
+  last_keepalive_ = now;
+  std::vector<bool> waited(n_, false);
+  waited_on(waited);
+  for (std::size_t r = 0; r < n_; ++r) {
+    if (!waited[r]) {
+      waiting_[r] = false;
+      continue;
+    }
+    if (!waiting_[r]) {
+      waiting_[r] = true;
+      waiting_since_[r] = now;
+    }
+    Clock::time_point heard = std::max(eng_.last_heard_[r], waiting_since_[r]);
+    if (heard != heard_seen_[r]) {
+      heard_seen_[r] = heard;
+      pings_[r] = 0;
+      silent_for_[r] = std::min<Clock::duration>(now - heard, step);
+    } else {
+      silent_for_[r] += step;
+    }
+    if (silent_for_[r] > deadline && pings_[r] >= kMinPings && now - pinged_[r] >= interval) {
+      auto ms = duration_cast<std::chrono::milliseconds>(now - heard).count();
+      fail(Errc::kPeerSilent, "peer " + peer_name(eng_, static_cast<Rank>(r)) + " silent for " + std::to_string(ms) + " ms (" +
+                                  std::to_string(pings_[r]) + " pings unanswered)",
+           static_cast<Rank>(r), now);
+      return false;
+    }
+    if (silent_for_[r] <= quiet) {
+      next = std::min(next, now + (quiet - silent_for_[r]) + interval / 2);
+      continue;
+    }
+    if (now - pinged_[r] >= interval) {
+      pinged_[r] = now;
+      if (eng_.send_control(static_cast<Rank>(r), FrameType::kPing, spec_.id, 0, 0)) {  // no mbuf: not a try
+        ++counters_.pings_sent;
+        ++pings_[r];
+      }
+    }
+    next = std::min(next, pinged_[r] + interval);
+  }
+  next_keepalive_ = next;
+  return true;
 }
 
 void Exchange::timers(Clock::time_point now) {
@@ -525,71 +598,7 @@ void Exchange::timers(Clock::time_point now) {
     b.poll_at = now + b.rto;
     b.rto = std::min(b.rto * 2, cfg.rto_max);
   }
-  // Liveness, for the peers this exchange waits on (waited_on): pinging every quiet peer made
-  // 128 machines send more PINGs and ACKs than data frames (390,104 PINGs for 747,892 DATA
-  // frames in one exchange). A peer nobody waits on is not needed: whoever needs it next waits
-  // on it, finds it silent and aborts the exchange everywhere. Silence counts from when the
-  // wait began.
-  // Issue 15, finding 8: a waited-on peer we have not heard from for a fifth of the deadline
-  // gets a PING, and another every 1/50 of the deadline while it stays silent. At 30% loss per
-  // port direction a PING and its ACK both arrive only 24% of the time: the old keepalive (4
-  // PINGs per deadline) declared live peers silent at 20% loss; 40 tries all fail once in
-  // 60,000. Any frame of the peer counts as heard (Engine::receive). A peer is silent only
-  // when nothing came from it for the whole deadline although we pinged it kMinPings times,
-  // the last one long enough ago to be answered. Silence is counted in the time between runs
-  // of these timers, at most a tenth of the deadline per run, so that a stall of the host (8
-  // engines of the vdev fabric on a loaded 2-core machine: 12 pings in 333 ms, and the peer's
-  // frames were waiting in the queues) is not charged to the peer.
-  if (now >= next_keepalive_) {
-    constexpr int kPingsPerDeadline = 50, kMinPings = 3;
-    const auto deadline = duration_cast<Clock::duration>(cfg.peer_deadline);
-    const auto quiet = deadline / 5, interval = deadline / kPingsPerDeadline;
-    // Look again within a tenth of the deadline even when nobody is waited on: a wait that
-    // begins meanwhile is then counted from its start.
-    Clock::time_point next = now + deadline / 10;
-    const auto step = std::min<Clock::duration>(now - last_keepalive_, deadline / 10);
-    last_keepalive_ = now;
-    std::vector<bool> waited(n_, false);
-    waited_on(waited);
-    for (std::size_t r = 0; r < n_; ++r) {
-      if (!waited[r]) {
-        waiting_[r] = false;
-        continue;
-      }
-      if (!waiting_[r]) {
-        waiting_[r] = true;
-        waiting_since_[r] = now;
-      }
-      Clock::time_point heard = std::max(eng_.last_heard_[r], waiting_since_[r]);
-      if (heard != heard_seen_[r]) {
-        heard_seen_[r] = heard;
-        pings_[r] = 0;
-        silent_for_[r] = std::min<Clock::duration>(now - heard, step);
-      } else {
-        silent_for_[r] += step;
-      }
-      if (silent_for_[r] > deadline && pings_[r] >= kMinPings && now - pinged_[r] >= interval) {
-        auto ms = duration_cast<std::chrono::milliseconds>(now - heard).count();
-        fail(Errc::kPeerSilent, "peer " + peer_name(eng_, static_cast<Rank>(r)) + " silent for " + std::to_string(ms) + " ms (" +
-                                    std::to_string(pings_[r]) + " pings unanswered)",
-             static_cast<Rank>(r), now);
-        return;
-      }
-      if (silent_for_[r] <= quiet) {
-        next = std::min(next, now + (quiet - silent_for_[r]) + interval / 2);
-        continue;
-      }
-      if (now - pinged_[r] >= interval) {
-        pinged_[r] = now;
-        if (eng_.send_control(static_cast<Rank>(r), FrameType::kPing, spec_.id, 0, 0)) {  // no mbuf: not a try
-          ++counters_.pings_sent;
-          ++pings_[r];
-        }
-      }
-      next = std::min(next, pinged_[r] + interval);
-    }
-    next_keepalive_ = next;
-  }
+  if (!keepalive(now)) return;
   if (spec_.timeout.count() > 0 && now - start_ > spec_.timeout) {
     fail(Errc::kTimeout, "exchange " + std::to_string(spec_.id) + " did not finish within " + std::to_string(spec_.timeout.count()) + " ms", -1, now);
     return;

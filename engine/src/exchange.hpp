@@ -104,6 +104,9 @@ class Exchange {
   void ready_acked(Rank peer);
   bool retry(Pending& p, Clock::time_point now);
   void send_nack(Rank src, InBlock& in, Clock::time_point now);
+  void on_nack(const Parsed& f, Clock::time_point now);
+  // Liveness of the peers waited on (timers()); false when the exchange failed.
+  bool keepalive(Clock::time_point now);
   void send_data(OutBlock* block, Rank dst, std::uint32_t index, std::uint64_t len, int phase, std::uint8_t flags);
   void block_complete(Rank src, Clock::time_point now);
   void check_done(Clock::time_point now);
