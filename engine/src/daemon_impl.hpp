@@ -93,6 +93,9 @@ struct Daemon::Impl {
   bool joined = false;                // the cluster agreed on ids for the current session
   std::deque<Prepared> waiting_join;  // STARTs until it has
   std::uint64_t pace_bps = 0;
+  // The switch buffer that sender-based tokens may lead by, over a schedule (token_slack): the
+  // topology's smallest, found once.
+  std::uint64_t slack_buffer = sched::kDefaultSwitchBufferBytes;
 
   ~Impl();
 

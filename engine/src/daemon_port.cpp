@@ -24,6 +24,7 @@ void Daemon::Impl::open_port() {
   rank = rank_of_port();
   nic::Port& port = decorate_port();
   choose_pace();
+  if (const std::uint64_t smallest = sched::smallest_switch_buffer(topo); smallest != 0) slack_buffer = smallest;
   EngineConfig ec;
   ec.rank = rank;
   for (sched::Rank r = 0; r < topo.machine_count(); ++r) ec.peers.push_back(topo.machine(r).mac.bytes);

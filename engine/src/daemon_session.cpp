@@ -57,8 +57,7 @@ void Daemon::Impl::launch(Prepared p) {
     spec.recv = std::move(p.recv);
   }
   spec.timeout = std::chrono::milliseconds(p.timeout_ms);
-  const std::uint64_t buffer = sched::smallest_switch_buffer(topo);
-  spec.token_slack = token_slack(buffer != 0 ? buffer : sched::kDefaultSwitchBufferBytes, p.plan->phases.size(), pace_bps);
+  spec.token_slack = token_slack(slack_buffer, p.plan->phases.size(), pace_bps);
   auto started = engine->start(std::move(spec));
   ++next_id;  // a collective's id is used up, started or not
   if (!started) return reply_error(c.fd, p.request, started.error().code(), started.error().message());
