@@ -111,7 +111,7 @@ int orchestrate(const Args& a) {
       failures += failed ? 1 : 0;
     }
   }
-  if (mpi) mpi->remove_hosts_files();
+  mpi.reset();  // its hosts files go
   emu.down();
   const std::vector<Json> points = report_points(runs, sweep);
   write_report(a, sweep, points, summary(a, sweep, runs, points));

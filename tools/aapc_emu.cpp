@@ -8,6 +8,8 @@
 //   aapc-emu up TOPO | down | status
 //   aapc-emu exec MACHINE -- CMD...
 //   aapc-emu run TOPO -- CMD...     (daemons on every machine, CMD on every machine, one report)
+//   aapc-emu mpirun TOPO [--ppn K] [--mpi openmpi|mpich] -- PROGRAM ARGS...
+//                                    (daemons on every machine, an MPI job with libaapc-mpi.so)
 //   aapc-emu start | stop            (daemons on the cluster that is up)
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
@@ -23,12 +25,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <regex>
 #include <sstream>
 #include <thread>
 
 #include "aapc/sched/dot.hpp"
+#include "common/mpilaunch.hpp"
 #include "common/procutil.hpp"
 #include "aapc/sched/topology.hpp"
 
@@ -498,10 +502,12 @@ int command_everywhere(const Json& state, const RunOptions& o, const std::vector
   return failed;
 }
 
-int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char* argv0) {
-  if (cmd.empty()) throw Failure("give the command to run on every machine after --, e.g. -- aapc run --size 64K");
+// Brings up o.topology (unless it is up), starts the daemons, runs `body` on the cluster,
+// and stops what it started, also when `body` throws or the user interrupts.
+int with_cluster(const RunOptions& o, const char* argv0, const std::function<int(const Json&)>& body) {
   ::signal(SIGINT, on_signal);
   ::signal(SIGTERM, on_signal);
+  ::signal(SIGPIPE, SIG_IGN);  // a reader that goes away (| head) must not stop the clean-up
   Json state = read_state();
   bool brought_up = false;
   Topology t = aapc::sched::load_topology(o.topology);
@@ -522,13 +528,73 @@ int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char
   };
   try {
     start_daemons(state, o, argv0);
-    const int failed = command_everywhere(state, o, cmd);
+    const int rc = body(state);
     cleanup();
-    return failed == 0 ? 0 : 1;
+    return rc;
   } catch (...) {
     cleanup();
     throw;
   }
+}
+
+int cmd_run(const RunOptions& o, const std::vector<std::string>& cmd, const char* argv0) {
+  if (cmd.empty()) throw Failure("give the command to run on every machine after --, e.g. -- aapc run --size 64K");
+  return with_cluster(o, argv0, [&](const Json& state) { return command_everywhere(state, o, cmd) == 0 ? 0 : 1; });
+}
+
+struct MpiOptions {
+  std::string ppn = "1";  // K, or K0,K1,... by machine
+  std::string impl = "openmpi";
+  std::string library;  // libaapc-mpi.so; found beside the tools when empty
+  bool no_preload = false;
+  std::vector<std::string> env;
+};
+
+// Ranks per machine from "K" or "K0,K1,...".
+std::vector<int> ranks_per_machine(const std::string& spec, std::size_t machines) {
+  std::vector<int> out;
+  std::stringstream in(spec);
+  for (std::string k; std::getline(in, k, ',');) {
+    char* end = nullptr;
+    const long v = std::strtol(k.c_str(), &end, 10);
+    if (k.empty() || *end != '\0' || v < 1 || v > 1024) throw Failure("--ppn: '" + k + "' is not a number of ranks from 1 to 1024");
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.size() == 1) out.assign(machines, out.front());
+  if (out.size() != machines)
+    throw Failure("--ppn gives " + std::to_string(out.size()) + " counts; the cluster has " + std::to_string(machines) + " machines");
+  return out;
+}
+
+// libaapc-mpi.so: as given, or where a build or an install puts it beside these tools.
+std::string mpi_library(const std::string& given) {
+  if (!given.empty()) {
+    if (!fs::exists(given)) throw Failure("--library " + given + ": no such file");
+    return fs::absolute(given).string();
+  }
+  const fs::path bin = fs::canonical("/proc/self/exe").parent_path();
+  for (const fs::path& p : {bin / ".." / "mpi", bin / ".." / "lib" / "x86_64-linux-gnu", bin / ".." / "lib64", bin / ".." / "lib"})
+    if (fs::exists(p / "libaapc-mpi.so")) return fs::canonical(p / "libaapc-mpi.so").string();
+  throw Failure("cannot find libaapc-mpi.so beside " + bin.string() + "; give --library PATH, or --no-preload for the MPI alone");
+}
+
+int cmd_mpirun(const RunOptions& o, const MpiOptions& m, const std::vector<std::string>& program, const char* argv0) {
+  if (program.empty()) throw Failure("give the MPI program after --, e.g. -- ./fft 1024");
+  if (aapc::tools::MpiCluster::launcher(m.impl).empty())
+    throw Failure("--mpi " + m.impl + ": its launcher is not installed (Debian: openmpi-bin or mpich)");
+  aapc::tools::MpiJob job;
+  job.impl = m.impl;
+  job.env = m.env;
+  job.preload = m.no_preload ? "" : mpi_library(m.library);
+  job.program = program;
+  job.timeout_s = o.timeout_s;
+  return with_cluster(o, argv0, [&](const Json& state) {
+    job.ppn = ranks_per_machine(m.ppn, state["machines"].size());
+    aapc::tools::MpiCluster cluster(state, kStateDir / "mpi");
+    const int st = aapc::tools::exit_status(std::system(cluster.command(job).c_str()));
+    if (st != 0) std::cerr << "aapc-emu: the MPI job exited with " << st << (st == 124 ? " (timed out)" : "") << "\n";
+    return st == 0 ? 0 : 1;
+  });
 }
 
 }  // namespace
@@ -563,6 +629,20 @@ int main(int argc, char** argv) {
   startc->add_option("--capture-dir", ro.capture_dir, "every daemon writes DIR/<machine>.pcap");
   startc->add_option("--daemon-args", ro.daemon_args, "further aapcd arguments");
   app.add_subcommand("stop", "stop the daemons (the cluster stays up)");
+  MpiOptions mo;
+  auto* mpic = app.add_subcommand("mpirun", "bring up TOPO (unless up), start aapcd on every machine, run an MPI program on the cluster with "
+                                            "libaapc-mpi.so preloaded, tear down");
+  mpic->add_option("TOPO", ro.topology, "topology file or shipped name")->required();
+  mpic->add_option("PROGRAM", cmd, "the MPI program and its arguments, after --")->required();
+  mpic->add_option("--ppn", mo.ppn, "ranks per machine: K, or K0,K1,... machine by machine")->capture_default_str();
+  mpic->add_option("--mpi", mo.impl, "openmpi or mpich")->check(CLI::IsMember({"openmpi", "mpich"}))->capture_default_str();
+  mpic->add_option("--library", mo.library, "libaapc-mpi.so to preload (default: the one beside these tools)");
+  mpic->add_flag("--no-preload", mo.no_preload, "run the program on the MPI alone");
+  mpic->add_option("--env", mo.env, "NAME=VALUE for every rank (repeatable), e.g. AAPC_MPI_VERBOSE=1");
+  mpic->add_flag("--keep", ro.keep, "leave the cluster up afterwards");
+  mpic->add_option("--daemon-args", ro.daemon_args, "further aapcd arguments");
+  mpic->add_option("--timeout", ro.timeout_s, "seconds the job may take")->capture_default_str();
+  mpic->add_option("--subnet", ro.subnet, "first two octets of the machines' IPv4 addresses")->capture_default_str();
   app.positionals_at_end();
   CLI11_PARSE(app, argc, argv);
   try {
@@ -576,6 +656,7 @@ int main(int argc, char** argv) {
     if (ex->parsed()) return cmd_exec(machine, cmd);
     if (startc->parsed()) return cmd_start(ro, argv[0]);
     if (app.got_subcommand("stop")) return cmd_stop();
+    if (mpic->parsed()) return cmd_mpirun(ro, mo, cmd, argv[0]);
     return cmd_run(ro, cmd, argv[0]);
   } catch (const std::exception& e) {
     std::cerr << "aapc-emu: " << e.what() << "\n";

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mpilaunch.hpp"
+
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -45,7 +47,7 @@ double exchange_bits(int n, double block);
 int iterations(std::uint64_t block, int n, double peak_bps, double budget_s, int max_iters);
 // A configuration's name in the report: its spec, "none" left out.
 std::string label_of(const std::string& schedule, const std::string& sync);
-std::string quote(const std::string& s);  // for sh
+using aapc::tools::shell_quote;  // for sh
 std::string mb(double bps);               // Mbit/s, one decimal
 fs::path self_dir();                      // where aapc-bench and its sibling tools are
 
@@ -115,7 +117,6 @@ class MpiLauncher {
   // One job of variant `v`: its points (labelled, marked when the job went around the
   // network) and whether it failed; `on_point` sees each as it comes.
   std::vector<Json> run(const MpiVariant& v, const Args& a, const std::function<void(const Json&)>& on_point, bool& failed) const;
-  void remove_hosts_files() const;
 
  private:
   std::string command(const MpiVariant& v, const Args& a) const;
@@ -123,8 +124,7 @@ class MpiLauncher {
 
   const Sweep& sweep_;
   Json state_;
-  std::string hostlist_, first_, subnet_;
-  fs::path agent_, hostfile_;
+  aapc::tools::MpiCluster cluster_;  // hosts files, agent and wrapper, removed with it
 };
 
 // --- the report (stats.cpp) -------------------------------------------------------------------

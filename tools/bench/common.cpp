@@ -41,12 +41,6 @@ std::string label_of(const std::string& schedule, const std::string& sync) {
   return sync == "none" ? schedule : aapc::sched::join_spec(schedule, sync);
 }
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // Runs a command and collects JSON lines as they come, calling `on_point` for each.
 Run run_collect(const std::string& cmd, const std::function<void(const Json&)>& on_point) {
   Run r;

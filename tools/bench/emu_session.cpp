@@ -11,7 +11,7 @@ namespace aapc::bench {
 EmuSession::EmuSession(const Sweep& sweep) : sweep_(sweep), emu_((sweep.tools / "aapc-emu").string()) {
   auto st = run_collect(emu_ + " status", [](const Json&) {});
   if (st.other.find("nothing is up") == std::string::npos) throw std::runtime_error("an emulated cluster is already up: `aapc-emu down` it first");
-  auto up = run_collect(emu_ + " up " + quote(sweep_.topo_file.string()), [](const Json&) {});
+  auto up = run_collect(emu_ + " up " + shell_quote(sweep_.topo_file.string()), [](const Json&) {});
   if (up.status != 0) throw std::runtime_error("aapc-emu up failed:\n" + up.other);
   up_ = true;
 }
@@ -28,7 +28,7 @@ void EmuSession::down() {
 // cluster's namespaces are torn down, which the kernel finishes in the background) the first
 // configuration measured 30% below the same one a minute later at 1 KiB.
 void EmuSession::warm_up() const {
-  run_collect(emu_ + " run " + quote(sweep_.topo_file.string()) + " --keep -- " + quote((sweep_.tools / "aapc-bench").string()) +
+  run_collect(emu_ + " run " + shell_quote(sweep_.topo_file.string()) + " --keep -- " + shell_quote((sweep_.tools / "aapc-bench").string()) +
                   " --measure --schedule auto --sync auto --point-seconds 1 --max-iters 20 --sizes 4K 64K",
               [](const Json&) {});
 }
@@ -37,9 +37,9 @@ Run EmuSession::run_aapc(const Args& a, const std::function<void(const Json&)>& 
   std::string sizes_arg;
   for (const auto& s : a.sizes) sizes_arg += " " + s;
   std::ostringstream cmd;
-  cmd << emu_ << " run " << quote(sweep_.topo_file.string()) << " --keep --timeout "
+  cmd << emu_ << " run " << shell_quote(sweep_.topo_file.string()) << " --keep --timeout "
       << static_cast<int>(sweep_.job_budget_s * static_cast<double>(sweep_.configs.size())) << " -- "
-      << quote((sweep_.tools / "aapc-bench").string()) << " --measure --point-seconds " << a.point_seconds << " --max-iters " << a.max_iters
+      << shell_quote((sweep_.tools / "aapc-bench").string()) << " --measure --point-seconds " << a.point_seconds << " --max-iters " << a.max_iters
       << (a.check ? " --check" : "") << " --sizes" << sizes_arg << " --configs";
   for (const auto& [schedule, sync] : sweep_.configs) cmd << " " << aapc::sched::join_spec(schedule, sync);
   return run_collect(cmd.str(), on_point);

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <stdexcept>
 
 #include "bench/bench.hpp"
@@ -37,34 +38,7 @@ std::vector<MpiVariant> mpi_variants(const Args& a) {
   return out;
 }
 
-MpiLauncher::MpiLauncher(const Sweep& sweep)
-    : sweep_(sweep), state_(aapc::tools::read_emu_state()), agent_(sweep.out / "mpi-agent"), hostfile_(sweep.out / "mpi-hosts") {
-  if (state_.is_null()) throw std::runtime_error("cannot read " + aapc::tools::kEmuStateFile.string());
-  std::string hosts = "127.0.0.1 localhost\n";
-  for (const auto& m : state_["machines"]) {
-    hosts += m["ip"].get<std::string>() + " " + m["name"].get<std::string>() + "\n";
-    hostlist_ += (hostlist_.empty() ? "" : ",") + m["name"].get<std::string>();
-  }
-  for (const auto& m : state_["machines"]) {
-    fs::path dir = fs::path("/etc/netns") / m["netns"].get<std::string>();
-    fs::create_directories(dir);
-    std::ofstream(dir / "hosts") << hosts;
-  }
-  std::ofstream(agent_) << "#!/bin/sh\n# rsh for MPI launchers: run the command in the machine's namespace, with its hostname.\n"
-                           "while [ \"${1#-}\" != \"$1\" ]; do shift; done\nhost=$1; shift\n"
-                           "exec ip netns exec \"aapc-$host\" unshare --uts sh -c \"hostname $host; $*\"\n";
-  fs::permissions(agent_, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
-  {
-    std::ofstream h(hostfile_);
-    for (const auto& m : state_["machines"]) h << m["name"].get<std::string>() << " slots=1\n";
-  }
-  first_ = state_["machines"][0]["name"];
-  subnet_ = state_["machines"][0]["ip"].get<std::string>().substr(0, state_["machines"][0]["ip"].get<std::string>().find('.', 3)) + ".0.0/16";
-}
-
-void MpiLauncher::remove_hosts_files() const {
-  for (const auto& m : state_["machines"]) fs::remove_all(fs::path("/etc/netns") / m["netns"].get<std::string>());
-}
+MpiLauncher::MpiLauncher(const Sweep& sweep) : sweep_(sweep), state_(aapc::tools::read_emu_state()), cluster_(state_, sweep.out) {}
 
 double MpiLauncher::tx_bytes() const {
   auto r = run_collect("ip netns exec " + state_["machines"][0]["netns"].get<std::string>() + " cat /sys/class/net/aapc0/statistics/tx_bytes",
@@ -73,23 +47,17 @@ double MpiLauncher::tx_bytes() const {
 }
 
 std::string MpiLauncher::command(const MpiVariant& v, const Args& a) const {
-  const int n = sweep_.n;
-  std::string exe = (sweep_.tools / ("mpi-alltoall-" + v.impl)).string() + (a.check ? " --check" : "") + sweep_.points_arg;
-  std::string launch;
-  if (v.impl == "openmpi") {
-    launch = "mpirun.openmpi --allow-run-as-root -np " + std::to_string(n) + " --hostfile " + hostfile_.string() + " --mca plm_rsh_agent " +
-             agent_.string() + " --mca btl tcp,self --mca pml ob1 --mca btl_tcp_if_include " + subnet_ + " --mca oob_tcp_if_include " + subnet_ +
-             " " + v.env + " " + exe;
-  } else {
-    // Debian's MPICH is ch4:ucx, and UCX takes every namespace of one box for one host:
-    // left alone it moves the data through shared memory, not the emulated network
-    // (measured: 3 KB on a rank's wire for a 256 KiB exchange). TCP only, on aapc0.
-    launch = "mpiexec.mpich -n " + std::to_string(n) + " -hosts " + hostlist_ + " -launcher rsh -launcher-exec " + agent_.string() +
-             " -iface aapc0 -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES aapc0 " +
-             (v.env.empty() ? "" : "-genv " + v.env.substr(0, v.env.find('=')) + " " + v.env.substr(v.env.find('=') + 1) + " ") + exe;
-  }
-  launch = "timeout -k 10 " + std::to_string(static_cast<int>(sweep_.job_budget_s)) + " " + launch;
-  return "ip netns exec aapc-" + first_ + " unshare --uts sh -c " + quote("hostname " + first_ + "; " + launch);
+  aapc::tools::MpiJob job;
+  job.impl = v.impl;
+  // v.env: mpirun arguments for Open MPI, NAME=VALUE for MPICH.
+  if (v.impl == "openmpi") job.launcher_args = v.env;
+  else if (!v.env.empty()) job.env.push_back(v.env);
+  job.program = {(sweep_.tools / ("mpi-alltoall-" + v.impl)).string()};
+  if (a.check) job.program.emplace_back("--check");
+  std::istringstream points(sweep_.points_arg);
+  for (std::string p; points >> p;) job.program.push_back(p);
+  job.timeout_s = static_cast<int>(sweep_.job_budget_s);
+  return cluster_.command(job);
 }
 
 std::vector<Json> MpiLauncher::run(const MpiVariant& v, const Args& a, const std::function<void(const Json&)>& on_point, bool& failed) const {

@@ -88,7 +88,7 @@ void plot(const fs::path& dir, const std::vector<Json>& points, double peak_bps,
     script << "set terminal " << term << "\nset output \"throughput." << ext << "\"\nplot " << plots << "\n";
   }
   script.close();
-  std::string cmd = "cd " + quote(dir.string()) + " && gnuplot plot.gp 2>&1";
+  std::string cmd = "cd " + shell_quote(dir.string()) + " && gnuplot plot.gp 2>&1";
   if (std::system(cmd.c_str()) != 0) std::cerr << "aapc-bench: gnuplot failed (is gnuplot installed?); data and script are in " << dir << "\n";
 }
 

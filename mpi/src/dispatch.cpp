@@ -1,0 +1,132 @@
+// libaapc-mpi.so: the MPI profiling-interface interposer that programs preload or link
+// (issue 13). It defines MPI_Init(_thread), MPI_Alltoall and MPI_Alltoallv, finds out which MPI the process runs
+// (Open MPI or MPICH, whose ABIs differ), and forwards to libaapc-mpi-openmpi.so or
+// libaapc-mpi-mpich.so beside it, which are built against that MPI's mpi.h. Without one, it
+// calls the MPI's own PMPI_* so that a program never breaks because of aapc.
+//
+// Built without an mpi.h: every handle is taken as a machine word (an int handle arrives in
+// the low half of its register) and passed on unchanged.
+#include <dlfcn.h>
+#include <link.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+namespace {
+
+using Word = std::uintptr_t;
+using Alltoall = int (*)(const void*, int, Word, void*, int, Word, Word);
+using Alltoallv = int (*)(const void*, const int*, const int*, Word, void*, const int*, const int*, Word, Word);
+using Init = int (*)(int*, char***);
+using InitThread = int (*)(int*, char***, int, int*);
+
+struct Target {
+  Init init = nullptr;
+  InitThread init_thread = nullptr;
+  Alltoall alltoall = nullptr;
+  Alltoallv alltoallv = nullptr;
+};
+
+struct Loaded {
+  const char* flavour = nullptr;
+  std::string path;
+};
+
+int find_mpi(dl_phdr_info* info, std::size_t, void* data) {
+  auto* found = static_cast<Loaded*>(data);
+  const std::string path = info->dlpi_name != nullptr ? info->dlpi_name : "";
+  const std::string base = path.substr(path.rfind('/') + 1);
+  if (base.rfind("libmpi.so", 0) == 0) *found = {"openmpi", path};
+  if (base.rfind("libmpich.so", 0) == 0) *found = {"mpich", path};
+  return found->flavour != nullptr ? 1 : 0;
+}
+
+// Which MPI is loaded: by a symbol only it defines, or by its library's name among those
+// loaded (Python's mpi4py loads it where RTLD_DEFAULT does not look).
+Loaded loaded_mpi() {
+  Loaded l;
+  if (dlsym(RTLD_DEFAULT, "ompi_mpi_comm_world") != nullptr) l.flavour = "openmpi";
+  else if (dlsym(RTLD_DEFAULT, "MPIR_Err_create_code") != nullptr) l.flavour = "mpich";
+  else dl_iterate_phdr(find_mpi, &l);
+  return l;
+}
+
+
+std::string own_directory() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&loaded_mpi), &info) == 0 || info.dli_fname == nullptr) return "";
+  std::string path = info.dli_fname;
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
+}
+
+template <typename F>
+F symbol(void* lib, const char* name) {
+  return reinterpret_cast<F>(dlsym(lib, name));
+}
+
+Target load() {
+  Target t;
+  const Loaded found = loaded_mpi();
+  const char* mpi = found.flavour;
+  const bool verbose = std::getenv("AAPC_MPI_VERBOSE") != nullptr;
+  void* lib = nullptr;
+  std::string path;
+  if (mpi != nullptr) {
+    path = own_directory() + "libaapc-mpi-" + mpi + ".so";
+    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
+  if (lib != nullptr) {
+    t.init = symbol<Init>(lib, "aapc_mpi_init");
+    t.init_thread = symbol<InitThread>(lib, "aapc_mpi_init_thread");
+    t.alltoall = symbol<Alltoall>(lib, "aapc_mpi_alltoall");
+    t.alltoallv = symbol<Alltoallv>(lib, "aapc_mpi_alltoallv");
+  }
+  if (t.init == nullptr || t.init_thread == nullptr || t.alltoall == nullptr || t.alltoallv == nullptr) {
+    if (verbose)
+      std::fprintf(stderr, "aapc-mpi: %s; the MPI's own all-to-all runs\n",
+                   mpi == nullptr ? "neither Open MPI nor MPICH is loaded" : ("cannot load " + path + ": " + dlerror()).c_str());
+    void* next = RTLD_NEXT;
+    if (!found.path.empty())
+      if (void* h = dlopen(found.path.c_str(), RTLD_NOW | RTLD_NOLOAD)) next = h;
+    t.init = symbol<Init>(next, "PMPI_Init");
+    t.init_thread = symbol<InitThread>(next, "PMPI_Init_thread");
+    t.alltoall = symbol<Alltoall>(next, "PMPI_Alltoall");
+    t.alltoallv = symbol<Alltoallv>(next, "PMPI_Alltoallv");
+  }
+  if (t.init == nullptr || t.init_thread == nullptr || t.alltoall == nullptr || t.alltoallv == nullptr) {
+    std::fprintf(stderr, "aapc-mpi: libaapc-mpi.so is loaded in a process without an MPI library (no PMPI_Init); remove it from LD_PRELOAD\n");
+    std::abort();
+  }
+  return t;
+}
+
+const Target& target() {
+  static const Target t = load();
+  return t;
+}
+
+}  // namespace
+
+extern "C" {
+
+// MPI_Init makes MPI_COMM_WORLD's plan: which process leads each machine (plan.cpp).
+__attribute__((visibility("default"))) int MPI_Init(int* argc, char*** argv) { return target().init(argc, argv); }
+
+__attribute__((visibility("default"))) int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
+  return target().init_thread(argc, argv, required, provided);
+}
+
+__attribute__((visibility("default"))) int MPI_Alltoall(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype, Word comm) {
+  return target().alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+}
+
+__attribute__((visibility("default"))) int MPI_Alltoallv(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
+                                                         const int* rcounts, const int* rdispls, Word rtype, Word comm) {
+  return target().alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
+}
+
+}  // extern "C"

@@ -1,0 +1,170 @@
+// The per-communicator decision of libaapc-mpi: which machine every rank is on (from its
+// daemon), whether aapc can carry the communicator's all-to-alls, and the local communicator
+// of each machine.
+#include "plan.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+namespace aapc::mpi {
+
+namespace {
+
+// What a rank reports about itself to the others when a plan is made.
+enum Local : int { kNoDaemon = -1, kOff = -2 };
+
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0 && std::strcmp(v, "off") != 0;
+}
+
+bool disabled() {
+  const char* v = std::getenv("AAPC_MPI");
+  return v != nullptr && (std::strcmp(v, "off") == 0 || std::strcmp(v, "0") == 0);
+}
+
+// This process's machine (its daemon's rank), or why there is none.
+int my_machine(int& cluster_size) {
+  Process& pr = process();
+  cluster_size = 0;
+  if (disabled()) return kOff;
+  if (!pr.info) {
+    auto c = aapc::Client::try_connect();
+    if (!c) {
+      pr.connect_error = c.error().message();
+      return kNoDaemon;
+    }
+    pr.info = c.value().info();  // the connection closes here; leaders open theirs when they exchange
+  }
+  cluster_size = pr.info->size;
+  return pr.info->rank;
+}
+
+int delete_plan(MPI_Comm, int, void* attr, void*) {
+  auto* p = static_cast<Plan*>(attr);
+  if (p->local != MPI_COMM_NULL) PMPI_Comm_free(&p->local);
+  delete p;
+  return MPI_SUCCESS;
+}
+
+// The same verdict on every rank: it is computed from what all of them reported.
+std::string verdict(const std::vector<int>& report, int size) {
+  const int n = static_cast<int>(report.size() / 2);
+  if (n < 2) return "a communicator of one rank";
+  int cluster = -1;
+  for (int r = 0; r < n; ++r) {
+    const int m = report[2 * static_cast<std::size_t>(r)], c = report[2 * static_cast<std::size_t>(r) + 1];
+    if (m == kOff) return "AAPC_MPI=off on rank " + std::to_string(r);
+    if (m == kNoDaemon) return "rank " + std::to_string(r) + " reaches no aapcd (set AAPC_SOCKET, or start aapcd)";
+    if (cluster < 0) cluster = c;
+    if (c != cluster) return "ranks 0 and " + std::to_string(r) + " are in different aapc clusters";
+  }
+  std::set<int> machines;
+  for (int r = 0; r < n; ++r) machines.insert(report[2 * static_cast<std::size_t>(r)]);
+  if (static_cast<int>(machines.size()) != cluster)
+    return "the communicator spans " + std::to_string(machines.size()) + " of the cluster's " + std::to_string(cluster) +
+           " machines, and aapc exchanges run over the whole cluster";
+  (void)size;
+  return "";
+}
+
+void say(MPI_Comm comm, const Plan& p, int rank, int size) {
+  if (!env_on("AAPC_MPI_VERBOSE") || rank != 0) return;
+  char name[MPI_MAX_OBJECT_NAME] = {0};
+  int len = 0;
+  PMPI_Comm_get_name(comm, name, &len);
+  std::string what = len > 0 ? name : "a communicator";
+  if (p.aapc) {
+    std::size_t lo = p.place.ranks_on.front().size(), hi = lo;
+    for (const auto& on : p.place.ranks_on) lo = std::min(lo, on.size()), hi = std::max(hi, on.size());
+    std::fprintf(stderr, "aapc-mpi: %s (%d ranks on %d machines, %zu-%zu per machine): all-to-all through aapc\n", what.c_str(), size,
+                 p.place.machines(), lo, hi);
+  } else {
+    std::fprintf(stderr, "aapc-mpi: %s (%d ranks): the MPI's own all-to-all, because %s\n", what.c_str(), size, p.why.c_str());
+  }
+}
+
+// A communicator's machine-level exchanges are started by the processes that lead their
+// machines in the world (Process::machine_leader): were two processes of one machine to start
+// exchanges, they would do so in orders the other machines cannot know. Sets p.leader_rank;
+// empty if every machine of the communicator has its leader in it.
+std::string find_leaders(MPI_Comm comm, Plan& p) {
+  if (comm == MPI_COMM_WORLD) process().machine_leader = p.local_rank == 0;
+  const int mine = process().machine_leader ? p.local_rank : -1;
+  PMPI_Allreduce(&mine, &p.leader_rank, 1, MPI_INT, MPI_MAX, p.local);
+  const int here = p.leader_rank >= 0 ? 1 : 0;
+  int everywhere = 0;
+  PMPI_Allreduce(&here, &everywhere, 1, MPI_INT, MPI_MIN, comm);
+  return everywhere != 0 ? "" : "on some machine it lacks the rank that leads the machine in MPI_COMM_WORLD (the world's first rank there)";
+}
+
+Plan* make_plan(MPI_Comm comm) {
+  auto* p = new Plan;
+  int inter = 0, rank = 0, size = 0;
+  PMPI_Comm_test_inter(comm, &inter);
+  PMPI_Comm_rank(comm, &rank);
+  PMPI_Comm_size(comm, &size);
+  if (inter != 0) {  // every rank of it sees the same
+    p->why = "it is an intercommunicator";
+    say(comm, *p, rank, size);
+    return p;
+  }
+  int cluster = 0;
+  int mine[2] = {my_machine(cluster), 0};
+  mine[1] = cluster;
+  std::vector<int> report(2 * static_cast<std::size_t>(size));
+  PMPI_Allgather(mine, 2, MPI_INT, report.data(), 2, MPI_INT, comm);
+  p->why = verdict(report, size);
+  if (p->why.empty()) {
+    std::vector<int> machine_of(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) machine_of[static_cast<std::size_t>(r)] = report[2 * static_cast<std::size_t>(r)];
+    p->place = Placement::from(machine_of, cluster);
+    p->machine = mine[0];
+    PMPI_Comm_split(comm, p->machine, rank, &p->local);
+    PMPI_Comm_rank(p->local, &p->local_rank);
+    PMPI_Comm_size(p->local, &p->local_size);
+    p->why = find_leaders(comm, *p);
+    p->aapc = p->why.empty();
+    if (!p->aapc) PMPI_Comm_free(&p->local);
+  }
+  say(comm, *p, rank, size);
+  return p;
+}
+
+}  // namespace
+
+Process& process() {
+  static Process* pr = new Process;  // never destroyed: MPI may call in after exit handlers
+  return *pr;
+}
+
+Plan& plan_of(MPI_Comm comm) {
+  Process& pr = process();
+  if (pr.keyval == MPI_KEYVAL_INVALID) PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_plan, &pr.keyval, nullptr);
+  void* attr = nullptr;
+  int found = 0;
+  PMPI_Comm_get_attr(comm, pr.keyval, &attr, &found);
+  if (found != 0) return *static_cast<Plan*>(attr);
+  Plan* p = make_plan(comm);
+  PMPI_Comm_set_attr(comm, pr.keyval, p);
+  return *p;
+}
+
+void on_init() { plan_of(MPI_COMM_WORLD); }
+
+int raise(MPI_Comm comm, const std::string& message) {
+  Process& pr = process();
+  if (pr.error_class < 0) {
+    PMPI_Add_error_class(&pr.error_class);
+    PMPI_Add_error_code(pr.error_class, &pr.error_code);
+  }
+  std::string text = "aapc: " + message;
+  if (text.size() >= MPI_MAX_ERROR_STRING) text.resize(MPI_MAX_ERROR_STRING - 1);
+  PMPI_Add_error_string(pr.error_code, text.c_str());
+  PMPI_Comm_call_errhandler(comm, pr.error_code);
+  return pr.error_code;
+}
+
+}  // namespace aapc::mpi

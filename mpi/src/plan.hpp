@@ -1,0 +1,67 @@
+// libaapc-mpi's per-communicator plan and per-process state (compiled once per MPI: Open
+// MPI's and MPICH's mpi.h differ in their ABI). Not installed.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "aapc/client.hpp"
+#include "aapc/mpi/layout.hpp"
+
+namespace aapc::mpi {
+
+// What one communicator does with its all-to-alls: decided once, by a collective over the
+// communicator, with the same outcome on every rank (a rank that falls back alone while the
+// others go through aapc would deadlock: Open MPI PR #13656). Cached on the communicator as
+// an attribute and freed with it.
+struct Plan {
+  bool aapc = false;
+  std::string why;  // the reason for the decision, for AAPC_MPI_VERBOSE
+  Placement place;
+  int machine = -1;  // this rank's
+  MPI_Comm local = MPI_COMM_NULL;  // the ranks of this machine, ordered by comm rank
+  int local_rank = 0;
+  int local_size = 1;
+  int leader_rank = 0;  // in `local`: the process that leads the machine (Process::machine_leader)
+  bool leader() const { return local_rank == leader_rank; }
+};
+
+// One per process.
+struct Process {
+  std::mutex mutex;  // one aapc exchange at a time per process
+  std::optional<aapc::Client> client;  // kept by processes that lead a machine in some plan
+  std::optional<aapc::ClusterInfo> info;
+  std::string connect_error;
+  aapc::Buffer send, recv;  // the leader's staging, grown as needed
+  int keyval = MPI_KEYVAL_INVALID;
+  int error_class = -1;
+  int error_code = -1;
+  // This process leads its machine in MPI_COMM_WORLD's plan: it alone starts the machine's
+  // aapc exchanges, for every communicator, so that every daemon sees them in one order.
+  bool machine_leader = false;
+};
+
+Process& process();
+
+// The plan of `comm`, made on first use (collective: every rank of comm calls it at the same
+// collective, which all-to-all guarantees).
+Plan& plan_of(MPI_Comm comm);
+
+// At MPI_Init: the world's plan, which names the process that leads each machine.
+void on_init();
+
+// Turns an aapc failure into an MPI error code whose MPI_Error_string is `message`, and
+// hands it to the communicator's error handler.
+int raise(MPI_Comm comm, const std::string& message);
+
+// MPI_Alltoall and MPI_Alltoallv: through aapc where the plan says so, else PMPI_*.
+int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm);
+int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts, const int* rdispls,
+              MPI_Datatype rtype, MPI_Comm comm);
+
+}  // namespace aapc::mpi

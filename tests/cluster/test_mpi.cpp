@@ -1,0 +1,128 @@
+// The cluster suite's MPI part (issue 13): unmodified MPI programs (tests/mpi/mpi_check.c
+// built with each MPI's compiler, and an mpi4py script) run by `aapc-emu mpirun` on an
+// emulated cluster of 4 machines on 2 switches, with 1, 2 and an uneven number of ranks per
+// machine, with and without libaapc-mpi.so; every value is checked by the programs. Needs
+// root; skipped (exit 77) otherwise.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "common/mpilaunch.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kEmu = std::string(AAPC_TOOLS_DIR) + "/aapc-emu";
+const fs::path kDir = fs::temp_directory_path() / ("aapc-mpi-tests-" + std::to_string(::getpid()));
+
+struct Sh {
+  int status = -1;
+  std::string out;
+};
+
+Sh sh(const std::string& cmd) {
+  Sh r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// 4 machines, 2 per switch: the inter-switch link is shared, so schedules matter.
+fs::path topology() {
+  fs::create_directories(kDir);
+  const fs::path t = kDir / "mpi-4.dot";
+  std::ofstream(t) << "graph \"mpi-4\" {\n  edge [rate=\"100Mbit\"];\n"
+                      "  m0 [mac=\"02:00:00:00:10:01\"]; m1 [mac=\"02:00:00:00:10:02\"];\n"
+                      "  m2 [mac=\"02:00:00:00:10:03\"]; m3 [mac=\"02:00:00:00:10:04\"];\n"
+                      "  s0 [buffer=\"64K\"]; s1 [buffer=\"64K\"];\n"
+                      "  s0 -- m0; s0 -- m1; s1 -- m2; s1 -- m3; s0 -- s1;\n}\n";
+  return t;
+}
+
+// aapc-emu mpirun on the cluster that is up.
+Sh mpirun(const std::string& args, const std::string& program) {
+  return sh(kEmu + " mpirun " + aapc::tools::shell_quote(topology().string()) + " --timeout 240 " + args + " -- " + program);
+}
+
+std::string check_program(const std::string& mpi) { return std::string(AAPC_TESTS_DIR) + "/mpi-check-" + mpi; }
+
+bool have(const std::string& mpi) { return fs::exists(check_program(mpi)) && !aapc::tools::MpiCluster::launcher(mpi).empty(); }
+
+const char* kThroughAapc = "MPI_COMM_WORLD";
+
+}  // namespace
+
+TEST_CASE("an unmodified C MPI program is right with the library, ppn 1, 2 and uneven (Open MPI)", "[mpi]") {
+  REQUIRE(have("openmpi"));  // tools/setup installs it
+  for (const std::string ppn : {"1", "2", "2,1,3,1"}) {
+    INFO("--ppn " << ppn);
+    Sh r = mpirun("--ppn " + ppn + " --env AAPC_MPI_VERBOSE=1", check_program("openmpi") + " 4096");
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("all cases ok") != std::string::npos);
+    // The world went through aapc, and a communicator over half the machines did not.
+    CHECK(r.out.find(std::string(kThroughAapc) + " (") != std::string::npos);
+    CHECK(r.out.find("all-to-all through aapc") != std::string::npos);
+  }
+}
+
+TEST_CASE("the same program with MPICH, ppn 2", "[mpi]") {
+  REQUIRE(have("mpich"));
+  Sh r = mpirun("--mpi mpich --ppn 2 --env AAPC_MPI_VERBOSE=1", check_program("mpich") + " 4096");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("all cases ok") != std::string::npos);
+  CHECK(r.out.find("all-to-all through aapc") != std::string::npos);
+}
+
+TEST_CASE("without the library, and with AAPC_MPI=off, the MPI's own all-to-all runs", "[mpi]") {
+  REQUIRE(have("openmpi"));
+  Sh alone = mpirun("--ppn 2 --no-preload", check_program("openmpi") + " 1024");
+  INFO(alone.out);
+  CHECK(alone.status == 0);
+  CHECK(alone.out.find("all cases ok") != std::string::npos);
+  Sh off = mpirun("--ppn 2 --env AAPC_MPI=off --env AAPC_MPI_VERBOSE=1", check_program("openmpi") + " 1024");
+  INFO(off.out);
+  CHECK(off.status == 0);
+  CHECK(off.out.find("AAPC_MPI=off on rank 0") != std::string::npos);
+  CHECK(off.out.find("through aapc") == std::string::npos);
+}
+
+TEST_CASE("an unmodified mpi4py program, ppn 2", "[mpi]") {
+  REQUIRE(have("openmpi"));
+  REQUIRE(sh("/usr/bin/python3 -c 'import mpi4py, numpy'").status == 0);  // python3-mpi4py, python3-numpy
+  Sh r = mpirun("--ppn 2 --env AAPC_MPI_VERBOSE=1", "/usr/bin/python3 " + std::string(AAPC_TESTS_SOURCE) + "/mpi/mpi_check.py 256");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("mpi-check.py: 8 ranks, all cases ok") != std::string::npos);
+  CHECK(r.out.find("all-to-all through aapc") != std::string::npos);
+}
+
+int main(int argc, char** argv) {
+  if (::geteuid() != 0) {
+    std::cerr << "the cluster suite needs root (network namespaces, bridges); skipped\n";
+    return 77;
+  }
+  if (Sh up = sh(kEmu + " up " + aapc::tools::shell_quote(topology().string())); up.status != 0) {
+    std::cerr << "aapc-emu up failed:\n" << up.out;
+    sh(kEmu + " down");
+    return 1;
+  }
+  const int rc = Catch::Session().run(argc, argv);
+  sh(kEmu + " down");
+  fs::remove_all(kDir);
+  return rc;
+}

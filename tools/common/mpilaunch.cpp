@@ -1,0 +1,97 @@
+#include "common/mpilaunch.hpp"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <stdexcept>
+
+#include "common/procutil.hpp"
+
+namespace fs = std::filesystem;
+
+namespace aapc::tools {
+
+std::string shell_quote(const std::string& text) {
+  std::string q = "'";
+  for (char c : text) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+MpiCluster::MpiCluster(const nlohmann::json& state, const fs::path& workdir)
+    : state_(state), dir_(workdir), agent_(workdir / "mpi-agent"), wrapper_(workdir / "mpi-rank") {
+  if (state_.is_null() || !state_.contains("machines") || state_["machines"].empty())
+    throw std::runtime_error("no emulated cluster is up (" + kEmuStateFile.string() + ")");
+  fs::create_directories(dir_);
+  std::string hosts = "127.0.0.1 localhost\n";
+  for (const auto& m : state_["machines"]) hosts += m["ip"].get<std::string>() + " " + m["name"].get<std::string>() + "\n";
+  for (const auto& m : state_["machines"]) {
+    fs::path d = fs::path("/etc/netns") / m["netns"].get<std::string>();
+    fs::create_directories(d);
+    std::ofstream(d / "hosts") << hosts;
+  }
+  // The launchers' remote shell: the command runs in the machine's namespace, with the
+  // machine's name as its hostname (the MPIs tell nodes apart by it).
+  std::ofstream(agent_) << "#!/bin/sh\n# rsh for MPI launchers: run the command in the machine's namespace, with its hostname.\n"
+                           "while [ \"${1#-}\" != \"$1\" ]; do shift; done\nhost=$1; shift\n"
+                           "exec ip netns exec \"" << emu_netns("") << "$host\" unshare --uts sh -c \"hostname $host; $*\"\n";
+  // Every rank: its machine's daemon, whichever way the launcher started it.
+  std::ofstream(wrapper_) << "#!/bin/sh\n# One MPI rank on aapc-emu's cluster: AAPC_SOCKET of its machine (by hostname).\n"
+                             "AAPC_SOCKET=" << kEmuStateDir.string() << "/$(hostname)/aapcd.sock\nexport AAPC_SOCKET\n"
+                             "if [ -n \"$AAPC_EMU_PRELOAD\" ]; then LD_PRELOAD=\"$AAPC_EMU_PRELOAD${LD_PRELOAD:+:$LD_PRELOAD}\"; export LD_PRELOAD; fi\n"
+                             "exec \"$@\"\n";
+  for (const auto& f : {agent_, wrapper_}) fs::permissions(f, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
+  const std::string ip = state_["machines"][0]["ip"];
+  subnet_ = ip.substr(0, ip.find('.', ip.find('.') + 1)) + ".0.0/16";
+}
+
+MpiCluster::~MpiCluster() {
+  std::error_code ec;
+  for (const auto& m : state_["machines"]) fs::remove_all(fs::path("/etc/netns") / m["netns"].get<std::string>(), ec);
+}
+
+std::string MpiCluster::launcher(const std::string& impl) {
+  const std::string exe = impl == "openmpi" ? "/usr/bin/mpirun.openmpi" : impl == "mpich" ? "/usr/bin/mpiexec.mpich" : "";
+  return !exe.empty() && ::access(exe.c_str(), X_OK) == 0 ? exe : "";
+}
+
+std::string MpiCluster::command(const MpiJob& job) const {
+  const std::string exe = launcher(job.impl);
+  if (exe.empty()) throw std::runtime_error("no launcher for MPI '" + job.impl + "' (install openmpi-bin or mpich)");
+  const auto& machines = state_["machines"];
+  std::vector<int> ppn = job.ppn;
+  if (ppn.empty()) ppn.assign(machines.size(), 1);
+  if (ppn.size() != machines.size())
+    throw std::runtime_error(std::to_string(ppn.size()) + " ranks-per-machine counts for " + std::to_string(machines.size()) + " machines");
+  int n = 0;
+  std::string hostlist;
+  std::ofstream hostfile(dir_ / "mpi-hosts");
+  for (std::size_t i = 0; i < ppn.size(); ++i) {
+    const std::string name = machines[i]["name"];
+    n += ppn[i];
+    hostfile << name << " slots=" << ppn[i] << "\n";
+    hostlist += (hostlist.empty() ? "" : ",") + name + ":" + std::to_string(ppn[i]);
+  }
+  std::vector<std::string> env = job.env;
+  if (!job.preload.empty()) env.push_back("AAPC_EMU_PRELOAD=" + job.preload);
+  std::string launch = exe;
+  if (job.impl == "openmpi") {
+    // TCP between machines on the emulated network; shared memory (vader) within one.
+    launch += " --allow-run-as-root -np " + std::to_string(n) + " --hostfile " + (dir_ / "mpi-hosts").string() + " --mca plm_rsh_agent " +
+              agent_.string() + " --mca btl tcp,vader,self --mca pml ob1 --mca btl_tcp_if_include " + subnet_ + " --mca oob_tcp_if_include " + subnet_;
+    for (const auto& e : env) launch += " -x " + shell_quote(e);
+  } else {
+    // Debian's MPICH is ch4:ucx, and UCX takes every namespace of one box for one host: left
+    // alone it moves the data through shared memory, not the emulated network. TCP only, on aapc0.
+    launch += " -n " + std::to_string(n) + " -hosts " + hostlist + " -launcher rsh -launcher-exec " + agent_.string() +
+              " -iface aapc0 -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES aapc0";
+    for (const auto& e : env) launch += " -genv " + shell_quote(e.substr(0, e.find('='))) + " " + shell_quote(e.substr(e.find('=') + 1));
+  }
+  if (!job.launcher_args.empty()) launch += " " + job.launcher_args;
+  launch += " " + wrapper_.string();
+  for (const auto& a : job.program) launch += " " + shell_quote(a);
+  if (job.timeout_s > 0) launch = "timeout -k 10 " + std::to_string(job.timeout_s) + " " + launch;
+  const std::string first = machines[0]["name"];
+  return "ip netns exec " + emu_netns(first) + " unshare --uts sh -c " + shell_quote("hostname " + first + "; " + launch);
+}
+
+}  // namespace aapc::tools

@@ -1,0 +1,48 @@
+// MPI jobs on aapc-emu's cluster, shared by `aapc-emu mpirun` and aapc-bench's MPI baselines:
+// a hosts file in every machine's namespace (/etc/netns/aapc-<machine>/hosts), an rsh-like
+// agent that runs the launchers' commands in a machine's namespace under its name, a
+// wrapper that points every rank at its machine's aapcd, and the launcher's command line for
+// Open MPI or MPICH. Not installed.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace aapc::tools {
+
+struct MpiJob {
+  std::string impl = "openmpi";        // or "mpich"
+  std::vector<int> ppn;                // ranks on each machine, in rank order (empty: 1 each)
+  std::vector<std::string> env;        // NAME=VALUE for every rank
+  std::string preload;                 // a library every rank preloads (LD_PRELOAD), or none
+  std::string launcher_args;           // further arguments for mpirun / mpiexec
+  std::vector<std::string> program;    // the program and its arguments
+  int timeout_s = 0;                   // 0: none
+};
+
+class MpiCluster {
+ public:
+  // Writes the hosts files, the agent and the wrapper into `workdir`, from aapc-emu's state.
+  MpiCluster(const nlohmann::json& state, const std::filesystem::path& workdir);
+  ~MpiCluster();  // removes the hosts files
+  MpiCluster(const MpiCluster&) = delete;
+  MpiCluster& operator=(const MpiCluster&) = delete;
+
+  // The shell command that runs `job` from the first machine's namespace.
+  std::string command(const MpiJob& job) const;
+  // The mpirun of `impl`, or empty when it is not installed.
+  static std::string launcher(const std::string& impl);
+
+ private:
+  nlohmann::json state_;
+  std::filesystem::path dir_, agent_, wrapper_;
+  std::string subnet_;
+};
+
+// 'text' for a POSIX shell.
+std::string shell_quote(const std::string& text);
+
+}  // namespace aapc::tools
