@@ -1,18 +1,37 @@
-// One exchange inside the engine (not installed): rounds, blocks, tokens, recovery.
+// One exchange inside the engine (not installed): rounds, blocks, tokens, recovery. It sees
+// the engine that runs it only through a Link (link.hpp).
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "aapc/engine/engine.hpp"
+#include "link.hpp"
 
 namespace aapc::engine {
 
+// Bit sets of frames (received, queued for resending).
+inline bool test_bit(const std::vector<std::uint64_t>& bits, std::uint32_t i) { return ((bits[i / 64] >> (i % 64)) & 1U) != 0; }
+inline void set_bit(std::vector<std::uint64_t>& bits, std::uint32_t i) { bits[i / 64] |= 1ULL << (i % 64); }
+inline void clear_bit(std::vector<std::uint64_t>& bits, std::uint32_t i) { bits[i / 64] &= ~(1ULL << (i % 64)); }
+
+// "rank 3 (02:00:00:00:00:03)", for error messages.
+inline std::string peer_name(const Link& link, Rank r) {
+  return "rank " + std::to_string(r) + " (" + nic::mac_string(link.config().peers[static_cast<std::size_t>(r)]) + ")";
+}
+
+// The rank paired with sync `id` in a list sorted by id, or -1.
+inline Rank lookup_rank(const std::vector<std::pair<std::uint32_t, Rank>>& sorted, std::uint32_t id) {
+  auto it = std::lower_bound(sorted.begin(), sorted.end(), id, [](const auto& e, std::uint32_t v) { return e.first < v; });
+  return it != sorted.end() && it->first == id ? it->second : -1;
+}
+
 class Exchange {
  public:
-  Exchange(Engine& engine, ExchangeSpec spec, Clock::time_point now);
+  Exchange(Link& link, ExchangeSpec spec, Clock::time_point now);
 
   std::uint32_t id() const { return spec_.id; }
   ExchangeState state() const { return state_; }
@@ -29,7 +48,7 @@ class Exchange {
   // The earliest time timers() has something to do (a retransmission, a poll, a keepalive,
   // the deadline, the end of a dummy delay); a sleeping engine need not wake before it.
   Clock::time_point next_deadline() const;
-  // Sender-based tokens held back until the round's frames have drained (Engine::drained_at).
+  // Sender-based tokens held back until the round's frames have drained (Link::drained_at).
   void emit_due(Clock::time_point now);
   Clock::time_point next_emit() const { return late_emits_.empty() ? Clock::time_point::max() : late_emits_.front().first; }
   void fail(Errc code, const std::string& message, Rank peer, Clock::time_point now);
@@ -44,7 +63,7 @@ class Exchange {
   // Counts a dropped frame of this exchange, here and in the engine's totals.
   void count_drop(DropReason reason) {
     ++counters_.drops[static_cast<std::size_t>(reason)];
-    ++eng_.counters_.drops[static_cast<std::size_t>(reason)];
+    link_.count_drop(reason);
   }
 
  private:
@@ -116,7 +135,7 @@ class Exchange {
   // blocks still missing.
   void waited_on(std::vector<bool>& peers) const;
 
-  Engine& eng_;
+  Link& link_;
   ExchangeSpec spec_;
   std::size_t n_;
   ExchangeState state_ = ExchangeState::kRunning;

@@ -63,137 +63,191 @@ std::vector<std::pair<int, int>> rotate_pattern(const std::vector<int>& senders,
   return out;
 }
 
-Schedule tree_schedule(const TreeModel& model) {
-  const auto& subtrees = model.subtrees();
-  const int n = model.machines();
-  const int k = static_cast<int>(subtrees.size());
-  if (k < 2) internal_error("the root has fewer than two subtrees with machines");
-  std::vector<int> sizes;
-  for (const auto& st : subtrees) sizes.push_back(static_cast<int>(st.machines.size()));
-  const std::int64_t m0 = sizes[0];
-  const std::int64_t load = m0 * (n - m0);
-  if (load != model.load()) internal_error("load of the two-level view differs from the bottleneck load");
+namespace {
 
-  auto size = [&](int i) { return static_cast<std::int64_t>(sizes[static_cast<std::size_t>(i)]); };
-  auto machine = [&](int i, std::int64_t x) { return subtrees[static_cast<std::size_t>(i)].machines[static_cast<std::size_t>(x)]; };
-  auto start = [&](int i, int j) { return global_start_phase(sizes, i, j); };
+// The state of Figure 4's construction: the phases built so far, and which machine of each
+// subtree sends and receives a global message in each phase (the steps read them back).
+class TreeBuilder {
+ public:
+  explicit TreeBuilder(const TreeModel& model);
+  void step1_t0_to_others();
+  void step2_others_to_t0();
+  void step3_t0_locals();
+  void step4_later_to_earlier();
+  void step5_subtree_locals();
+  void step6_earlier_to_later();
+  Schedule finish();
 
-  std::vector<Phase> phases(static_cast<std::size_t>(load));
+ private:
+  std::int64_t size(int i) const { return static_cast<std::int64_t>(sizes_[static_cast<std::size_t>(i)]); }
+  Rank machine(int i, std::int64_t x) const { return subtrees_[static_cast<std::size_t>(i)].machines[static_cast<std::size_t>(x)]; }
+  std::int64_t start(int i, int j) const { return global_start_phase(sizes_, i, j); }
+  Rank& gsend(int i, std::int64_t p) { return gsend_[static_cast<std::size_t>(i)][static_cast<std::size_t>(p)]; }
+  Rank& grecv(int i, std::int64_t p) { return grecv_[static_cast<std::size_t>(i)][static_cast<std::size_t>(p)]; }
+  std::int64_t index_in_subtree(Rank r) const { return index_in_subtree_[static_cast<std::size_t>(r)]; }
+  void add_global(std::int64_t p, int i, Rank src, int j, Rank dst);
+  void add_local(std::int64_t p, Rank src, Rank dst) { phases_[static_cast<std::size_t>(p)].push_back({src, dst}); }
+  // Ti -> Tj in the broadcast pattern (Steps 4 and 6): senders in the order m_{i,0}, m_{i,1},
+  // ..., each to receivers m_{j,0} .. m_{j,|Mj|-1}.
+  void broadcast(int i, int j);
+
+  const std::vector<Subtree>& subtrees_;
+  int n_;
+  int k_;
+  std::vector<int> sizes_;
+  std::int64_t m0_;
+  std::int64_t load_;
+  std::vector<Phase> phases_;
   // Per subtree and phase: the machine sending / receiving a global message (-1: none).
-  std::vector<std::vector<Rank>> gsend(static_cast<std::size_t>(k), std::vector<Rank>(static_cast<std::size_t>(load), -1));
-  std::vector<std::vector<Rank>> grecv = gsend;
-  // Index of each machine within its subtree.
-  std::vector<int> index_in_subtree(static_cast<std::size_t>(n), -1);
-  for (int i = 0; i < k; ++i)
-    for (std::size_t x = 0; x < subtrees[static_cast<std::size_t>(i)].machines.size(); ++x)
-      index_in_subtree[static_cast<std::size_t>(machine(i, static_cast<std::int64_t>(x)))] = static_cast<int>(x);
+  std::vector<std::vector<Rank>> gsend_, grecv_;
+  std::vector<int> index_in_subtree_;  // index of each machine within its subtree
+};
 
-  auto add_global = [&](std::int64_t p, int i, Rank src, int j, Rank dst) {
-    auto pi = static_cast<std::size_t>(p);
-    Rank& s = gsend[static_cast<std::size_t>(i)][pi];
-    Rank& r = grecv[static_cast<std::size_t>(j)][pi];
-    if (s != -1 || r != -1) internal_error("two global messages of one subtree in phase " + std::to_string(p));
-    s = src;
-    r = dst;
-    phases[pi].push_back({src, dst});
-  };
+TreeBuilder::TreeBuilder(const TreeModel& model)
+    : subtrees_(model.subtrees()), n_(model.machines()), k_(static_cast<int>(model.subtrees().size())) {
+  if (k_ < 2) internal_error("the root has fewer than two subtrees with machines");
+  for (const auto& st : subtrees_) sizes_.push_back(static_cast<int>(st.machines.size()));
+  m0_ = sizes_[0];
+  load_ = m0_ * (n_ - m0_);
+  if (load_ != model.load()) internal_error("load of the two-level view differs from the bottleneck load");
+  phases_.resize(static_cast<std::size_t>(load_));
+  gsend_.assign(static_cast<std::size_t>(k_), std::vector<Rank>(static_cast<std::size_t>(load_), -1));
+  grecv_ = gsend_;
+  index_in_subtree_.assign(static_cast<std::size_t>(n_), -1);
+  for (int i = 0; i < k_; ++i)
+    for (std::size_t x = 0; x < subtrees_[static_cast<std::size_t>(i)].machines.size(); ++x)
+      index_in_subtree_[static_cast<std::size_t>(machine(i, static_cast<std::int64_t>(x)))] = static_cast<int>(x);
+}
 
-  // Step 1: T0 -> Tj, 1 <= j < k. Receivers: at phase p, m_{j,(p - load) mod |Mj|} (1.a);
-  // senders: the rotate pattern with base sequence m_{0,0} .. m_{0,|M0|-1} (1.b).
-  for (int j = 1; j < k; ++j) {
+void TreeBuilder::add_global(std::int64_t p, int i, Rank src, int j, Rank dst) {
+  Rank& s = gsend(i, p);
+  Rank& r = grecv(j, p);
+  if (s != -1 || r != -1) internal_error("two global messages of one subtree in phase " + std::to_string(p));
+  s = src;
+  r = dst;
+  add_local(p, src, dst);
+}
+
+// Step 1: T0 -> Tj, 1 <= j < k. Receivers: at phase p, m_{j,(p - load) mod |Mj|} (1.a);
+// senders: the rotate pattern with base sequence m_{0,0} .. m_{0,|M0|-1} (1.b).
+void TreeBuilder::step1_t0_to_others() {
+  for (int j = 1; j < k_; ++j) {
     std::int64_t s = start(0, j);
-    std::vector<int> senders(static_cast<std::size_t>(m0)), receivers(static_cast<std::size_t>(size(j)));
+    std::vector<int> senders(static_cast<std::size_t>(m0_)), receivers(static_cast<std::size_t>(size(j)));
     std::iota(senders.begin(), senders.end(), 0);
-    for (std::int64_t t = 0; t < size(j); ++t) receivers[static_cast<std::size_t>(t)] = static_cast<int>(mod(s + t - load, size(j)));
+    for (std::int64_t t = 0; t < size(j); ++t) receivers[static_cast<std::size_t>(t)] = static_cast<int>(mod(s + t - load_, size(j)));
     auto pattern = rotate_pattern(senders, receivers);
     for (std::size_t t = 0; t < pattern.size(); ++t)
       add_global(s + static_cast<std::int64_t>(t), 0, machine(0, pattern[t].first), j, machine(j, pattern[t].second));
   }
+}
 
-  // Step 2: Ti -> T0, 1 <= i < k. A round is |M0| phases; Step 1 made every machine of T0 send
-  // once per round. 2.a: receivers follow the mapping of Table 3 (round r: the sender
-  // m_{0,x} pairs with receiver m_{0,(x + r + 1) mod |M0|}; round r maps like r mod |M0|).
-  // Step 3 needs that mapping by sender in rounds 0 .. |M0|-2; in the later rounds any
-  // bijection is contention-free and we read Table 3 by position within the round, which is
-  // how the second paper's Table 4 continues it (its round 1) and agrees with the first
-  // paper's Table 4. 2.b: senders broadcast in the order m_{i,0}, m_{i,1}, ...
-  for (int i = 1; i < k; ++i) {
+// Step 2: Ti -> T0, 1 <= i < k. A round is |M0| phases; Step 1 made every machine of T0 send
+// once per round. 2.a: receivers follow the mapping of Table 3 (round r: the sender
+// m_{0,x} pairs with receiver m_{0,(x + r + 1) mod |M0|}; round r maps like r mod |M0|).
+// Step 3 needs that mapping by sender in rounds 0 .. |M0|-2; in the later rounds any
+// bijection is contention-free and we read Table 3 by position within the round, which is
+// how the second paper's Table 4 continues it (its round 1) and agrees with the first
+// paper's Table 4. 2.b: senders broadcast in the order m_{i,0}, m_{i,1}, ...
+void TreeBuilder::step2_others_to_t0() {
+  for (int i = 1; i < k_; ++i) {
     std::int64_t s = start(i, 0);
-    for (std::int64_t t = 0; t < size(i) * m0; ++t) {
+    for (std::int64_t t = 0; t < size(i) * m0_; ++t) {
       std::int64_t p = s + t;
-      std::int64_t round = p / m0;
-      Rank t0_sender = gsend[0][static_cast<std::size_t>(p)];
+      std::int64_t round = p / m0_;
+      Rank t0_sender = gsend(0, p);
       if (t0_sender < 0) internal_error("T0 has no sender in phase " + std::to_string(p));
-      std::int64_t x = round < m0 - 1 ? index_in_subtree[static_cast<std::size_t>(t0_sender)] : p % m0;
-      std::int64_t receiver = (x + round % m0 + 1) % m0;
-      add_global(p, i, machine(i, t / m0), 0, machine(0, receiver));
+      std::int64_t x = round < m0_ - 1 ? index_in_subtree(t0_sender) : p % m0_;
+      std::int64_t receiver = (x + round % m0_ + 1) % m0_;
+      add_global(p, i, machine(i, t / m0_), 0, machine(0, receiver));
     }
   }
+}
 
-  // Step 3: local messages of T0 in phases 0 .. |M0|(|M0|-1)-1: m_{0,a} -> m_{0,b} where
-  // m_{0,a} receives and m_{0,b} sends a global message (case 1 of Table 2).
+// Step 3: local messages of T0 in phases 0 .. |M0|(|M0|-1)-1: m_{0,a} -> m_{0,b} where
+// m_{0,a} receives and m_{0,b} sends a global message (case 1 of Table 2).
+void TreeBuilder::step3_t0_locals() {
   std::int64_t locals = 0;
-  for (std::int64_t p = 0; p < m0 * (m0 - 1); ++p) {
-    Rank receiver = grecv[0][static_cast<std::size_t>(p)], sender = gsend[0][static_cast<std::size_t>(p)];
+  for (std::int64_t p = 0; p < m0_ * (m0_ - 1); ++p) {
+    Rank receiver = grecv(0, p), sender = gsend(0, p);
     if (receiver < 0 || sender < 0) internal_error("T0 idle in phase " + std::to_string(p));
     if (receiver == sender) internal_error("Table 3 mapping pairs a machine with itself in phase " + std::to_string(p));
-    phases[static_cast<std::size_t>(p)].push_back({receiver, sender});
+    add_local(p, receiver, sender);
     ++locals;
   }
-  if (locals != m0 * (m0 - 1)) internal_error("T0 local messages incomplete");
+  if (locals != m0_ * (m0_ - 1)) internal_error("T0 local messages incomplete");
+}
 
-  // Step 4: Ti -> Tj, i > j > 0: broadcast, receivers repeating m_{j,0} .. m_{j,|Mj|-1} for
-  // each sender, senders in the order m_{i,0}, m_{i,1}, ...
-  for (int i = 1; i < k; ++i) {
-    for (int j = 1; j < i; ++j) {
-      std::int64_t s = start(i, j);
-      for (std::int64_t t = 0; t < size(i) * size(j); ++t) add_global(s + t, i, machine(i, t / size(j)), j, machine(j, t % size(j)));
-    }
-  }
+void TreeBuilder::broadcast(int i, int j) {
+  std::int64_t s = start(i, j);
+  for (std::int64_t t = 0; t < size(i) * size(j); ++t) add_global(s + t, i, machine(i, t / size(j)), j, machine(j, t % size(j)));
+}
 
-  // Step 5: local messages of Ti, i > 0, in the phases of Ti -> Ti-1. The designated receiver
-  // at phase p is m_{i,(p - load) mod |Mi|} (Steps 1 and 4 aligned every global receiver of Ti
-  // with it); m_{i,a} -> m_{i,b} goes in a phase where m_{i,b} sends a global message and
-  // m_{i,a} is the designated receiver (cases 1 and 2 of Table 2).
-  for (int i = 1; i < k; ++i) {
+// Step 4: Ti -> Tj, i > j > 0: broadcast, receivers repeating m_{j,0} .. m_{j,|Mj|-1} for
+// each sender, senders in the order m_{i,0}, m_{i,1}, ...
+void TreeBuilder::step4_later_to_earlier() {
+  for (int i = 1; i < k_; ++i)
+    for (int j = 1; j < i; ++j) broadcast(i, j);
+}
+
+// Step 5: local messages of Ti, i > 0, in the phases of Ti -> Ti-1. The designated receiver
+// at phase p is m_{i,(p - load) mod |Mi|} (Steps 1 and 4 aligned every global receiver of Ti
+// with it); m_{i,a} -> m_{i,b} goes in a phase where m_{i,b} sends a global message and
+// m_{i,a} is the designated receiver (cases 1 and 2 of Table 2).
+void TreeBuilder::step5_subtree_locals() {
+  for (int i = 1; i < k_; ++i) {
     std::int64_t mi = size(i);
     std::int64_t s = start(i, i - 1);
     std::vector<bool> done(static_cast<std::size_t>(mi * mi), false);
     std::int64_t count = 0;
     for (std::int64_t p = s; p < s + mi * size(i - 1); ++p) {
-      Rank sender = gsend[static_cast<std::size_t>(i)][static_cast<std::size_t>(p)];
-      std::int64_t a = mod(p - load, mi);
+      Rank sender = gsend(i, p);
+      std::int64_t a = mod(p - load_, mi);
       Rank receiver = machine(i, a);
-      Rank actual = grecv[static_cast<std::size_t>(i)][static_cast<std::size_t>(p)];
+      Rank actual = grecv(i, p);
       if (actual >= 0 && actual != receiver) internal_error("global receiver not aligned in phase " + std::to_string(p));
       if (sender < 0 || sender == receiver) continue;
-      std::int64_t b = index_in_subtree[static_cast<std::size_t>(sender)];
+      std::int64_t b = index_in_subtree(sender);
       if (done[static_cast<std::size_t>(a * mi + b)]) continue;
       done[static_cast<std::size_t>(a * mi + b)] = true;
-      phases[static_cast<std::size_t>(p)].push_back({receiver, sender});
+      add_local(p, receiver, sender);
       ++count;
     }
     if (count != mi * (mi - 1)) internal_error("local messages of subtree " + std::to_string(i) + " incomplete");
   }
+}
 
-  // Step 6: Ti -> Tj, 0 < i < j: the broadcast pattern.
-  for (int i = 1; i < k; ++i) {
-    for (int j = i + 1; j < k; ++j) {
-      std::int64_t s = start(i, j);
-      for (std::int64_t t = 0; t < size(i) * size(j); ++t) add_global(s + t, i, machine(i, t / size(j)), j, machine(j, t % size(j)));
-    }
-  }
+// Step 6: Ti -> Tj, 0 < i < j: the broadcast pattern.
+void TreeBuilder::step6_earlier_to_later() {
+  for (int i = 1; i < k_; ++i)
+    for (int j = i + 1; j < k_; ++j) broadcast(i, j);
+}
 
-  for (auto& phase : phases)
+Schedule TreeBuilder::finish() {
+  for (auto& phase : phases_)
     std::sort(phase.begin(), phase.end(), [](const Message& a, const Message& b) { return a.src < b.src; });
-
   Schedule sched;
   sched.algorithm = "tree";
-  sched.machines = n;
+  sched.machines = n_;
   sched.contention_free = true;
-  sched.phases = std::move(phases);
-  sched.programs = programs_from_phases(n, sched.phases);
+  sched.phases = std::move(phases_);
+  sched.programs = programs_from_phases(n_, sched.phases);
   return sched;
+}
+
+}  // namespace
+
+// Figure 4, Steps 1 to 6, in the paper's order: each step reads the global messages the
+// earlier ones placed.
+Schedule tree_schedule(const TreeModel& model) {
+  TreeBuilder b(model);
+  b.step1_t0_to_others();
+  b.step2_others_to_t0();
+  b.step3_t0_locals();
+  b.step4_later_to_earlier();
+  b.step5_subtree_locals();
+  b.step6_earlier_to_later();
+  return b.finish();
 }
 
 }  // namespace aapc::sched

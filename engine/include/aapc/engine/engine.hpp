@@ -76,7 +76,7 @@ struct ExchangeSpec {
   std::vector<RecvBlock> recv;   // by source rank
   std::uint64_t dummy_len = 0;   // size of a dummy message (0: the largest send block)
   std::chrono::milliseconds timeout{0};  // whole exchange; 0 = no limit
-  // How far a round's sender-based tokens may run ahead of its frames (Engine::drained_at).
+  // How far a round's sender-based tokens may run ahead of its frames (Link::drained_at).
   // Leads add up on a bottleneck link used in every phase; spread over the schedule's phases,
   // one switch buffer of them does no harm (token_slack), and holding a token costs a wake-up.
   Clock::duration token_slack{0};
@@ -128,6 +128,7 @@ struct EngineCounters {
 };
 
 class Exchange;
+class EngineLink;
 
 class Engine final : private ParseContext {
  public:
@@ -160,7 +161,7 @@ class Engine final : private ParseContext {
   void abort_unstarted(std::uint32_t id, const std::string& reason);
   // True while `peer` is remembered as dead (an exchange found it silent, and nothing came
   // from it since): start() refuses exchanges that involve it (issue 15, finding 7).
-  bool peer_dead(Rank peer) const { return dead_[static_cast<std::size_t>(peer)].dead; }
+  bool peer_dead(Rank peer) const;
   // Called when a peer shows up with a later epoch (it restarted); running exchanges with it
   // have failed by then.
   std::function<void(Rank)> on_peer_restart;
@@ -174,48 +175,25 @@ class Engine final : private ParseContext {
   // The agreed id once every peer's proposal is in; an error when a peer stays silent.
   std::optional<Result<std::uint32_t>> join_result();
 
-  // When the last frame handed to the port starts to leave it at the paced rate, that is when
-  // the ones before it have left: a frame handed over then queues right behind it. Later than
-  // that frame's hand-over only after the bucket let a late poll catch up in a burst, which
-  // then waits in a queue downstream: sender-based tokens are handed over no earlier (README,
-  // "Scale"). A lead of less than a quarter frame is the bucket's rounding, not a burst, and
-  // not worth a wake-up (measured: one whole frame of slack let 64 machines resend 2,420 frames).
-  Clock::time_point drained_at() const { return pace_last_start_ - pace_last_start_slack(); }
-
-  const EngineCounters& counters() const { return counters_; }
+  const EngineCounters& counters() const;
   std::uint32_t epoch() const { return epoch_; }
   Rank rank() const { return config_.rank; }
   std::uint32_t chunk() const { return chunk_; }
   const EngineConfig& config() const { return config_; }
 
  private:
-  friend class Exchange;
-
   // ParseContext
   Rank rank_of(const MacAddr& mac) const override;
   Expected expect_data(std::uint32_t exchange, std::uint32_t epoch, Rank src) const override;
 
-  // Frame building: returns false when no mbuf was available.
-  bool send_frame(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len);
-  bool send_control(Rank dst, FrameType type, std::uint32_t exchange, std::uint32_t seq, std::uint32_t aux,
-                    std::uint64_t block_len = 0, const std::uint8_t* payload = nullptr, std::size_t len = 0);
   void receive(Clock::time_point now);
   void handle(const Parsed& f, Clock::time_point now);
   void timers(Clock::time_point now);
   void transmit(Clock::time_point now);
-  void refill(Clock::time_point now);  // pacing tokens earned since the last refill
-  // A round starts: it may not open with the burst the bucket saved while the node waited.
-  void restart_pacing(Clock::time_point now);
-  void flush();
   // kOk when `epoch` is the sender's current one (learned or moved forward here), else why
   // the frame must be dropped (kStaleEpoch, kFutureEpoch).
   DropReason note_epoch(Rank src, std::uint32_t epoch);
   Exchange* find(std::uint32_t id) const;
-  // Issue 15, finding 7: an exchange failed because `peer` stayed silent. Unless something
-  // came from it within the deadline, it is remembered as dead: exchanges that involve it
-  // fail at start, and it is probed with PINGs until any valid frame of it arrives.
-  void peer_silent(Rank peer, const std::string& why, Clock::time_point now);
-  void heard_from(Rank peer, Clock::time_point now);
 
   struct Early {  // READY and SYNC for an exchange not started yet
     std::vector<bool> ready_from;
@@ -227,11 +205,9 @@ class Engine final : private ParseContext {
   EngineConfig config_;
   std::uint32_t epoch_;
   std::uint32_t chunk_;
-  MacAddr mac_;
   std::vector<std::pair<MacAddr, Rank>> mac_index_;  // sorted by MAC
   std::vector<std::uint32_t> peer_epoch_;
   std::vector<bool> peer_epoch_known_;
-  std::vector<Clock::time_point> last_heard_;
   // Join state.
   bool joining_ = false;
   std::uint32_t proposal_ = 0;
@@ -248,12 +224,6 @@ class Engine final : private ParseContext {
     bool active = false;
   };
   std::vector<AbortedBy> aborted_by_;
-  struct Dead {  // a peer declared silent and not heard from since
-    bool dead = false;
-    std::string why;
-    Clock::time_point since{}, probe_at{};
-  };
-  std::vector<Dead> dead_;
   std::map<std::uint32_t, std::unique_ptr<Exchange>> exchanges_;  // running and lingering
   // The poll loop looks only at these: running, or finished and not yet reported. Reported
   // exchanges linger (they answer late frames) in `lingering_`, oldest first, until erased;
@@ -267,22 +237,12 @@ class Engine final : private ParseContext {
   std::vector<ExchangeReport> finished_;
   std::uint32_t last_started_ = 0;
   bool started_any_ = false;
-  std::vector<struct rte_mbuf*> txq_;
   std::vector<struct rte_mbuf*> rx_;
-  EngineCounters counters_;
-  // Pacing
-  double tokens_ = 0;
-  Clock::time_point pace_last_{};
-  Clock::time_point pace_drained_{};     // when everything handed over has left at the paced rate
-  Clock::time_point pace_last_start_{};  // when the last frame handed over starts to leave
-  Clock::duration pace_frame_{};         // a full frame's time at the paced rate
-  Clock::duration pace_last_start_slack() const {
-    return pace_last_start_ - pace_last_ < pace_frame_ / 4 ? pace_last_start_ - pace_last_ : Clock::duration::zero();
-  }
+  // Frames out, pacing, the peers' liveness and the counters: what exchanges use (Link).
+  std::unique_ptr<EngineLink> link_;
   Clock::time_point next_timers_{};
   std::size_t rr_ = 0;  // round-robin over exchanges
   std::uint64_t handled_ = 0;  // frames of ours that passed validation
-  std::uint64_t tag_counter_ = 0;  // numbers the frames sealed with the cluster key (their nonces)
   Clock::time_point last_log_{};
 };
 

@@ -1,0 +1,56 @@
+// Agreeing on the next exchange id at the start of a session (Engine::start_join).
+#include "aapc/engine/engine.hpp"
+#include "link.hpp"
+#include "serial.hpp"
+
+namespace aapc::engine {
+
+void Engine::start_join(std::uint32_t proposal) {
+  joining_ = true;
+  join_sending_ = true;
+  proposal_ = proposal;
+  join_since_ = Clock::now();
+  join_rto_ = config_.rto;
+  std::fill(join_acked_.begin(), join_acked_.end(), false);
+  join_acked_[static_cast<std::size_t>(config_.rank)] = true;
+  join_retry_ = Clock::time_point{};  // send at once
+  join_timers(join_since_);
+}
+
+void Engine::join_timers(Clock::time_point now) {
+  if (!join_sending_ || now < join_retry_) return;
+  bool all = true;
+  for (std::size_t r = 0; r < config_.peers.size(); ++r) {
+    if (join_acked_[r]) continue;
+    all = false;
+    link_->send_control(static_cast<Rank>(r), FrameType::kJoin, 0, proposal_, 0);
+  }
+  join_sending_ = !all;
+  join_retry_ = now + join_rto_;
+  join_rto_ = std::min(join_rto_ * 2, config_.rto_max);
+}
+
+std::optional<Result<std::uint32_t>> Engine::join_result() {
+  if (!joining_) return std::nullopt;
+  std::uint32_t agreed = proposal_;
+  for (std::size_t r = 0; r < config_.peers.size(); ++r) {
+    if (static_cast<Rank>(r) == config_.rank) continue;
+    if (!peer_proposal_[r]) {
+      // A peer that does not even acknowledge our JOIN is down; one that acknowledges waits
+      // for its own clients (a collective: we wait too).
+      if (!join_acked_[r] && Clock::now() - join_since_ > config_.peer_deadline) {
+        joining_ = false;
+        return Result<std::uint32_t>(Error(Errc::kPeerSilent, "peer rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) +
+                                                                  ") did not answer while the cluster agreed on the next exchange"));
+      }
+      return std::nullopt;
+    }
+    if (later(*peer_proposal_[r], agreed)) agreed = *peer_proposal_[r];
+  }
+  joining_ = false;
+  for (auto& p : peer_proposal_) p.reset();
+  for (auto& ab : aborted_by_) ab.active = false;  // a new session, agreed by everyone
+  return Result<std::uint32_t>(agreed);
+}
+
+}  // namespace aapc::engine

@@ -1,0 +1,164 @@
+// The engine's receive path: epochs, the frames the engine answers itself, and the hand-off
+// of the others to their exchange.
+#include <rte_mbuf.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "aapc/engine/engine.hpp"
+#include "exchange.hpp"
+#include "link.hpp"
+#include "serial.hpp"
+
+namespace aapc::engine {
+namespace {
+
+constexpr std::size_t kMaxEarly = 64;      // exchanges not started yet whose READY/SYNC we keep
+
+}  // namespace
+
+DropReason Engine::note_epoch(Rank src, std::uint32_t epoch) {
+  auto i = static_cast<std::size_t>(src);
+  if (peer_epoch_known_[i] && epoch == peer_epoch_[i]) return DropReason::kOk;
+  // Issue 15, finding 5: an epoch is its sender's start time, so none can lie ahead of our
+  // clock by more than the skew between the clocks. A frame that claims one is forged (or
+  // from a badly set clock) and must not make the real incarnation's frames look stale.
+  // Epochs are 32-bit milliseconds, compared as serial numbers (24.8 days each way).
+  auto plausible = [&](std::uint32_t e) {
+    return config_.max_epoch_skew.count() <= 0 || !later(e, clock_epoch() + static_cast<std::uint32_t>(config_.max_epoch_skew.count()));
+  };
+  if (!plausible(epoch)) return DropReason::kFutureEpoch;
+  if (!peer_epoch_known_[i]) {
+    peer_epoch_known_[i] = true;
+    peer_epoch_[i] = epoch;
+    return DropReason::kOk;
+  }
+  // A later epoch means the peer restarted. A known epoch that no longer looks plausible (a
+  // daemon up for longer than the serial-number range) gives way to any plausible one.
+  if (!later(epoch, peer_epoch_[i]) && plausible(peer_epoch_[i])) return DropReason::kStaleEpoch;  // an earlier incarnation
+  peer_epoch_[i] = epoch;
+  const auto now = Clock::now();
+  for (auto& [id, ex] : exchanges_) ex->peer_restarted(src, now);
+  if (on_peer_restart) on_peer_restart(src);
+  return DropReason::kOk;
+}
+
+void Engine::handle(const Parsed& f, Clock::time_point now) {
+  const Rank src = f.src_rank;
+  if (f.h.type == FrameType::kPing) {
+    link_->send_control(src, FrameType::kAck, f.h.exchange, 0, static_cast<std::uint32_t>(FrameType::kPing));
+    return;
+  }
+  if (f.h.type == FrameType::kAck && f.h.aux == static_cast<std::uint32_t>(FrameType::kPing)) return;
+  if (f.h.type == FrameType::kJoin) {
+    peer_proposal_[static_cast<std::size_t>(src)] = f.h.seq;
+    link_->send_control(src, FrameType::kAck, 0, f.h.seq, static_cast<std::uint32_t>(FrameType::kJoin));
+    return;
+  }
+  if (f.h.type == FrameType::kAck && f.h.aux == static_cast<std::uint32_t>(FrameType::kJoin)) {
+    if (f.h.seq == proposal_) join_acked_[static_cast<std::size_t>(src)] = true;
+    return;
+  }
+  if (f.h.type == FrameType::kAbort) {
+    // Issue 15, finding 5: an ABORT counts only for the exchange it names, and only while that
+    // exchange runs here. (One forged ABORT with a stale id used to fail every running
+    // exchange from that id on, and the next two through aborted_by_.)
+    std::string reason = "aborted by peer rank " + std::to_string(src);
+    if (f.payload.size() > 0) reason += ": " + std::string(f.payload.begin(), f.payload.end());
+    Exchange* ex = find(f.h.exchange);
+    if (ex != nullptr && ex->running() && ex->accept_epoch(src, f.h.epoch)) {
+      ex->fail(Errc::kPeerAborted, reason, src, now);
+    } else if (ex == nullptr && (!started_any_ || later(f.h.exchange, last_started_))) {
+      // An exchange this node has not started yet, which the peer will never start
+      // (abort_unstarted): starting exactly that id fails at once, for a peer deadline.
+      aborted_by_[static_cast<std::size_t>(src)] = {f.h.exchange, now, reason, true};
+    } else {
+      link_->count_drop(DropReason::kNotLive);
+    }
+    return;
+  }
+  if (auto& ab = aborted_by_[static_cast<std::size_t>(src)]; ab.active && later(f.h.exchange, ab.exchange)) ab.active = false;
+  Exchange* ex = find(f.h.exchange);
+  if (ex == nullptr && f.h.type == FrameType::kPoll && std::find(done_ids_.begin(), done_ids_.end(), f.h.exchange) != done_ids_.end()) {
+    // Finding 8: at 30% loss the ACKs of a block could all be lost within the linger time;
+    // the exchange completed here, so every block of it arrived.
+    link_->send_control(src, FrameType::kAck, f.h.exchange, 0, static_cast<std::uint32_t>(FrameType::kData), f.h.block_len);
+    return;
+  }
+  if (ex == nullptr) {
+    const bool future = !started_any_ || later(f.h.exchange, last_started_);
+    const bool keep = f.h.type == FrameType::kReady || f.h.type == FrameType::kSync;
+    if (!future || !keep || (early_.size() >= kMaxEarly && early_.count(f.h.exchange) == 0)) {
+      link_->count_drop(DropReason::kNotLive);
+      return;
+    }
+    // A peer started an exchange we have not started yet: keep its READY and tokens.
+    Early& e = early_[f.h.exchange];
+    e.seen = now;
+    if (e.ready_from.empty()) e.ready_from.assign(config_.peers.size(), false);
+    if (f.h.type == FrameType::kReady) {
+      e.ready_from[static_cast<std::size_t>(src)] = true;
+    } else {
+      e.syncs.push_back(f.h.seq);
+    }
+    ++link_->counters().early_frames;
+    link_->send_control(src, FrameType::kAck, f.h.exchange, f.h.seq, static_cast<std::uint32_t>(f.h.type));
+    return;
+  }
+  if (!ex->accept_epoch(src, f.h.epoch)) {
+    ex->count_drop(DropReason::kStaleEpoch);
+    return;
+  }
+  if (f.h.type == FrameType::kData) {
+    ex->on_data(f, now);
+  } else {
+    ex->on_control(f, now);
+  }
+}
+
+void Engine::receive(Clock::time_point now) {
+  const std::uint16_t got = port_.rx_burst(rx_.data(), static_cast<std::uint16_t>(rx_.size()));
+  for (std::uint16_t i = 0; i < got; ++i) {
+    rte_mbuf* m = rx_[i];
+    if (m->nb_segs > 1 && rte_pktmbuf_linearize(m) != 0) {
+      link_->count_drop(DropReason::kBadLength);
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    ++link_->counters().frames_received;
+    link_->counters().bytes_received += rte_pktmbuf_data_len(m);
+    std::span<const std::uint8_t> frame(rte_pktmbuf_mtod(m, const std::uint8_t*), rte_pktmbuf_data_len(m));
+    Parsed f = parse(frame, *this);
+    if (f.reason == DropReason::kOk) f.reason = note_epoch(f.src_rank, f.h.epoch);
+    if (f.reason != DropReason::kOk) {
+      // A frame of the peer's current incarnation that is merely of no use (a duplicate, for a
+      // finished exchange, dummy traffic) still shows that the peer is alive (finding 8).
+      const bool alive = f.src_rank >= 0 && (f.reason == DropReason::kDummy || f.reason == DropReason::kNotLive || f.reason == DropReason::kDuplicate) &&
+                         peer_epoch_known_[static_cast<std::size_t>(f.src_rank)] && peer_epoch_[static_cast<std::size_t>(f.src_rank)] == f.h.epoch;
+      if (alive) link_->heard_from(f.src_rank, now);
+      // Reasons found after the CRC matched can be charged to the exchange.
+      Exchange* ex = f.reason >= DropReason::kRankMismatch && f.reason != DropReason::kNotLive ? find(f.h.exchange) : nullptr;
+      if (ex != nullptr) {
+        ex->count_drop(f.reason);
+      } else {
+        link_->count_drop(f.reason);
+      }
+      if (f.reason != DropReason::kDummy && f.reason != DropReason::kEtherType && now - last_log_ > std::chrono::seconds(1)) {
+        last_log_ = now;
+        spdlog::warn("rank {}: dropped a frame ({}); {} dropped so far for that reason{}", config_.rank, drop_reason_name(f.reason),
+                     link_->counters().drops[static_cast<std::size_t>(f.reason)],
+                     f.reason != DropReason::kBadAuth ? ""
+                     : key != nullptr ? " (not tagged with our cluster key: a forgery, or a node with another key or none)"
+                                      : " (tagged with a cluster key, and this node has none: give every node the same key)");
+      }
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    link_->heard_from(f.src_rank, now);
+    ++handled_;
+    handle(f, now);
+    rte_pktmbuf_free(m);
+  }
+}
+
+}  // namespace aapc::engine
