@@ -46,7 +46,10 @@ Sweep plan_sweep(const Args& a) {
   s.peak = aapc::sched::TreeModel(topo).peak_aggregate_bps();
   s.n = topo.machine_count();
   s.multi_switch = !topo.single_switch();
+  s.ppn = a.ppn;
+  // Machine-level sizes: with K ranks per machine, each pair of machines carries K^2 blocks.
   s.sizes = parse_sizes(a.sizes);
+  for (auto& b : s.sizes) b *= static_cast<std::uint64_t>(a.ppn) * static_cast<std::uint64_t>(a.ppn);
   s.tools = self_dir();
   // Configurations: every schedule, and the tree with each sync variant asked for.
   for (const auto& sched : a.schedules) {
@@ -61,7 +64,7 @@ Sweep plan_sweep(const Args& a) {
   for (std::uint64_t b : s.sizes) {
     const int it = iterations(b, s.n, s.peak, a.point_seconds, a.max_iters);
     s.job_budget_s += (it + 2) * (0.1 + exchange_bits(s.n, static_cast<double>(b)) / (0.02 * s.peak));
-    s.points_arg += " " + std::to_string(b) + ":" + std::to_string(it);
+    s.points_arg += " " + std::to_string(b / static_cast<std::uint64_t>(a.ppn * a.ppn)) + ":" + std::to_string(it);
     s.least_tx += static_cast<double>(s.n - 1) * static_cast<double>(b) * (it + 2);
   }
   return s;
@@ -136,6 +139,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 99));
   app.add_flag("--check", a.check, "validate every received byte");
+  app.add_option("--ppn", a.ppn, "ranks per machine of the MPI jobs; sizes are per rank, aapc's own schedules run blocks of ppn^2 x size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_flag("--aapc-mpi", a.aapc_mpi, "also run each MPI's job with libaapc-mpi.so preloaded (label MPI+aapc)");
   app.add_option("--out,-o", a.out, "directory for results.{txt,csv,json} and throughput.{png,svg} (default bench/<topology>)");
   app.add_flag("--existing", a.existing, "measure on daemons already running: start this on every node at once (rank 0 reports)");
   app.add_flag("!--no-plot", a.plot, "skip the gnuplot plots");

@@ -37,6 +37,10 @@ struct Args {
   std::string schedule = "auto", sync = "auto";
   std::vector<std::string> configs;  // SCHEDULE[+SYNC] specs measured interleaved (--configs)
   bool plot = true;
+  // MPI jobs with this many ranks per machine. Sizes stay per rank for MPI; aapc's own
+  // schedules run the machine-level equivalent, blocks of ppn^2 x size (issue 13).
+  int ppn = 1;
+  bool aapc_mpi = false;  // also each MPI with libaapc-mpi.so preloaded ("openmpi+aapc")
 };
 
 // --- helpers (common.cpp) ----------------------------------------------------------------------
@@ -79,7 +83,8 @@ struct Sweep {
   // that no job is waited for forever, and what rank 0 must at least put on its wire in an MPI
   // job.
   double job_budget_s = 120, least_tx = 0;
-  std::string points_arg;
+  std::string points_arg;  // SIZE:ITERS per point, SIZE per rank (the MPI program's)
+  int ppn = 1;
 };
 
 // The emulated cluster (emu_session.cpp): aapc-emu up on construction, down when destroyed
@@ -106,6 +111,7 @@ class EmuSession {
 // MPI over TCP on the same emulated network (mpi.cpp).
 struct MpiVariant {
   std::string impl, label, env;  // env: extra mpirun arguments or environment
+  bool preload = false;          // libaapc-mpi.so preloaded
 };
 
 std::vector<MpiVariant> mpi_variants(const Args& a);

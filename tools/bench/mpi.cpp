@@ -18,6 +18,7 @@ std::vector<MpiVariant> mpi_variants(const Args& a) {
       std::cerr << "aapc-bench: skipping " << impl << ": mpi-alltoall-" << impl << " was not built (is " << impl << " installed?)\n";
       continue;
     }
+    if (a.aapc_mpi) out.push_back({impl, impl + "+aapc", "", true});
     if (impl == "openmpi") {
       out.push_back({impl, "openmpi default", ""});
       if (a.all_mpi_algorithms) {
@@ -57,14 +58,29 @@ std::string MpiLauncher::command(const MpiVariant& v, const Args& a) const {
   std::istringstream points(sweep_.points_arg);
   for (std::string p; points >> p;) job.program.push_back(p);
   job.timeout_s = static_cast<int>(sweep_.job_budget_s);
+  job.ppn.assign(state_["machines"].size(), sweep_.ppn);
+  if (v.preload) {
+    job.preload = (self_dir().parent_path() / "mpi" / "libaapc-mpi.so").string();
+    if (!fs::exists(job.preload)) throw std::runtime_error(job.preload + " was not built");
+  }
   return cluster_.command(job);
 }
 
 std::vector<Json> MpiLauncher::run(const MpiVariant& v, const Args& a, const std::function<void(const Json&)>& on_point, bool& failed) const {
   const double tx0 = tx_bytes();
-  auto r = run_collect(command(v, a), [&](Json p) {
+  // The program reports per-rank blocks; the report compares machine-level ones (ppn^2 x).
+  const auto k2 = static_cast<std::uint64_t>(sweep_.ppn) * static_cast<std::uint64_t>(sweep_.ppn);
+  auto label = [&](Json& p) {
+    if (!p.contains("rank_block")) {
+      p["rank_block"] = p["size"];
+      p["size"] = p["size"].get<std::uint64_t>() * k2;
+    }
     p["impl"] = v.impl;
     p["label"] = v.label;
+    p["ppn"] = sweep_.ppn;
+  };
+  auto r = run_collect(command(v, a), [&](Json p) {
+    label(p);
     on_point(p);
   });
   // An MPI that found a way around the network (shared memory) measures nothing of it.
@@ -74,8 +90,7 @@ std::vector<Json> MpiLauncher::run(const MpiVariant& v, const Args& a, const std
     std::cerr << "aapc-bench: " << v.label << ": rank 0 sent " << static_cast<std::uint64_t>(sent) << " bytes on its link, at least "
               << static_cast<std::uint64_t>(sweep_.least_tx) << " expected: it did not use the network; its figures are marked\n";
   for (auto& p : r.points) {
-    p["impl"] = v.impl;
-    p["label"] = v.label;
+    label(p);
     p["over_network"] = !bypassed;
   }
   failed = false;
