@@ -5,10 +5,13 @@
 //   3. each leader hands its local ranks their blocks.
 // Predefined contiguous datatypes are carried as they are; other datatypes are packed first
 // and unpacked after.
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -79,13 +82,24 @@ std::optional<std::string> staging(std::uint64_t send, std::uint64_t recv) {
 
 std::vector<std::size_t> sizes(const std::vector<std::uint64_t>& v) { return {v.begin(), v.end()}; }
 
+// The schedule asked for with AAPC_MPI_SCHEDULE=ALGORITHM[+SYNC] (default: auto).
+aapc::Options options() {
+  aapc::Options o;
+  const char* spec = std::getenv("AAPC_MPI_SCHEDULE");
+  if (spec == nullptr || *spec == '\0') return o;
+  const std::string s = spec;
+  o.schedule = s.substr(0, s.find('+'));
+  if (s.find('+') != std::string::npos) o.sync = s.substr(s.find('+') + 1);
+  return o;
+}
+
 // Step 2 on the leader: the machine-level exchange. Empty if it went well.
 std::string machine_exchange(const LeaderLayout& l, bool uniform) {
   Process& pr = process();
   if (auto error = staging(l.send.total, l.recv.total)) return *error;
-  Result<Stats> r = uniform ? pr.client->alltoall(pr.send, pr.recv, l.send.counts.front())
+  Result<Stats> r = uniform ? pr.client->alltoall(pr.send, pr.recv, l.send.counts.front(), options())
                             : pr.client->alltoallv(pr.send, sizes(l.send.counts), sizes(l.send.displs), pr.recv, sizes(l.recv.counts),
-                                                   sizes(l.recv.displs));
+                                                   sizes(l.recv.displs), options());
   if (r) return "";
   std::string why = r.error().message();
   return why.empty() ? "the exchange failed" : why;
@@ -123,12 +137,13 @@ int leader(MPI_Comm comm, const Plan& p, const Blocks& send, const Blocks& recv,
   PMPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
   if (error.empty()) error = machine_exchange(l, uniform);
   // Tell the local ranks how it went.
-  int length = static_cast<int>(error.size());
-  PMPI_Bcast(&length, 1, MPI_INT, p.leader_rank, p.local);
-  if (length > 0) {
-    PMPI_Bcast(error.data(), length, MPI_CHAR, p.leader_rank, p.local);
-    return raise(comm, error);
+  const int length = static_cast<int>(error.size());
+  for (int k = 0; k < p.local_size; ++k) {
+    if (k == p.leader_rank) continue;
+    PMPI_Send(&length, 1, MPI_INT, k, kTag, p.local);
+    if (length > 0) PMPI_Send(error.data(), length, MPI_CHAR, k, kTag, p.local);
   }
+  if (length > 0) return raise(comm, error);
   // Step 3.
   reqs.clear();
   types.clear();
@@ -143,18 +158,35 @@ int leader(MPI_Comm comm, const Plan& p, const Blocks& send, const Blocks& recv,
   return MPI_SUCCESS;
 }
 
+
+// Waits for `reqs` without spinning: the MPIs poll in their waits, and a machine's ranks
+// polling while its daemon moves the exchange take the cores the daemon needs.
+void wait_quietly(std::vector<MPI_Request>& reqs) {
+  std::chrono::microseconds nap{10};
+  for (int done = 0;;) {
+    PMPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
+    if (done != 0) return;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(500));
+  }
+}
+
 int member(MPI_Comm comm, const Plan& p, const Blocks& send, const Blocks& recv) {
   ByteType mine(in_order(send.by_rank, destination_order(p.place)));
-  PMPI_Send(send.base, mine.count(), mine.type(), p.leader_rank, kTag, p.local);
+  std::vector<MPI_Request> reqs(2);
   int length = 0;
-  PMPI_Bcast(&length, 1, MPI_INT, p.leader_rank, p.local);
+  PMPI_Isend(send.base, mine.count(), mine.type(), p.leader_rank, kTag, p.local, &reqs[0]);
+  PMPI_Irecv(&length, 1, MPI_INT, p.leader_rank, kTag, p.local, &reqs[1]);
+  wait_quietly(reqs);
   if (length > 0) {
     std::string error(static_cast<std::size_t>(length), '\0');
-    PMPI_Bcast(error.data(), length, MPI_CHAR, p.leader_rank, p.local);
+    PMPI_Recv(error.data(), length, MPI_CHAR, p.leader_rank, kTag, p.local, MPI_STATUS_IGNORE);
     return raise(comm, error);
   }
   ByteType into(recv.by_rank);
-  PMPI_Recv(recv.base, into.count(), into.type(), p.leader_rank, kTag, p.local, MPI_STATUS_IGNORE);
+  reqs.resize(1);
+  PMPI_Irecv(recv.base, into.count(), into.type(), p.leader_rank, kTag, p.local, &reqs[0]);
+  wait_quietly(reqs);
   return MPI_SUCCESS;
 }
 

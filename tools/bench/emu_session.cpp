@@ -34,8 +34,8 @@ void EmuSession::warm_up() const {
 }
 
 Run EmuSession::run_aapc(const Args& a, const std::function<void(const Json&)>& on_point) const {
-  std::string sizes_arg;
-  for (const auto& s : a.sizes) sizes_arg += " " + s;
+  std::string sizes_arg;  // machine-level sizes (ppn^2 x the per-rank ones)
+  for (const auto b : sweep_.sizes) sizes_arg += " " + std::to_string(b);
   std::ostringstream cmd;
   cmd << emu_ << " run " << shell_quote(sweep_.topo_file.string()) << " --keep --timeout "
       << static_cast<int>(sweep_.job_budget_s * static_cast<double>(sweep_.configs.size())) << " -- "

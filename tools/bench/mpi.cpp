@@ -60,6 +60,7 @@ std::string MpiLauncher::command(const MpiVariant& v, const Args& a) const {
   job.timeout_s = static_cast<int>(sweep_.job_budget_s);
   job.ppn.assign(state_["machines"].size(), sweep_.ppn);
   if (v.preload) {
+    job.env.emplace_back("AAPC_MPI_VERBOSE=1");
     job.preload = (self_dir().parent_path() / "mpi" / "libaapc-mpi.so").string();
     if (!fs::exists(job.preload)) throw std::runtime_error(job.preload + " was not built");
   }
@@ -79,10 +80,20 @@ std::vector<Json> MpiLauncher::run(const MpiVariant& v, const Args& a, const std
     p["label"] = v.label;
     p["ppn"] = sweep_.ppn;
   };
+  // With the library, the daemons run beside the job (aapc-emu start/stop), and the library
+  // must say that MPI_COMM_WORLD went through aapc: a job that fell back measures the MPI.
+  const std::string emu = shell_quote((sweep_.tools / "aapc-emu").string());
+  if (v.preload) run_collect(emu + " start", [](const Json&) {});
   auto r = run_collect(command(v, a), [&](Json p) {
     label(p);
     on_point(p);
   });
+  if (v.preload) run_collect(emu + " stop", [](const Json&) {});
+  if (v.preload && r.other.find("MPI_COMM_WORLD (") != std::string::npos && r.other.find("all-to-all through aapc") == std::string::npos) {
+    std::cerr << "aapc-bench: " << v.label << ": libaapc-mpi did not carry MPI_COMM_WORLD:\n" << r.other;
+    failed = true;
+    return {};
+  }
   // An MPI that found a way around the network (shared memory) measures nothing of it.
   const double sent = tx_bytes() - tx0;
   const bool bypassed = r.status == 0 && sent < 0.9 * sweep_.least_tx;
