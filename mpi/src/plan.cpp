@@ -3,10 +3,14 @@
 // of each machine.
 #include "plan.hpp"
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <thread>
 
 namespace aapc::mpi {
 
@@ -31,7 +35,13 @@ int my_machine(int& cluster_size) {
   cluster_size = 0;
   if (disabled()) return kOff;
   if (!pr.info) {
+    // Every rank of a machine asks at once; a daemon at its per-uid connection limit says
+    // busy, and a moment later has room again (these connections last a few milliseconds).
     auto c = aapc::Client::try_connect();
+    for (int attempt = 0; !c && c.error().code() == Errc::kBusy && attempt < 100; ++attempt) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 + (::getpid() + attempt * 7) % 20));
+      c = aapc::Client::try_connect();
+    }
     if (!c) {
       pr.connect_error = c.error().message();
       return kNoDaemon;
