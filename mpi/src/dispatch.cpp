@@ -21,6 +21,9 @@ using Word = std::uintptr_t;
 using Alltoall = int (*)(const void*, int, Word, void*, int, Word, Word);
 using Alltoallv = int (*)(const void*, const int*, const int*, Word, void*, const int*, const int*, Word, Word);
 using Init = int (*)(int*, char***);
+// Fortran (mpif.h, use mpi): every argument by reference, handles as MPI_Fint (int).
+using FAlltoall = void (*)(const void*, const int*, const int*, void*, const int*, const int*, const int*, int*);
+using FAlltoallv = void (*)(const void*, const int*, const int*, const int*, void*, const int*, const int*, const int*, const int*, int*);
 using InitThread = int (*)(int*, char***, int, int*);
 
 struct Target {
@@ -28,6 +31,8 @@ struct Target {
   InitThread init_thread = nullptr;
   Alltoall alltoall = nullptr;
   Alltoallv alltoallv = nullptr;
+  FAlltoall f_alltoall = nullptr;
+  FAlltoallv f_alltoallv = nullptr;
 };
 
 struct Loaded {
@@ -54,7 +59,6 @@ Loaded loaded_mpi() {
   return l;
 }
 
-
 std::string own_directory() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&loaded_mpi), &info) == 0 || info.dli_fname == nullptr) return "";
@@ -66,6 +70,18 @@ std::string own_directory() {
 template <typename F>
 F symbol(void* lib, const char* name) {
   return reinterpret_cast<F>(dlsym(lib, name));
+}
+
+// Fortran entry points. Open MPI's Fortran bindings call PMPI_Alltoall, past a C
+// interposer, so its calls are taken here and converted (libaapc-mpi-openmpi.so). MPICH's
+// call the C MPI_Alltoall, which is ours already: its own bindings are called.
+void fortran_targets(Target& t, const char* mpi, void* lib) {
+  if (lib != nullptr && mpi != nullptr && std::string(mpi) == "openmpi") {
+    t.f_alltoall = symbol<FAlltoall>(lib, "aapc_mpi_f_alltoall");
+    t.f_alltoallv = symbol<FAlltoallv>(lib, "aapc_mpi_f_alltoallv");
+  }
+  if (t.f_alltoall == nullptr) t.f_alltoall = symbol<FAlltoall>(RTLD_NEXT, "mpi_alltoall_");
+  if (t.f_alltoallv == nullptr) t.f_alltoallv = symbol<FAlltoallv>(RTLD_NEXT, "mpi_alltoallv_");
 }
 
 Target load() {
@@ -97,6 +113,7 @@ Target load() {
     t.alltoall = symbol<Alltoall>(next, "PMPI_Alltoall");
     t.alltoallv = symbol<Alltoallv>(next, "PMPI_Alltoallv");
   }
+  fortran_targets(t, mpi, lib);
   if (t.init == nullptr || t.init_thread == nullptr || t.alltoall == nullptr || t.alltoallv == nullptr) {
     std::fprintf(stderr, "aapc-mpi: libaapc-mpi.so is loaded in a process without an MPI library (no PMPI_Init); remove it from LD_PRELOAD\n");
     std::abort();
@@ -127,6 +144,17 @@ __attribute__((visibility("default"))) int MPI_Alltoall(const void* sbuf, int sc
 __attribute__((visibility("default"))) int MPI_Alltoallv(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
                                                          const int* rcounts, const int* rdispls, Word rtype, Word comm) {
   return target().alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
+}
+
+// gfortran's names (Debian's Fortran compiler): lower case, one trailing underscore.
+__attribute__((visibility("default"))) void mpi_alltoall_(const void* sbuf, const int* scount, const int* stype, void* rbuf, const int* rcount,
+                                                          const int* rtype, const int* comm, int* ierr) {
+  target().f_alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, ierr);
+}
+
+__attribute__((visibility("default"))) void mpi_alltoallv_(const void* sbuf, const int* scounts, const int* sdispls, const int* stype, void* rbuf,
+                                                           const int* rcounts, const int* rdispls, const int* rtype, const int* comm, int* ierr) {
+  target().f_alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, ierr);
 }
 
 }  // extern "C"

@@ -282,6 +282,10 @@ int run(Plan& p, MPI_Comm comm, Side send, const Side& recv, bool alltoall) {
   for (const auto& on : p.place.ranks_on) uniform = uniform && on.size() == p.place.ranks_on.front().size();
   std::lock_guard<std::mutex> hold(process().mutex);
   const int rc = p.leader() ? leader(comm, p, sb, rb, uniform, len) : member(comm, p, sb, rb);
+  if (!p.carried && rc == MPI_SUCCESS) {  // once per communicator, for AAPC_MPI_VERBOSE
+    p.carried = true;
+    announce_first(comm, p);
+  }
   if (rc == MPI_SUCCESS && !rpacked.empty()) unpack(recv, n, comm, rb);
   return rc;
 }

@@ -80,12 +80,16 @@ std::string verdict(const std::vector<int>& report, int size) {
   return "";
 }
 
-void say(MPI_Comm comm, const Plan& p, int rank, int size) {
-  if (!env_on("AAPC_MPI_VERBOSE") || rank != 0) return;
+std::string name_of(MPI_Comm comm) {
   char name[MPI_MAX_OBJECT_NAME] = {0};
   int len = 0;
   PMPI_Comm_get_name(comm, name, &len);
-  std::string what = len > 0 ? name : "a communicator";
+  return len > 0 ? name : "a communicator";
+}
+
+void say(MPI_Comm comm, const Plan& p, int rank, int size) {
+  if (!env_on("AAPC_MPI_VERBOSE") || rank != 0) return;
+  const std::string what = name_of(comm);
   if (p.aapc) {
     std::size_t lo = p.place.ranks_on.front().size(), hi = lo;
     for (const auto& on : p.place.ranks_on) lo = std::min(lo, on.size()), hi = std::max(hi, on.size());
@@ -163,6 +167,13 @@ Plan& plan_of(MPI_Comm comm) {
 }
 
 void on_init() { plan_of(MPI_COMM_WORLD); }
+
+void announce_first(MPI_Comm comm, const Plan& p) {
+  int rank = 0;
+  PMPI_Comm_rank(comm, &rank);
+  if (env_on("AAPC_MPI_VERBOSE") && rank == 0)
+    std::fprintf(stderr, "aapc-mpi: %s: its first all-to-all was carried by aapc (%d machines)\n", name_of(comm).c_str(), p.place.machines());
+}
 
 int raise(MPI_Comm comm, const std::string& message) {
   Process& pr = process();

@@ -29,6 +29,7 @@ struct Plan {
   int local_size = 1;
   int leader_rank = 0;  // in `local`: the process that leads the machine (Process::machine_leader)
   bool leader() const { return local_rank == leader_rank; }
+  bool carried = false;  // an all-to-all of it went through aapc
 };
 
 // One per process.
@@ -54,6 +55,9 @@ Plan& plan_of(MPI_Comm comm);
 
 // At MPI_Init: the world's plan, which names the process that leads each machine.
 void on_init();
+
+// With AAPC_MPI_VERBOSE, rank 0 of `comm` says that aapc carried its first all-to-all.
+void announce_first(MPI_Comm comm, const Plan& p);
 
 // Turns an aapc failure into an MPI error code whose MPI_Error_string is `message`, and
 // hands it to the communicator's error handler.

@@ -1,0 +1,60 @@
+! mpi-check-fortran: an ordinary Fortran MPI program (use mpi) that calls MPI_ALLTOALL, with
+! and without MPI_IN_PLACE, and MPI_ALLTOALLV, and checks every value. Prints
+! "mpi-check-fortran: all cases ok" on rank 0 when they all are.
+program mpi_check_fortran
+  use mpi
+  implicit none
+  integer :: ierr, me, n, d, s, k, ok, all_ok
+  integer, allocatable :: sbuf(:), rbuf(:), counts(:), displs(:)
+  integer, parameter :: per = 100
+
+  call MPI_INIT(ierr)
+  call MPI_COMM_RANK(MPI_COMM_WORLD, me, ierr)
+  call MPI_COMM_SIZE(MPI_COMM_WORLD, n, ierr)
+  allocate(sbuf(per * n), rbuf(per * n), counts(n), displs(n))
+  ok = 1
+
+  do d = 0, n - 1
+    do k = 1, per
+      sbuf(d * per + k) = me * 100000 + d * 1000 + k
+    end do
+  end do
+  call MPI_ALLTOALL(sbuf, per, MPI_INTEGER, rbuf, per, MPI_INTEGER, MPI_COMM_WORLD, ierr)
+  do s = 0, n - 1
+    do k = 1, per
+      if (rbuf(s * per + k) /= s * 100000 + me * 1000 + k) ok = 0
+    end do
+  end do
+
+  rbuf = sbuf
+  call MPI_ALLTOALL(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rbuf, per, MPI_INTEGER, MPI_COMM_WORLD, ierr)
+  do s = 0, n - 1
+    do k = 1, per
+      if (rbuf(s * per + k) /= s * 100000 + me * 1000 + k) ok = 0
+    end do
+  end do
+
+  do d = 0, n - 1
+    counts(d + 1) = per / 2
+    displs(d + 1) = d * per
+  end do
+  rbuf = 0
+  call MPI_ALLTOALLV(sbuf, counts, displs, MPI_INTEGER, rbuf, counts, displs, MPI_INTEGER, MPI_COMM_WORLD, ierr)
+  do s = 0, n - 1
+    do k = 1, per / 2
+      if (rbuf(s * per + k) /= s * 100000 + me * 1000 + k) ok = 0
+    end do
+    if (rbuf(s * per + per / 2 + 1) /= 0) ok = 0
+  end do
+
+  call MPI_ALLREDUCE(ok, all_ok, 1, MPI_INTEGER, MPI_MIN, MPI_COMM_WORLD, ierr)
+  if (me == 0) then
+    if (all_ok == 1) then
+      print '(A,I0,A)', 'mpi-check-fortran: ', n, ' ranks, all cases ok'
+    else
+      print '(A)', 'mpi-check-fortran: WRONG'
+    end if
+  end if
+  call MPI_FINALIZE(ierr)
+  if (all_ok /= 1) stop 1
+end program mpi_check_fortran
