@@ -29,7 +29,10 @@ int main(int argc, char** argv) {
   app.add_option("--socket-group", cfg.socket_group, "group allowed to use the socket (mode 0660)");
   std::string mode = "0660";
   app.add_option("--socket-mode", mode, "permissions of the socket file (octal)")->capture_default_str();
-  app.add_option("--allow-uid", cfg.allow_uids, "further uids allowed besides root and ours");
+  app.add_option("--allow-uid", cfg.allow_uids, "further uids allowed besides root, ours and members of --socket-group");
+  app.add_option("--max-clients-per-uid", cfg.max_clients_per_uid, "connections one uid may hold (not root or ours)")->capture_default_str();
+  int hello_ms = 5000;
+  app.add_option("--hello-timeout-ms", hello_ms, "a client that says no HELLO this long after connecting is closed")->capture_default_str();
   app.add_option("--capture", cfg.capture_path, "write every frame sent and received to this pcap file");
   app.add_option("--capture-snaplen", cfg.capture_snaplen, "bytes kept per captured frame (64: headers; 65535: whole frames)")->capture_default_str();
   app.add_option("--pace", cfg.pace, "pacing: auto (this machine's link rate from the topology), off, or a rate like 1Gbit")->capture_default_str();
@@ -66,6 +69,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   cfg.peer_deadline = std::chrono::milliseconds(deadline_ms);
+  cfg.hello_timeout = std::chrono::milliseconds(hello_ms);
   cfg.eal.extra.insert(cfg.eal.extra.end(), eal_args.begin(), eal_args.end());
   cfg.eal.program = "aapcd";
 

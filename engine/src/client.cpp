@@ -230,12 +230,19 @@ const ClusterInfo& Client::info() const { return conn_->info; }
 
 Buffer Client::allocate(std::size_t bytes) {
   if (bytes == 0) throw Exception(Error(Errc::kInvalidArgument, "a buffer needs at least one byte"));
-  int fd = ::memfd_create("aapc-buffer", MFD_CLOEXEC);
+  // Sealed against shrinking and growing once sized: the daemon maps it, and a file shrunk
+  // under a mapping kills whoever touches the lost pages (aapcd refuses unsealable files).
+  int fd = ::memfd_create("aapc-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) throw Exception(Error(Errc::kIo, std::string("memfd_create failed: ") + std::strerror(errno)));
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     int e = errno;
     ::close(fd);
     throw Exception(Error(Errc::kIo, "cannot size a buffer of " + std::to_string(bytes) + " bytes: " + std::strerror(e)));
+  }
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw Exception(Error(Errc::kIo, std::string("cannot seal a buffer's memory file: ") + std::strerror(e)));
   }
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {

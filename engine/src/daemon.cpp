@@ -72,6 +72,7 @@ void Daemon::Impl::service(int timeout_ms) {
       serve_client(fd);
     }
   }
+  close_idle_clients();
 }
 
 // Abort what runs and let the ABORT frames leave.

@@ -1,5 +1,6 @@
 // The daemon's control socket: a Unix SOCK_SEQPACKET socket with owner/group permissions,
-// clients checked by SO_PEERCRED, their requests decoded once and dispatched.
+// clients admitted by their credentials (daemon_admission.cpp), their requests decoded once
+// and dispatched.
 #include <fcntl.h>
 #include <grp.h>
 #include <sys/epoll.h>
@@ -26,6 +27,7 @@ namespace fs = std::filesystem;
 
 void Daemon::Impl::open_socket() {
   const gid_t gid = socket_dir();
+  socket_gid = gid;
   bind_socket(gid);
   watch_socket_and_port();
 }
@@ -91,11 +93,6 @@ void Daemon::Impl::watch_socket_and_port() {
 }
 
 // --- clients ------------------------------------------------------------------------------
-bool Daemon::Impl::allowed(uid_t uid) const {
-  if (uid == 0 || uid == ::geteuid()) return true;
-  return std::find(cfg.allow_uids.begin(), cfg.allow_uids.end(), uid) != cfg.allow_uids.end();
-}
-
 void Daemon::Impl::reply_error(int fd, std::uint32_t request, Errc code, const std::string& message) {
   proto::send_message(fd, proto::message(proto::ErrorReply{static_cast<std::uint32_t>(code), message}, request));
 }
@@ -110,21 +107,15 @@ void Daemon::Impl::accept_clients() {
       ::close(fd);
       continue;
     }
-    std::string refused;
-    if (!allowed(cred.uid)) {
-      spdlog::warn("refused a client of uid {} (pid {}): not root, not our uid, not in --allow-uid", cred.uid, cred.pid);
-      refused = "uid " + std::to_string(cred.uid) + " may not use this aapcd (run as root or as the daemon's user, or start aapcd with --allow-uid)";
-    }
-    if (clients.size() >= cfg.max_clients) {
-      reply_error(fd, 0, Errc::kBusy, "aapcd serves " + std::to_string(clients.size()) + " clients already (the limit)");
-      ::close(fd);
+    if (auto refused = admission(fd, cred)) {
+      refuse_connection(fd, cred, refused->code(), refused->message());
       continue;
     }
     ClientState c;
     c.fd = fd;
     c.uid = cred.uid;
     c.pid = cred.pid;
-    c.refused = refused;
+    c.connected = Clock::now();
     clients[fd] = std::move(c);
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
@@ -159,6 +150,7 @@ void Daemon::Impl::drop_client(int fd) {
     exchanges.erase(id);
   }
   const bool was_in_session = c.started;
+  release_rank(c);
   ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
   close_client_resources(c);
   spdlog::info("client pid {} disconnected", c.pid);
@@ -191,13 +183,6 @@ bool Daemon::Impl::serve_client(int fd) {
   }
   proto::DecodedRequest d = proto::decode_request(msg);
   ClientState& c = clients[fd];
-  if (d.ours && !c.refused.empty()) {
-    // Answered, then dropped: closing before its request is read would lose the reason.
-    if (passed_fd >= 0) ::close(passed_fd);
-    reply_error(fd, d.header.request, Errc::kPermission, c.refused);
-    drop_client(fd);
-    return true;
-  }
   if (!d.request) {
     if (passed_fd >= 0) ::close(passed_fd);
     reply_error(fd, d.header.request, Errc::kProtocol, d.error);

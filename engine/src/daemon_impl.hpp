@@ -2,12 +2,14 @@
 // file per concern:
 //   daemon.cpp           the public Daemon, the service loop, finished exchanges
 //   daemon_port.cpp      the port, its decorators (faults, capture), the engine and its pacing
-//   daemon_control.cpp   the Unix socket, peer credentials, clients coming and going, dispatch
+//   daemon_control.cpp   the Unix socket, clients coming and going, dispatch
+//   daemon_admission.cpp who may connect: credentials and groups, limits per uid, HELLO's timeout
 //   daemon_requests.cpp  the requests about buffers and results: HELLO, REGISTER, FREE, WAIT/TEST
 //   daemon_session.cpp   START: blocks checked, schedule chosen and cached, the session's join
 //   daemon_status.cpp    STATUS: the state and counters as JSON
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -31,10 +33,14 @@
 
 namespace aapc::engine {
 
-// A client's buffer, mapped from the memory file it passed.
+// A client's buffer, mapped from the memory file it passed (from its start), sealed against
+// shrinking and growing. Two buffers of one file (device and inode) are the same memory.
 struct Mapping {
   std::uint8_t* data = nullptr;
   std::uint64_t size = 0;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool same_memory(const Mapping& o) const { return dev == o.dev && ino == o.ino; }
 };
 
 struct ClientState {
@@ -43,7 +49,8 @@ struct ClientState {
   pid_t pid = 0;
   std::uint32_t next_buffer = 1;
   bool started = false;  // has run exchanges: part of the cluster's current session
-  std::string refused;   // why this client may not use the daemon (answered to its first request)
+  bool greeted = false;  // has said HELLO; until then it is closed after cfg.hello_timeout
+  Clock::time_point connected{};
   std::map<std::uint32_t, Mapping> buffers;
   std::set<std::uint32_t> exchanges;  // running or finished, not yet collected
 };
@@ -55,6 +62,18 @@ struct ExchangeRecord {
   std::int64_t cpu_ns = 0;  // process CPU time at the start, then spent during the exchange
   std::optional<ExchangeReport> report;
   std::vector<std::uint32_t> waiters;  // request ids of WAITs to answer
+};
+
+// Who runs this node's rank in the cluster's collectives. Every node must give a collective
+// the same exchange id, and ids are numbered per node: a second client's START would take
+// ids that the other nodes give to the first client's collectives, and both would "succeed"
+// with each other's bytes. So one client at a time holds the rank, from its first START until
+// it goes away. Groups (several clients sharing the rank, issue 13) grow from here.
+struct RankHolder {
+  int client = -1;  // fd of the holder; -1 while the rank is free
+  pid_t pid = 0;
+  uid_t uid = 0;
+  bool held_by_other_than(int fd) const { return client >= 0 && client != fd; }
 };
 
 // A START checked and ready to run but for its id.
@@ -84,9 +103,13 @@ struct Daemon::Impl {
   std::unique_ptr<Engine> engine;
   int listen_fd = -1;
   bool bound = false;  // the socket file is ours to remove (not another daemon's we refused)
+  gid_t socket_gid = static_cast<gid_t>(-1);  // --socket-group's: its members may connect
   int epoll_fd = -1;
   int port_fd = -1;  // in epoll_fd: readable when frames wait (else the port is polled)
   std::map<int, ClientState> clients;
+  RankHolder holder;
+  Clock::time_point next_idle_check{};
+  Clock::time_point next_refusal_log{};  // refusals are logged at most once a second
   std::map<std::uint32_t, ExchangeRecord> exchanges;
   std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;  // by "algorithm+sync"
   std::uint32_t next_id = 1;
@@ -110,12 +133,19 @@ struct Daemon::Impl {
   gid_t socket_dir() const;
   void bind_socket(gid_t gid);
   void watch_socket_and_port();
-  bool allowed(uid_t uid) const;
   static void reply_error(int fd, std::uint32_t request, Errc code, const std::string& message);
   void accept_clients();
   void close_client_resources(ClientState& c);
   void drop_client(int fd);
   bool serve_client(int fd);
+
+  // daemon_admission.cpp
+  bool allowed(int fd, const ucred& cred) const;
+  std::optional<Error> admission(int fd, const ucred& cred) const;
+  void refuse_connection(int fd, const ucred& cred, Errc code, const std::string& why);
+  void close_idle_clients();
+  std::optional<std::string> claim_rank(ClientState& c);
+  void release_rank(const ClientState& c);
 
   // daemon_requests.cpp
   void serve(ClientState& c, std::uint32_t request, const proto::HelloRequest& m);
@@ -137,6 +167,7 @@ struct Daemon::Impl {
   void launch(Prepared p);
   std::optional<Prepared> prepare(ClientState& c, std::uint32_t request, const proto::StartRequest& m);
   std::optional<std::string> place_blocks(const ClientState& c, const proto::StartRequest& m, Prepared& p) const;
+  std::optional<std::string> overlapping_blocks(const proto::StartRequest& m, const Mapping& send, const Mapping& recv) const;
   std::optional<std::string> plan(const proto::StartRequest& m, Prepared& p);
 
   // daemon_status.cpp

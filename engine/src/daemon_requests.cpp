@@ -1,5 +1,6 @@
 // The daemon's requests about buffers and results: HELLO, REGISTER, FREE, WAIT and TEST, and
 // the DONE reply.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +12,27 @@
 
 namespace aapc::engine {
 
+namespace {
+
+// A memory file the client could shrink under our mapping would kill the daemon with SIGBUS
+// at the next access: it must be sealed against shrinking (and growing), by the client
+// (aapc::Client does) or here, when the file allows sealing. Why not, if it is not.
+std::optional<std::string> sealed(int fd) {
+  constexpr int kNeeded = F_SEAL_SHRINK | F_SEAL_GROW;
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0)
+    return std::string("the descriptor cannot be sealed (F_GET_SEALS: ") + std::strerror(errno) +
+           "); pass a memfd made with memfd_create(name, MFD_ALLOW_SEALING) and sealed with F_SEAL_SHRINK | F_SEAL_GROW";
+  if ((seals & kNeeded) == kNeeded) return std::nullopt;
+  if (::fcntl(fd, F_ADD_SEALS, kNeeded) != 0)
+    return std::string("the memory file is not sealed against shrinking and growing, and cannot be sealed (F_ADD_SEALS: ") +
+           std::strerror(errno) +
+           "); make it with memfd_create(name, MFD_ALLOW_SEALING) and seal it with F_SEAL_SHRINK | F_SEAL_GROW after sizing it";
+  return std::nullopt;
+}
+
+}  // namespace
+
 void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::HelloRequest&) { hello(c, request); }
 void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::FreeRequest& m) { free_buffer(c, request, m); }
 void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::StartRequest& m) { start_or_join(c, request, m); }
@@ -18,6 +40,7 @@ void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::Wai
 void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::StatusRequest&) { status(c, request); }
 
 void Daemon::Impl::hello(ClientState& c, std::uint32_t request) {
+  c.greeted = true;
   proto::HelloReply m;
   m.rank = static_cast<std::uint32_t>(rank);
   m.size = static_cast<std::uint32_t>(topo.machine_count());
@@ -38,6 +61,8 @@ void Daemon::Impl::register_buffer(ClientState& c, std::uint32_t request, const 
   if (fd < 0) return refuse(Errc::kInvalidArgument, "REGISTER without a memory file descriptor");
   if (size == 0 || size > cfg.max_buffer_bytes)
     return refuse(Errc::kInvalidArgument, "buffer size " + std::to_string(size) + " is not between 1 and " + std::to_string(cfg.max_buffer_bytes));
+  if (auto why = sealed(fd)) return refuse(Errc::kInvalidArgument, *why);
+  // Sized after sealing: it can no longer change under the mapping.
   struct stat st{};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < size)
     return refuse(Errc::kInvalidArgument, "the descriptor is not a memory file of at least " + std::to_string(size) + " bytes");
@@ -45,7 +70,7 @@ void Daemon::Impl::register_buffer(ClientState& c, std::uint32_t request, const 
   ::close(fd);
   if (p == MAP_FAILED) return refuse(Errc::kIo, std::string("cannot map the buffer: ") + std::strerror(errno));
   std::uint32_t id = c.next_buffer++;
-  c.buffers[id] = {static_cast<std::uint8_t*>(p), size};
+  c.buffers[id] = {static_cast<std::uint8_t*>(p), size, st.st_dev, st.st_ino};
   proto::send_message(c.fd, proto::message(proto::RegisterReply{id}, request));
 }
 

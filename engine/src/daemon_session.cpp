@@ -21,8 +21,10 @@ std::shared_ptr<const sched::Schedule> Daemon::Impl::schedule(const sched::Algor
 // A request is checked at once; the first exchange of a session then waits until the
 // cluster agreed on exchange ids.
 void Daemon::Impl::start_or_join(ClientState& c, std::uint32_t request, const proto::StartRequest& m) {
+  if (holder.held_by_other_than(c.fd)) return reply_error(c.fd, request, Errc::kBusy, *claim_rank(c));
   auto p = prepare(c, request, m);
   if (!p) return;
+  (void)claim_rank(c);
   if (!joined) {
     if (!engine->joining()) engine->start_join(next_id);
     waiting_join.push_back(std::move(*p));
@@ -108,8 +110,29 @@ std::optional<std::string> Daemon::Impl::place_blocks(const ClientState& c, cons
     p.send.push_back({sm.data + s.offset, s.length});
     p.recv.push_back({rm.data + r.offset, r.length});
   }
+  if (auto overlap = overlapping_blocks(m, sm, rm)) return overlap;
   p.rec.buffers = {m.send_buffer, m.recv_buffer};
   return std::nullopt;
+}
+
+// Sends and receives that share bytes: the engine would overwrite what it has yet to send,
+// and report success. (MPI forbids it too, short of MPI_IN_PLACE.) Buffers of one memory
+// file are one memory, wherever the client mapped them.
+std::optional<std::string> Daemon::Impl::overlapping_blocks(const proto::StartRequest& m, const Mapping& send, const Mapping& recv) const {
+  if (!send.same_memory(recv)) return std::nullopt;
+  const auto n = static_cast<std::size_t>(topo.machine_count());
+  std::vector<proto::Range> sends(n), recvs(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const proto::Block s = m.send_block(i), r = m.recv_block(i);
+    sends[i] = {s.offset, s.offset + s.length, i};
+    recvs[i] = {r.offset, r.offset + r.length, i};
+  }
+  auto o = proto::find_overlap(sends, recvs);
+  if (!o) return std::nullopt;
+  return "send block " + std::to_string(o->send.block) + " (bytes " + std::to_string(o->send.begin) + ".." + std::to_string(o->send.end) +
+         ") and receive block " + std::to_string(o->recv.block) + " (bytes " + std::to_string(o->recv.begin) + ".." + std::to_string(o->recv.end) +
+         ") are the same memory" + (m.send_buffer == m.recv_buffer ? "" : " (both buffers map one memory file)") +
+         ": a collective's send and receive blocks may not overlap; use separate buffers";
 }
 
 // The schedule of `m`'s spec. Every rank must pick the same one: an alltoall's block size is

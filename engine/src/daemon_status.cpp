@@ -12,6 +12,12 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
     if (k.drops[static_cast<std::size_t>(d)] > 0) drops[std::string(drop_reason_name(static_cast<DropReason>(d)))] = k.drops[static_cast<std::size_t>(d)];
   nlohmann::json live = nlohmann::json::array();
   for (const auto& [id, ex] : exchanges) live.push_back({{"id", id}, {"schedule", ex.schedule}, {"sync", ex.sync}, {"finished", ex.report.has_value()}});
+  // Peers the engine holds dead: collectives with them fail at once until they come back.
+  nlohmann::json dead = nlohmann::json::array();
+  for (sched::Rank r = 0; r < topo.machine_count(); ++r)
+    if (r != rank && engine->peer_dead(static_cast<Rank>(r))) dead.push_back({{"rank", r}, {"machine", topo.machine(r).name}});
+  nlohmann::json held = nullptr;
+  if (holder.client >= 0) held = {{"pid", holder.pid}, {"uid", holder.uid}};
   nlohmann::json j = {
       {"rank", rank},
       {"size", topo.machine_count()},
@@ -24,6 +30,8 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
       {"peak_aggregate_bps", model->peak_aggregate_bps()},
       {"next_exchange", next_id},
       {"clients", clients.size()},
+      {"rank_holder", held},
+      {"dead_peers", dead},
       {"exchanges", live},
       {"counters",
        {{"frames_received", k.frames_received},

@@ -4,6 +4,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <memory>
 
@@ -230,6 +231,30 @@ bool decode(Reader& r, ErrorReply& m) {
 }
 
 void encode(Writer&, const EmptyReply&) {}
+
+std::optional<Overlap> find_overlap(const std::vector<Range>& sends, const std::vector<Range>& recvs) {
+  struct Item {
+    Range range;
+    bool send;
+  };
+  std::vector<Item> all;
+  all.reserve(sends.size() + recvs.size());
+  for (const Range& r : sends)
+    if (r.end > r.begin) all.push_back({r, true});
+  for (const Range& r : recvs)
+    if (r.end > r.begin) all.push_back({r, false});
+  std::sort(all.begin(), all.end(), [](const Item& a, const Item& b) { return a.range.begin < b.range.begin; });
+  // By start: a range overlaps one of the other side that started before it iff that side's
+  // furthest end so far lies past its start.
+  std::optional<Range> furthest_send, furthest_recv;
+  for (const Item& it : all) {
+    std::optional<Range>& other = it.send ? furthest_recv : furthest_send;
+    if (other && other->end > it.range.begin) return it.send ? Overlap{it.range, *other} : Overlap{*other, it.range};
+    std::optional<Range>& mine = it.send ? furthest_send : furthest_recv;
+    if (!mine || it.range.end > mine->end) mine = it.range;
+  }
+  return std::nullopt;
+}
 
 // --- the daemon's side: any request ------------------------------------------------------------
 

@@ -197,6 +197,19 @@ struct StartRequest {
 // come from the socket).
 inline bool fits(const Block& b, std::uint64_t size) { return b.length <= size && b.offset <= size - b.length; }
 
+// A block's bytes [begin, end) in the memory behind its buffer, and which block it is: the
+// daemon's view of a START's blocks when its send and receive buffers are the same memory.
+struct Range {
+  std::uint64_t begin = 0, end = 0;
+  std::size_t block = 0;
+};
+struct Overlap {
+  Range send, recv;
+};
+// A send range and a receive range that share a byte, if any (empty ranges share none).
+// Sorted and swept: n log n for the n ranks of an alltoallv, never n squared.
+std::optional<Overlap> find_overlap(const std::vector<Range>& sends, const std::vector<Range>& recvs);
+
 struct StartedReply {
   static constexpr Type kType = Type::kStarted;
   std::uint32_t exchange = 0;

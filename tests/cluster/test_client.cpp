@@ -157,7 +157,7 @@ int bad_requests() {
     aapc::Client c = aapc::Client::connect();
     n = c.size();
   }
-  int memfd = ::memfd_create("t", 0);
+  int memfd = ::memfd_create("t", MFD_ALLOW_SEALING);  // aapcd seals it (or refuses it)
   if (::ftruncate(memfd, 4096) != 0) return fail("ftruncate");
   aapc::proto::Writer reg(Type::kRegister, raw.next++);
   reg.put(std::uint64_t{4096});

@@ -177,3 +177,39 @@ TEST_CASE("the choice of schedule and sync is made in one place") {
   }
   CHECK_THROWS_WITH(sched::choose(model, "ring+often", 1024), "unknown sync variant 'often'");
 }
+
+TEST_CASE("issue 15 finding 3: send and receive ranges that share a byte are found, in n log n") {
+  using proto::Range;
+  // Touching is not overlapping; empty ranges share nothing.
+  CHECK(!proto::find_overlap({{0, 64, 0}, {64, 128, 1}}, {{128, 192, 0}, {192, 256, 1}}));
+  CHECK(!proto::find_overlap({{0, 64, 0}}, {{64, 64, 0}, {32, 32, 1}}));
+  CHECK(!proto::find_overlap({{0, 10, 0}, {20, 30, 1}}, {{10, 20, 0}, {30, 40, 1}}));  // interleaved
+  auto o = proto::find_overlap({{0, 10, 0}, {20, 30, 1}}, {{10, 20, 0}, {29, 40, 1}});
+  REQUIRE(o);
+  CHECK(o->send.block == 1);
+  CHECK(o->recv.block == 1);
+  // A receive range inside a long send range that started earlier, past other ranges.
+  o = proto::find_overlap({{0, 1000, 4}, {1000, 1001, 5}}, {{500, 501, 7}});
+  REQUIRE(o);
+  CHECK(o->send.block == 4);
+  CHECK(o->recv.block == 7);
+  // The same as the brute force, on random ranges.
+  std::mt19937 rng(15);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<Range> sends, recvs;
+    const int n = 1 + static_cast<int>(rng() % 8);
+    for (int i = 0; i < n; ++i) {
+      std::uint64_t b = rng() % 200, l = rng() % 20;
+      sends.push_back({b, b + l, static_cast<std::size_t>(i)});
+      b = rng() % 200;
+      l = rng() % 20;
+      recvs.push_back({b, b + l, static_cast<std::size_t>(i)});
+    }
+    bool brute = false;
+    for (const auto& s : sends)
+      for (const auto& r : recvs) brute |= s.end > s.begin && r.end > r.begin && s.begin < r.end && r.begin < s.end;
+    auto found = proto::find_overlap(sends, recvs);
+    REQUIRE(found.has_value() == brute);
+    if (found) CHECK((found->send.begin < found->recv.end && found->recv.begin < found->send.end));
+  }
+}

@@ -8,7 +8,12 @@
 //
 // Exchanges are collective: every rank calls them in the same order, as with MPI. Block d of
 // `send` (bytes d*block .. (d+1)*block) goes to rank d; block s of `recv` comes from rank s.
-// Buffers are shared memory: the daemon reads and writes them directly, without copies.
+// Buffers are shared memory: the daemon reads and writes them directly, without copies. A
+// collective's send and receive blocks may not share memory.
+//
+// One client per machine runs collectives at a time: the first that starts one, until it
+// disconnects. Another client's collectives fail at once with Errc::kBusy, naming the holder;
+// status() and allocate() work for every client.
 //
 // A Client and everything made from it belong to one thread at a time.
 #pragma once

@@ -23,7 +23,7 @@ struct DaemonConfig {
   std::string socket_path = "/run/aapc/aapcd.sock";
   unsigned socket_mode = 0660;          // the directory is made 0750
   std::string socket_group;             // group of socket and directory (default: ours)
-  std::vector<uid_t> allow_uids;        // besides root and our own uid
+  std::vector<uid_t> allow_uids;        // besides root, our own uid and members of socket_group
   std::string capture_path;             // write every frame to this pcap file
   int capture_snaplen = 64;
   std::string faults;                   // fault injector spec, for tests ("drop=0.01")
@@ -33,6 +33,11 @@ struct DaemonConfig {
   // and frames without a valid one are dropped. Empty: no key.
   std::string cluster_key;
   std::size_t max_clients = 64;
+  // Connections one uid may hold; root and the daemon's own uid are not limited, and the last
+  // few of max_clients are kept for them, so other users cannot lock them out.
+  std::size_t max_clients_per_uid = 16;
+  // A client that has not said HELLO within this time is closed.
+  std::chrono::milliseconds hello_timeout{5'000};
   std::uint64_t max_buffer_bytes = 1ULL << 36;  // per buffer
   nic::EalOptions eal;
 };

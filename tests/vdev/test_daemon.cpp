@@ -1,0 +1,556 @@
+// Issue 15, the daemon's side: what a client can do to aapcd through its socket and its shared
+// memory (findings 1, 2, 3 and 9). Each case runs a Daemon in this process on a ring port,
+// as rank 0 of two machines whose rank 1 never answers: collectives there fail after the peer
+// deadline, which is all most cases need. Those that run collectives put a second Daemon on
+// the other end of a pair of rings. Cases about other users need root (setresuid in a forked
+// child); without it they say so and pass.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_ring.h>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "aapc/client.hpp"
+#include "aapc/engine/daemon.hpp"
+#include "fabric.hpp"
+#include "protocol.hpp"
+
+using namespace aapc;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<int> g_daemons{0};
+constexpr uid_t kNobody = 65534;
+
+rte_ring* ring(const std::string& name) {
+  rte_ring* r = rte_ring_create(name.c_str(), 1024, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
+  REQUIRE(r != nullptr);
+  return r;
+}
+
+// An ethdev receiving from `rx` and sending into `tx`; its name.
+std::string ring_port(const std::string& name, rte_ring* rx, rte_ring* tx) {
+  const int port = rte_eth_from_rings(name.c_str(), &rx, 1, &tx, 1, rte_socket_id());
+  REQUIRE(port >= 0);
+  char full[RTE_ETH_NAME_MAX_LEN];
+  rte_eth_dev_get_name_by_port(static_cast<std::uint16_t>(port), full);
+  return full;
+}
+
+// A Daemon serving in a thread of this process, on a socket in a fresh directory. Its port
+// is `device`, or one that nothing ever reaches.
+struct LocalDaemon {
+  fs::path dir;
+  std::string socket;
+  std::unique_ptr<engine::Daemon> daemon;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  explicit LocalDaemon(const std::function<void(engine::DaemonConfig&)>& tune = {}, const std::string& device = "", int rank = 0) {
+    test::start_eal();
+    spdlog::set_level(spdlog::level::warn);
+    char tmpl[] = "/tmp/aapc-daemon-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    ::chmod(dir.c_str(), 0755);  // the socket's own checks are under test, not the directory's
+    std::ofstream(dir / "two.dot") << "graph \"two\" {\n  edge [rate=\"100Mbit\"];\n  n0 [mac=\"02:00:00:00:00:01\"];\n"
+                                       "  n1 [mac=\"02:00:00:00:00:02\"];\n  s0 [buffer=\"64K\"];\n  s0 -- n0;\n  s0 -- n1;\n}\n";
+    engine::DaemonConfig cfg;
+    cfg.topology = (dir / "two.dot").string();
+    if (device.empty()) {
+      const std::string base = "ld" + std::to_string(g_daemons++);
+      cfg.device = ring_port(base, ring(base + "rx"), ring(base + "tx"));
+    } else {
+      cfg.device = device;
+    }
+    cfg.rank = rank;
+    socket = cfg.socket_path = (dir / "aapcd.sock").string();
+    cfg.socket_mode = 0666;
+    cfg.pace = "off";
+    cfg.peer_deadline = 300ms;
+    if (tune) tune(cfg);
+    daemon = engine::Daemon::create(cfg);
+    thread = std::thread([this] { daemon->run(stop); });
+  }
+  ~LocalDaemon() {
+    stop = true;
+    thread.join();
+    daemon.reset();
+    fs::remove_all(dir);
+  }
+  LocalDaemon(const LocalDaemon&) = delete;
+  LocalDaemon& operator=(const LocalDaemon&) = delete;
+};
+
+// Two daemons, ranks 0 and 1, on the two ends of a pair of rings.
+struct DaemonPair {
+  std::unique_ptr<LocalDaemon> d[2];
+  DaemonPair() {
+    test::start_eal();
+    const std::string base = "dp" + std::to_string(g_daemons++);
+    rte_ring* to[2] = {ring(base + "to0"), ring(base + "to1")};
+    for (int i = 0; i < 2; ++i)
+      d[i] = std::make_unique<LocalDaemon>(std::function<void(engine::DaemonConfig&)>{}, ring_port(base + "n" + std::to_string(i), to[i], to[1 - i]), i);
+  }
+};
+
+// A connection that speaks the protocol by hand.
+struct Raw {
+  int fd = -1;
+  explicit Raw(const std::string& path) {
+    fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size());
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~Raw() {
+    if (fd >= 0) ::close(fd);
+  }
+  Raw(const Raw&) = delete;
+  Raw& operator=(const Raw&) = delete;
+
+  // The next message within `timeout`; nullopt on none or end of file.
+  std::optional<std::vector<std::uint8_t>> next(std::chrono::milliseconds timeout = 3000ms) const {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) return std::nullopt;
+    std::vector<std::uint8_t> msg;
+    int passed = -1;
+    bool truncated = false;
+    if (proto::recv_message(fd, msg, passed, truncated) != proto::Received::kMessage) return std::nullopt;
+    return msg;
+  }
+  template <typename M>
+  std::optional<std::vector<std::uint8_t>> call(const M& m, int pass = -1) const {
+    proto::send_message(fd, proto::message(m, 7), pass);
+    return next();
+  }
+  // True when the daemon closed the connection (within `timeout`).
+  bool closed(std::chrono::milliseconds timeout = 3000ms) const {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) return false;
+    char c;
+    return ::recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+  }
+};
+
+proto::Type type_of(const std::vector<std::uint8_t>& msg) { return static_cast<proto::Type>(proto::header_of(msg)->type); }
+
+// The error a reply carries; code 0 and "" when it is not an error.
+proto::ErrorReply error_of(const std::optional<std::vector<std::uint8_t>>& msg) {
+  proto::ErrorReply e;
+  if (!msg || type_of(*msg) != proto::Type::kError) return e;
+  proto::Reader r = proto::payload_of(*msg);
+  proto::decode(r, e);
+  return e;
+}
+
+std::optional<std::uint32_t> registered(const std::optional<std::vector<std::uint8_t>>& msg) {
+  proto::RegisterReply m;
+  if (!msg || type_of(*msg) != proto::Type::kRegisterReply) return std::nullopt;
+  proto::Reader r = proto::payload_of(*msg);
+  if (!proto::decode(r, m)) return std::nullopt;
+  return m.buffer;
+}
+
+int memfd(std::size_t bytes, unsigned flags) {
+  int fd = ::memfd_create("test-buffer", MFD_CLOEXEC | flags);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
+  return fd;
+}
+
+nlohmann::json status_of(Client& c) {
+  auto s = c.status();
+  REQUIRE(s);
+  return nlohmann::json::parse(*s);
+}
+
+bool root() {
+  if (::geteuid() == 0) return true;
+  WARN("not root: the cases of other uids (setresuid) are not run");
+  return false;
+}
+
+// Runs `body` in a child as uid and gid 65534 with the supplementary `groups`; its exit status.
+// The child may talk to the parent through `ready` (it writes a byte) and `go` (it reads one).
+struct Child {
+  pid_t pid = -1;
+  int ready[2] = {-1, -1}, go[2] = {-1, -1};
+
+  Child(const std::vector<gid_t>& groups, const std::function<int(Child&)>& body) {
+    REQUIRE(::pipe(ready) == 0);
+    REQUIRE(::pipe(go) == 0);
+    pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      if (::setgroups(groups.size(), groups.data()) != 0 || ::setresgid(kNobody, kNobody, kNobody) != 0 ||
+          ::setresuid(kNobody, kNobody, kNobody) != 0)
+        ::_exit(100);
+      ::_exit(body(*this));
+    }
+  }
+  void signal_ready() const { (void)::write(ready[1], "r", 1); }
+  void wait_go() const {
+    char c;
+    (void)::read(go[0], &c, 1);
+  }
+  bool wait_ready() const {
+    pollfd p{ready[0], POLLIN, 0};
+    char c;
+    return ::poll(&p, 1, 10000) == 1 && ::read(ready[0], &c, 1) == 1;
+  }
+  void let_go() const { (void)::write(go[1], "g", 1); }
+  int status() {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    for (int f : {ready[0], ready[1], go[0], go[1]}) ::close(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 200;
+  }
+};
+
+// 0 when a Client connects and reads the status, 1 when refused with a message naming the
+// reason `why`, 2 otherwise.
+int try_client(const std::string& socket, const std::string& why) {
+  auto c = Client::try_connect(socket);
+  if (c) return c->status() ? 0 : 2;
+  return c.error().message().find(why) != std::string::npos ? 1 : 2;
+}
+
+}  // namespace
+
+TEST_CASE("issue 15 finding 1: a registered buffer's memory file cannot shrink or grow under aapcd") {
+  LocalDaemon d;
+  Raw raw(d.socket);
+  REQUIRE(raw.fd >= 0);
+  REQUIRE(raw.call(proto::HelloRequest{"test"}));
+
+  // Sealable and not yet sealed: aapcd seals it, and the client can no longer shrink it.
+  int fd = memfd(8192, MFD_ALLOW_SEALING);
+  CHECK(registered(raw.call(proto::RegisterRequest{8192}, fd)));
+  errno = 0;
+  CHECK(::ftruncate(fd, 0) == -1);
+  CHECK(errno == EPERM);
+  CHECK(::ftruncate(fd, 1 << 20) == -1);
+  CHECK((::fcntl(fd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW));
+  ::close(fd);
+
+  // Not sealable: refused, saying how to make one that is.
+  fd = memfd(4096, 0);
+  auto e = error_of(raw.call(proto::RegisterRequest{4096}, fd));
+  CHECK(e.code == static_cast<std::uint32_t>(Errc::kInvalidArgument));
+  CHECK_THAT(e.message, Catch::Contains("MFD_ALLOW_SEALING"));
+  CHECK(::ftruncate(fd, 0) == 0);  // it stays the client's to shrink: aapcd never mapped it
+  ::close(fd);
+
+  // Sealed against seals but not against shrinking: refused too.
+  fd = memfd(4096, MFD_ALLOW_SEALING);
+  REQUIRE(::fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL) == 0);
+  CHECK_THAT(error_of(raw.call(proto::RegisterRequest{4096}, fd)).message, Catch::Contains("cannot be sealed"));
+  ::close(fd);
+
+  // Smaller than the size asked for: refused.
+  fd = memfd(4096, MFD_ALLOW_SEALING);
+  CHECK_THAT(error_of(raw.call(proto::RegisterRequest{8192}, fd)).message, Catch::Contains("at least 8192 bytes"));
+  ::close(fd);
+}
+
+TEST_CASE("issue 15 finding 1: a client's buffers are sealed, so shrinking one through /proc fails") {
+  LocalDaemon d;
+  Client c = Client::connect(d.socket);
+  Buffer b = c.allocate(1 << 16);
+  // The attack of the finding: the mapping's file, reopened through /proc/self/map_files.
+  char path[128];
+  std::snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", reinterpret_cast<unsigned long>(b.data()),
+                reinterpret_cast<unsigned long>(b.data() + b.size()));
+  int fd = ::open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    WARN("cannot open " << path << " (" << std::strerror(errno) << "): needs CAP_SYS_ADMIN");
+    return;
+  }
+  errno = 0;
+  CHECK(::ftruncate(fd, 0) == -1);
+  CHECK(errno == EPERM);
+  ::close(fd);
+  // aapcd still serves, and the buffer is whole.
+  std::memset(b.data(), 0x5a, b.size());
+  CHECK(c.status());
+}
+
+// Block d of rank r's send buffer: bytes r*16 + d + i.
+void fill(Buffer& b, int rank, std::size_t block) {
+  for (std::size_t i = 0; i < b.size(); ++i) b.data()[i] = static_cast<std::uint8_t>(rank * 16 + static_cast<int>(i / block) + static_cast<int>(i));
+}
+// Whether block s of `recv` is what rank s sent to rank `me`.
+bool received(const Buffer& recv, int me, std::size_t block) {
+  for (std::size_t i = 0; i < recv.size(); ++i) {
+    const auto src = static_cast<int>(i / block);
+    if (recv.data()[i] != static_cast<std::uint8_t>(src * 16 + me + static_cast<int>(me * block + i % block))) return false;
+  }
+  return true;
+}
+
+// Both ranks' alltoall of 2 x 64 bytes at once, from clients x (rank 0) and y (rank 1).
+std::pair<Result<Stats>, Result<Stats>> alltoall_both(Client& x, Buffer& sx, Buffer& rx, Client& y, Buffer& sy, Buffer& ry) {
+  fill(sx, 0, 64);
+  fill(sy, 1, 64);
+  std::memset(rx.data(), 0, rx.size());
+  std::memset(ry.data(), 0, ry.size());
+  Result<Stats> other = Error(Errc::kInternal, "not run");
+  std::thread t([&] { other = y.alltoall(sy, ry, 64); });
+  auto mine = x.alltoall(sx, rx, 64);
+  t.join();
+  return {mine, other};
+}
+
+TEST_CASE("issue 15 finding 2: while one client holds the rank, another's collectives are refused at once") {
+  DaemonPair pair;
+  auto a = std::make_unique<Client>(Client::connect(pair.d[0]->socket));
+  auto p = std::make_unique<Client>(Client::connect(pair.d[1]->socket));
+  Client b = Client::connect(pair.d[0]->socket);
+  Client watcher = Client::connect(pair.d[0]->socket);
+  Buffer sa = a->allocate(128), ra = a->allocate(128), sp = p->allocate(128), rp = p->allocate(128);
+  Buffer sb = b.allocate(128), rb = b.allocate(128);
+  CHECK(status_of(watcher)["rank_holder"].is_null());
+
+  // a's collective with p: a holds rank 0 from then on.
+  auto [ok_a, ok_p] = alltoall_both(*a, sa, ra, *p, sp, rp);
+  REQUIRE(ok_a);
+  REQUIRE(ok_p);
+  CHECK(received(ra, 0, 64));
+  CHECK(received(rp, 1, 64));
+  CHECK(status_of(watcher)["rank_holder"]["pid"] == ::getpid());
+
+  // b is refused at once, for every collective, with who holds the rank; nothing reaches the
+  // cluster, so a and p go on as before.
+  const auto t0 = std::chrono::steady_clock::now();
+  Options bounded;
+  bounded.timeout = 2000ms;  // were it to start (it must not), it would fail rather than hang
+  auto second = b.alltoall(sb, rb, 64, bounded);
+  REQUIRE(!second);
+  REQUIRE(second.error().code() == Errc::kBusy);  // (else the barrier below, which has no timeout, would hang)
+  CHECK_THAT(second.error().message(), Catch::Contains("rank 0 on n0 is in use by pid " + std::to_string(::getpid())));
+  CHECK(std::chrono::steady_clock::now() - t0 < 200ms);
+  CHECK(b.barrier().error().code() == Errc::kBusy);
+  CHECK(b.alltoallv(sb, {64, 64}, {0, 64}, rb, {64, 64}, {0, 64}, bounded).error().code() == Errc::kBusy);
+  CHECK(b.status());  // reading the state stays open to everyone
+  auto [again_a, again_p] = alltoall_both(*a, sa, ra, *p, sp, rp);
+  REQUIRE(again_a);
+  REQUIRE(again_p);
+  CHECK(received(ra, 0, 64));
+  CHECK(received(rp, 1, 64));
+
+  // a goes away: the rank is free, and b's collectives run (with a new client on rank 1).
+  a.reset();
+  p.reset();
+  sa = Buffer();
+  ra = Buffer();
+  sp = Buffer();
+  rp = Buffer();
+  std::this_thread::sleep_for(50ms);
+  CHECK(status_of(watcher)["rank_holder"].is_null());
+  Client q = Client::connect(pair.d[1]->socket);
+  Buffer sq = q.allocate(128), rq = q.allocate(128);
+  auto [ok_b, ok_q] = alltoall_both(b, sb, rb, q, sq, rq);
+  REQUIRE(ok_b);
+  REQUIRE(ok_q);
+  CHECK(received(rb, 0, 64));
+  CHECK(received(rq, 1, 64));
+}
+
+TEST_CASE("issue 15 finding 3: send and receive blocks in the same memory are refused") {
+  LocalDaemon d;
+  // Two buffers of one memory file are one memory.
+  Raw raw(d.socket);
+  REQUIRE(raw.call(proto::HelloRequest{"test"}));
+  int fd = memfd(128, MFD_ALLOW_SEALING);
+  auto b1 = registered(raw.call(proto::RegisterRequest{128}, fd));
+  auto b2 = registered(raw.call(proto::RegisterRequest{128}, fd));
+  ::close(fd);
+  REQUIRE(b1);
+  REQUIRE(b2);
+  proto::StartRequest start;
+  start.send_buffer = *b1;
+  start.recv_buffer = *b2;
+  start.block = 64;
+  auto e = error_of(raw.call(start));
+  CHECK(e.code == static_cast<std::uint32_t>(Errc::kInvalidArgument));
+  CHECK_THAT(e.message, Catch::Contains("both buffers map one memory file"));
+
+  // One buffer for both.
+  Client c = Client::connect(d.socket);
+  Buffer buf = c.allocate(128);
+  auto same = c.alltoall(buf, buf, 64);
+  REQUIRE(!same);
+  CHECK(same.error().code() == Errc::kInvalidArgument);
+  CHECK_THAT(same.error().message(), Catch::Contains("send block 0 (bytes 0..64) and receive block 0 (bytes 0..64) are the same memory"));
+  // One byte in common is enough.
+  auto one = c.alltoallv(buf, {32, 32}, {0, 32}, buf, {32, 32}, {63, 95});
+  REQUIRE(!one);
+  CHECK_THAT(one.error().message(), Catch::Contains("send block 1 (bytes 32..64) and receive block 0 (bytes 63..95)"));
+  // Disjoint halves of one buffer are fine: this START goes on to the (failing) collective.
+  auto halves = c.alltoallv(buf, {32, 32}, {0, 32}, buf, {32, 32}, {64, 96});
+  REQUIRE(!halves);
+  CHECK(halves.error().message().find("same memory") == std::string::npos);
+}
+
+TEST_CASE("issue 15 finding 9: a client that says no HELLO is closed after the timeout") {
+  LocalDaemon d([](engine::DaemonConfig& cfg) { cfg.hello_timeout = 200ms; });
+  Client greeted = Client::connect(d.socket);
+  Raw silent(d.socket);
+  REQUIRE(silent.fd >= 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto e = error_of(silent.next(3000ms));
+  CHECK(std::chrono::steady_clock::now() - t0 >= 150ms);
+  CHECK(e.code == static_cast<std::uint32_t>(Errc::kTimeout));
+  CHECK_THAT(e.message, Catch::Contains("no HELLO within 200 ms"));
+  CHECK(silent.closed());
+  // The client that said HELLO stays, and is the only one left.
+  std::this_thread::sleep_for(300ms);
+  CHECK(status_of(greeted)["clients"] == 1);
+}
+
+TEST_CASE("issue 15 finding 9: members of --socket-group may use the socket") {
+  if (!root()) return;
+  group* users = ::getgrnam("users");
+  if (users == nullptr) {
+    WARN("no group 'users' here");
+    return;
+  }
+  const gid_t gid = users->gr_gid;
+  LocalDaemon d([](engine::DaemonConfig& cfg) { cfg.socket_group = "users"; });
+  Child member({gid}, [&](Child&) { return try_client(d.socket, "may not use"); });
+  CHECK(member.status() == 0);
+  Child stranger({}, [&](Child&) { return try_client(d.socket, "may not use"); });
+  CHECK(stranger.status() == 1);
+}
+
+TEST_CASE("issue 15 finding 9: refused users are answered and closed at once, and cannot lock root out") {
+  if (!root()) return;
+  LocalDaemon d;
+  // 70 connections of a uid that may not use aapcd, more than its 64 slots, held open.
+  Child refused({}, [&](Child& self) {
+    std::vector<std::unique_ptr<Raw>> conns;
+    for (int i = 0; i < 70; ++i) conns.push_back(std::make_unique<Raw>(d.socket));
+    self.signal_ready();
+    self.wait_go();
+    for (const auto& r : conns) {
+      auto e = error_of(r->next(1000ms));
+      if (e.code != static_cast<std::uint32_t>(Errc::kPermission) || e.message.find("may not use") == std::string::npos) return 2;
+      if (!r->closed(1000ms)) return 3;
+    }
+    return 0;
+  });
+  REQUIRE(refused.wait_ready());
+  CHECK(try_client(d.socket, "") == 0);
+  refused.let_go();
+  CHECK(refused.status() == 0);
+}
+
+TEST_CASE("issue 15 finding 9: one uid holds at most its limit of connections, and root keeps a slot") {
+  if (!root()) return;
+  LocalDaemon d([](engine::DaemonConfig& cfg) {
+    cfg.allow_uids = {kNobody};
+    cfg.max_clients_per_uid = 3;
+    cfg.max_clients = 8;
+  });
+  Child user({}, [&](Child& self) {
+    std::vector<Client> held;
+    for (int i = 0; i < 3; ++i) {
+      auto c = Client::try_connect(d.socket);
+      if (!c) return 2;
+      held.push_back(std::move(*c));
+    }
+    auto fourth = Client::try_connect(d.socket);
+    if (fourth || fourth.error().code() != Errc::kBusy || fourth.error().message().find("limit per uid") == std::string::npos) return 3;
+    self.signal_ready();
+    self.wait_go();
+    return 0;
+  });
+  REQUIRE(user.wait_ready());
+  // Root is not limited per uid, and the last of the 8 slots are kept for it.
+  std::vector<Client> mine;
+  for (int i = 0; i < 5; ++i) {
+    auto c = Client::try_connect(d.socket);
+    REQUIRE(c);
+    mine.push_back(std::move(*c));
+  }
+  user.let_go();
+  CHECK(user.status() == 0);
+}
+
+TEST_CASE("issue 15 finding 9: other users leave the last slots to root") {
+  if (!root()) return;
+  LocalDaemon d([](engine::DaemonConfig& cfg) {
+    cfg.allow_uids = {kNobody};
+    cfg.max_clients = 6;
+  });
+  Child user({}, [&](Child& self) {
+    std::vector<Client> held;
+    for (int i = 0; i < 2; ++i) {
+      auto c = Client::try_connect(d.socket);
+      if (!c) return 2;
+      held.push_back(std::move(*c));
+    }
+    auto third = Client::try_connect(d.socket);
+    if (third || third.error().code() != Errc::kBusy || third.error().message().find("other than root") == std::string::npos) return 3;
+    self.signal_ready();
+    self.wait_go();
+    return 0;
+  });
+  REQUIRE(user.wait_ready());
+  std::vector<Client> mine;
+  for (int i = 0; i < 4; ++i) {
+    auto c = Client::try_connect(d.socket);
+    REQUIRE(c);
+    mine.push_back(std::move(*c));
+  }
+  CHECK(!Client::try_connect(d.socket));  // all 6 taken
+  user.let_go();
+  CHECK(user.status() == 0);
+}
+
+TEST_CASE("issue 15: aapc status names the peers the engine holds dead") {
+  DaemonPair pair;
+  Client c = Client::connect(pair.d[0]->socket);
+  Buffer s = c.allocate(128), r = c.allocate(128);
+  Client p = Client::connect(pair.d[1]->socket);
+  Buffer sp = p.allocate(128), rp = p.allocate(128);
+  auto [ok_c, ok_p] = alltoall_both(c, s, r, p, sp, rp);
+  REQUIRE(ok_c);
+  REQUIRE(ok_p);
+  CHECK(status_of(c)["dead_peers"].empty());
+  pair.d[1].reset();  // rank 1's daemon stops (its client still there: nothing tells rank 0)
+  auto silent = c.alltoall(s, r, 64);
+  REQUIRE(!silent);
+  CHECK(silent.error().code() == Errc::kPeerSilent);
+  auto dead = status_of(c)["dead_peers"];
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0]["rank"] == 1);
+  CHECK(dead[0]["machine"] == "n1");
+}
