@@ -89,14 +89,17 @@ void preflight() {
 
 std::string netns_of(const std::string& machine) { return aapc::tools::emu_netns(machine); }
 
-// Rate in tc's notation, burst and queue limits in bytes.
+// Rate in tc's notation, burst and queue limits in bytes. tbf drops a frame longer than its
+// burst, so the burst holds two frames of the MTU (jumbo frames) besides 2 ms at the rate.
 std::string tc_rate(std::uint64_t bps) { return std::to_string(bps / 1000) + "kbit"; }
-std::uint64_t burst_for(std::uint64_t bps) { return std::max<std::uint64_t>(16384, bps / 8 / 500); }
+std::uint64_t burst_for(std::uint64_t bps, int mtu) {
+  return std::max<std::uint64_t>({16384, 2 * (static_cast<std::uint64_t>(mtu) + 14), bps / 8 / 500});
+}
 
-void shape(const std::string& netns, const std::string& dev, std::uint64_t bps, std::uint64_t limit) {
+void shape(const std::string& netns, const std::string& dev, std::uint64_t bps, std::uint64_t limit, int mtu) {
   std::vector<std::string> argv;
   if (!netns.empty()) argv = {"ip", "netns", "exec", netns};
-  std::uint64_t burst = burst_for(bps);
+  std::uint64_t burst = burst_for(bps, mtu);
   for (const std::string& a : {std::string("tc"), std::string("qdisc"), std::string("replace"), std::string("dev"), dev, std::string("root"),
                                std::string("tbf"), std::string("rate"), tc_rate(bps), std::string("burst"), std::to_string(burst),
                                std::string("limit"), std::to_string(std::max(limit, burst))})
@@ -273,16 +276,17 @@ Json build_cluster(const Topology& t, const std::string& subnet) {
       must({"ip", "netns", "exec", ns, "ip", "link", "set", "aapc0", "address", m.mac.str(), "mtu", mtu, "up"});
       std::string ip = state["machines"][static_cast<std::size_t>(m.rank)]["ip"];
       must({"ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/16", "dev", "aapc0"});
-      shape(ns, "aapc0", link.rate_bps, 256 * 1024);  // the machine's NIC queue
+      shape(ns, "aapc0", link.rate_bps, 256 * 1024, t.mtu());  // the machine's NIC queue
       if (t.node(other).kind == NodeKind::kSwitch) {
         no_ipv6("", outer);
         must({"ip", "link", "set", outer, "master", bridge(other), "mtu", mtu, "up"});
-        shape("", outer, link.rate_bps, buffer_of(other));  // the switch's output port
+        shape("", outer, link.rate_bps, buffer_of(other), t.mtu());  // the switch's output port
       } else {
         // Two machines cabled to each other.
         const auto& peer = t.node(other);
         must({"ip", "link", "set", outer, "netns", netns_of(peer.name)});
         must({"ip", "netns", "exec", netns_of(peer.name), "ip", "link", "set", outer, "name", "aapc0"});
+        must({"ip", "netns", "exec", netns_of(peer.name), "ip", "link", "set", "aapc0", "address", peer.mac.str(), "mtu", mtu, "up"});
       }
     } else {
       std::string ea = "aapcl" + std::to_string(l) + "a", eb = "aapcl" + std::to_string(l) + "b";
@@ -290,7 +294,7 @@ Json build_cluster(const Topology& t, const std::string& subnet) {
       for (const auto& [dev, node] : {std::pair{ea, link.a}, std::pair{eb, link.b}}) {
         no_ipv6("", dev);
         must({"ip", "link", "set", dev, "master", bridge(node), "mtu", mtu, "up"});
-        shape("", dev, link.rate_bps, buffer_of(node));
+        shape("", dev, link.rate_bps, buffer_of(node), t.mtu());
       }
     }
   }
