@@ -287,6 +287,7 @@ Json build_cluster(const Topology& t, const std::string& subnet) {
         must({"ip", "link", "set", outer, "netns", netns_of(peer.name)});
         must({"ip", "netns", "exec", netns_of(peer.name), "ip", "link", "set", outer, "name", "aapc0"});
         must({"ip", "netns", "exec", netns_of(peer.name), "ip", "link", "set", "aapc0", "address", peer.mac.str(), "mtu", mtu, "up"});
+        shape(netns_of(peer.name), "aapc0", link.rate_bps, 256 * 1024, t.mtu());
       }
     } else {
       std::string ea = "aapcl" + std::to_string(l) + "a", eb = "aapcl" + std::to_string(l) + "b";

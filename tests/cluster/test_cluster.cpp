@@ -204,6 +204,22 @@ TEST_CASE("jumbo frames: 256 KiB exchanges byte-exact at MTU 9000, 9014-byte fra
   CHECK(std::count(lengths.begin(), lengths.end(), 9014U) >= 2 * 7 * 7);  // 64 KiB: 7 full frames, each way, 7 peers
 }
 
+TEST_CASE("two machines on one cable, at MTU 9000: byte-exact") {
+  // Landed main left the far end of the cable without its MAC, MTU and link: its daemon did
+  // not come up.
+  fs::create_directories(kLogs);
+  const fs::path topo = kLogs / "two-on-a-cable.dot";
+  std::ofstream(topo) << "graph \"two-on-a-cable\" {\n  mtu=9000;\n  edge [rate=\"100Mbit\"];\n"
+                         "  a [mac=\"02:00:00:00:00:01\"];\n  b [mac=\"02:00:00:00:00:02\"];\n  a -- b;\n}\n";
+  Cluster c(topo.string());
+  require_all_ok(everywhere(exchange(256 * 1024, "auto", "auto", 2)), "two on a cable");
+  const std::string link = sh("ip netns exec " + aapc::tools::emu_netns("b") + " ip link show aapc0").out;
+  INFO(link);
+  CHECK(link.find("mtu 9000") != std::string::npos);
+  CHECK(link.find("02:00:00:00:00:02") != std::string::npos);
+  CHECK(sh("ip netns exec " + aapc::tools::emu_netns("b") + " tc qdisc show dev aapc0").out.find("tbf") != std::string::npos);
+}
+
 TEST_CASE("1% loss injected in every daemon: still byte-exact") {
   Cluster c("8-two-switch", "", "drop=0.01,seed=3");
   auto procs = everywhere(exchange(64 * 1024, "tree", "auto", 2));
