@@ -114,13 +114,11 @@ rte_eth_conf port_conf(const std::string& name, const rte_eth_dev_info& info, in
 }
 
 // The port's pool: mbufs that hold a whole frame of the MTU (and, for af_packet, a whole ring
-// slot, which its receive queue setup insists on). Jumbo mbufs are fewer: 4,095 of them are
-// still more than the descriptors and the engine hold at once.
+// slot, which its receive queue setup insists on).
 rte_mempool* make_pool(const std::string& device, std::uint16_t port, int mtu, unsigned pool_size) {
   unsigned data_room = static_cast<unsigned>(mtu) + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN + RTE_PKTMBUF_HEADROOM + 64;
   if (is_af_packet(device)) data_room = std::max(data_room, af_packet_mbuf_data(af_packet_frame_size(device)) + RTE_PKTMBUF_HEADROOM);
   data_room = std::max<unsigned>(data_room, RTE_MBUF_DEFAULT_BUF_SIZE);
-  if (data_room > 4U * RTE_MBUF_DEFAULT_BUF_SIZE) pool_size = std::min(pool_size, 4095U);
   if (data_room > UINT16_MAX) throw NicError("port " + device + ": frames of MTU " + std::to_string(mtu) + " do not fit an mbuf");
   // Pools outlive ports: a port id used again, by a device of another MTU, needs its own pool.
   const std::string pool_name = "aapc_pool_" + std::to_string(port) + "_" + std::to_string(data_room);

@@ -16,7 +16,7 @@ struct PortOptions {
   // device to probe ("net_af_packet0,iface=veth0", "net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap",
   // a PCI address "0000:03:00.0").
   std::string device;
-  unsigned pool_size = 8191;  // mbufs (at most 4,095 of jumbo size)
+  unsigned pool_size = 8191;  // mbufs
   // Bytes of Ethernet payload per frame. Above 1500: the NIC must take it (else open() fails
   // naming its limit); for net_af_packet the ring is sized for it (framesz, blocksz, framecnt
   // added to the device unless given) and the kernel interface's MTU must be at least this.
