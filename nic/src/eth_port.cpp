@@ -88,31 +88,6 @@ void check_af_packet(const std::string& device, const std::string& name, int mtu
 // buffers, and the engine linearizes chained frames).
 bool nominal_frame_limit(const std::string& driver) { return driver == "net_af_packet" || driver == "net_memif"; }
 
-// The device configuration for frames of `mtu` bytes of payload: rxmode.mtu where the device
-// takes it (the ethdev layer checks it against max_mtu and max_rx_pktlen, as below), else a
-// NicError naming the device's limit. For jumbo frames, scattered receive where the NIC offers
-// it (a NIC whose receive buffers are smaller than our mbufs then chains them instead of
-// dropping the frame) and multi-segment send.
-rte_eth_conf port_conf(const std::string& name, const rte_eth_dev_info& info, int mtu) {
-  rte_eth_conf conf{};
-  const std::uint32_t overhead = info.max_mtu != UINT16_MAX && info.max_rx_pktlen > info.max_mtu ? info.max_rx_pktlen - info.max_mtu
-                                                                                                   : RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
-  const auto want = static_cast<std::uint32_t>(mtu);
-  if (want >= info.min_mtu && want <= info.max_mtu && want + overhead <= info.max_rx_pktlen) {
-    conf.rxmode.mtu = want;
-  } else if (!nominal_frame_limit(info.driver_name)) {
-    const std::uint32_t limit = std::min<std::uint32_t>(info.max_mtu, info.max_rx_pktlen > overhead ? info.max_rx_pktlen - overhead : 0);
-    throw NicError("port " + name + ": the device (" + info.driver_name + ") takes an MTU of at most " + std::to_string(limit) +
-                   " (frames up to " + std::to_string(info.max_rx_pktlen) + " bytes), less than the topology's mtu " +
-                   std::to_string(mtu) + "; lower the topology's mtu or use a NIC that takes jumbo frames");
-  }
-  if (mtu > RTE_ETHER_MTU) {
-    if ((info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_SCATTER) != 0) conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_SCATTER;
-    if ((info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
-  }
-  return conf;
-}
-
 // The port's pool: mbufs that hold a whole frame of the MTU (and, for af_packet, a whole ring
 // slot, which its receive queue setup insists on).
 rte_mempool* make_pool(const std::string& device, std::uint16_t port, int mtu, unsigned pool_size) {
@@ -132,6 +107,26 @@ rte_mempool* make_pool(const std::string& device, std::uint16_t port, int mtu, u
 }
 
 }  // namespace
+
+void configure_for_mtu(const std::string& name, const rte_eth_dev_info& info, int mtu, rte_eth_conf& conf) {
+  conf = rte_eth_conf{};
+  const std::uint32_t overhead = info.max_mtu != UINT16_MAX && info.max_rx_pktlen > info.max_mtu ? info.max_rx_pktlen - info.max_mtu
+                                                                                                   : RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
+  const auto want = static_cast<std::uint32_t>(mtu);
+  if (want >= info.min_mtu && want <= info.max_mtu && want + overhead <= info.max_rx_pktlen) {
+    conf.rxmode.mtu = want;
+  } else if (!nominal_frame_limit(info.driver_name)) {
+    const std::uint32_t limit = std::min<std::uint32_t>(info.max_mtu, info.max_rx_pktlen > overhead ? info.max_rx_pktlen - overhead : 0);
+    throw NicError("port " + name + ": the device (" + info.driver_name + ") takes an MTU of at most " + std::to_string(limit) +
+                   " (frames up to " + std::to_string(info.max_rx_pktlen) + " bytes), less than the topology's mtu " +
+                   std::to_string(mtu) + "; lower the topology's mtu or use a NIC that takes jumbo frames");
+  }
+  if (mtu > RTE_ETHER_MTU) {
+    if ((info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_SCATTER) != 0) conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_SCATTER;
+    if ((info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  }
+}
+
 
 std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   if (!eal_running()) throw NicError("port " + options.device + ": the DPDK EAL is not running (call eal_init first)");
@@ -159,7 +154,8 @@ std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   if (int rc = rte_eth_dev_info_get(port, &info); rc != 0) fail(name, "reading device info", rc);
 
   p->pool_ = make_pool(device, port, options.mtu, options.pool_size);
-  rte_eth_conf conf = port_conf(name, info, options.mtu);
+  rte_eth_conf conf{};
+  configure_for_mtu(name, info, options.mtu, conf);
   rte_eth_dev_stop(port);  // a port reopened after a failure
   if (int rc = rte_eth_dev_configure(port, 1, 1, &conf); rc != 0) fail(name, "configuring", rc);
   std::uint16_t rxd = options.rx_descriptors, txd = options.tx_descriptors;

@@ -1,11 +1,14 @@
-// net_af_packet's ring at a given MTU: the devargs EthPort derives must be ones the kernel
-// (packet_set_ring) and DPDK 22.11's driver accept, and hold whole frames of the MTU.
+// Ports at an MTU, without a device: the af_packet devargs EthPort derives must be ones the
+// kernel (packet_set_ring) and DPDK 22.11's driver accept and hold whole frames of the MTU; a
+// device's configuration follows what it says it takes.
 #include <catch2/catch.hpp>
 #include <linux/if_packet.h>
+#include <rte_ethdev.h>
 
 #include <string>
 
 #include "aapc/nic/af_packet.hpp"
+#include "aapc/nic/eth_port.hpp"
 
 using namespace aapc::nic;
 
@@ -83,4 +86,60 @@ TEST_CASE("devarg parsing") {
   CHECK(devarg("net_x0,iface=", "iface") == "");
   CHECK(devarg("net_x0,ifacex=a,iface=b", "iface") == "b");
   CHECK(devarg("net_x0,xiface=a", "iface") == std::nullopt);
+}
+
+// configure_for_mtu, with device information as drivers report it (no device needed).
+namespace {
+
+rte_eth_dev_info device(const char* driver, std::uint16_t max_mtu, std::uint32_t max_rx_pktlen, std::uint64_t rx_capa = 0,
+                        std::uint64_t tx_capa = 0) {
+  rte_eth_dev_info info{};
+  info.driver_name = driver;
+  info.min_mtu = 68;
+  info.max_mtu = max_mtu;
+  info.max_rx_pktlen = max_rx_pktlen;
+  info.rx_offload_capa = rx_capa;
+  info.tx_offload_capa = tx_capa;
+  return info;
+}
+
+}  // namespace
+
+TEST_CASE("a NIC that cannot take the MTU is refused, naming its limit") {
+  rte_eth_conf conf{};
+  auto small = device("net_e1000_em", 1500, 1518);
+  CHECK_THROWS_WITH(configure_for_mtu("0000:03:00.0", small, 9000, conf),
+                    Catch::Contains("net_e1000_em") && Catch::Contains("takes an MTU of at most 1500") && Catch::Contains("mtu 9000"));
+  configure_for_mtu("0000:03:00.0", small, 1500, conf);
+  CHECK(conf.rxmode.mtu == 1500);
+  // A limit in max_rx_pktlen only (max_mtu left at UINT16_MAX): 18 bytes of Ethernet overhead.
+  auto pktlen = device("net_x", UINT16_MAX, 9000);
+  CHECK_THROWS_WITH(configure_for_mtu("p", pktlen, 9000, conf), Catch::Contains("at most 8982"));
+}
+
+TEST_CASE("a jumbo NIC gets the MTU, scattered receive and multi-segment send where offered") {
+  rte_eth_conf conf{};
+  auto jumbo = device("net_ixgbe", 9702, 9728, RTE_ETH_RX_OFFLOAD_SCATTER, RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
+  configure_for_mtu("0000:03:00.0", jumbo, 9000, conf);
+  CHECK(conf.rxmode.mtu == 9000);
+  CHECK((conf.rxmode.offloads & RTE_ETH_RX_OFFLOAD_SCATTER) != 0);
+  CHECK((conf.txmode.offloads & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0);
+  configure_for_mtu("0000:03:00.0", jumbo, 1500, conf);  // standard frames: no offloads asked
+  CHECK(conf.rxmode.mtu == 1500);
+  CHECK(conf.rxmode.offloads == 0);
+  CHECK(conf.txmode.offloads == 0);
+  auto plain = device("net_virtio", 9702, 9728);  // offers neither: asks for neither
+  configure_for_mtu("p", plain, 9000, conf);
+  CHECK(conf.rxmode.mtu == 9000);
+  CHECK(conf.rxmode.offloads == 0);
+  CHECK(conf.txmode.offloads == 0);
+}
+
+TEST_CASE("af_packet's and memif's nominal 1518-byte limit does not stop jumbo frames") {
+  rte_eth_conf conf{};
+  for (const char* driver : {"net_af_packet", "net_memif"}) {
+    INFO(driver);
+    CHECK_NOTHROW(configure_for_mtu("p", device(driver, UINT16_MAX, 1518), 9000, conf));
+    CHECK(conf.rxmode.mtu == 0);  // the ethdev default (1500), which their limit allows
+  }
 }
