@@ -220,6 +220,18 @@ Json cmd_up(const std::string& topo_arg, const std::string& subnet) {
   }
 }
 
+// A machine's end of a cable: host interface `dev` moved into the machine's namespace as
+// aapc0, with the machine's MAC and address, the topology's MTU, and the NIC's queue shaped.
+void machine_end(const Topology& t, const aapc::sched::Node& m, const std::string& dev, const std::string& ip, std::uint64_t bps) {
+  const std::string ns = netns_of(m.name);
+  must({"ip", "link", "set", dev, "netns", ns});
+  must({"ip", "netns", "exec", ns, "ip", "link", "set", dev, "name", "aapc0"});
+  no_ipv6(ns, "aapc0");
+  must({"ip", "netns", "exec", ns, "ip", "link", "set", "aapc0", "address", m.mac.str(), "mtu", std::to_string(t.mtu()), "up"});
+  must({"ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/16", "dev", "aapc0"});
+  shape(ns, "aapc0", bps, 256 * 1024, t.mtu());  // the machine's NIC queue
+}
+
 Json build_cluster(const Topology& t, const std::string& subnet) {
   Json state;
   fs::create_directories(kStateDir);
@@ -267,16 +279,9 @@ Json build_cluster(const Topology& t, const std::string& subnet) {
       int mnode = a.kind == NodeKind::kMachine ? link.a : link.b;
       int other = mnode == link.a ? link.b : link.a;
       const auto& m = t.node(mnode);
-      std::string ns = netns_of(m.name);
-      std::string inner = "aapcm" + std::to_string(m.rank), outer = "aapcp" + std::to_string(m.rank);
+      const std::string inner = "aapcm" + std::to_string(m.rank), outer = "aapcp" + std::to_string(m.rank);
       must({"ip", "link", "add", inner, "type", "veth", "peer", "name", outer});
-      must({"ip", "link", "set", inner, "netns", ns});
-      must({"ip", "netns", "exec", ns, "ip", "link", "set", inner, "name", "aapc0"});
-      no_ipv6(ns, "aapc0");
-      must({"ip", "netns", "exec", ns, "ip", "link", "set", "aapc0", "address", m.mac.str(), "mtu", mtu, "up"});
-      std::string ip = state["machines"][static_cast<std::size_t>(m.rank)]["ip"];
-      must({"ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/16", "dev", "aapc0"});
-      shape(ns, "aapc0", link.rate_bps, 256 * 1024, t.mtu());  // the machine's NIC queue
+      machine_end(t, m, inner, state["machines"][static_cast<std::size_t>(m.rank)]["ip"], link.rate_bps);
       if (t.node(other).kind == NodeKind::kSwitch) {
         no_ipv6("", outer);
         must({"ip", "link", "set", outer, "master", bridge(other), "mtu", mtu, "up"});
@@ -284,10 +289,7 @@ Json build_cluster(const Topology& t, const std::string& subnet) {
       } else {
         // Two machines cabled to each other.
         const auto& peer = t.node(other);
-        must({"ip", "link", "set", outer, "netns", netns_of(peer.name)});
-        must({"ip", "netns", "exec", netns_of(peer.name), "ip", "link", "set", outer, "name", "aapc0"});
-        must({"ip", "netns", "exec", netns_of(peer.name), "ip", "link", "set", "aapc0", "address", peer.mac.str(), "mtu", mtu, "up"});
-        shape(netns_of(peer.name), "aapc0", link.rate_bps, 256 * 1024, t.mtu());
+        machine_end(t, peer, outer, state["machines"][static_cast<std::size_t>(peer.rank)]["ip"], link.rate_bps);
       }
     } else {
       std::string ea = "aapcl" + std::to_string(l) + "a", eb = "aapcl" + std::to_string(l) + "b";
