@@ -93,14 +93,17 @@ void preflight() {
 
 std::string netns_of(const std::string& machine) { return aapc::tools::emu_netns(machine); }
 
-// Rate in tc's notation, burst and queue limits in bytes.
+// Rate in tc's notation, burst and queue limits in bytes. tbf drops a frame longer than its
+// burst, so the burst holds two frames of the MTU (jumbo frames) besides 2 ms at the rate.
 std::string tc_rate(std::uint64_t bps) { return std::to_string(bps / 1000) + "kbit"; }
-std::uint64_t burst_for(std::uint64_t bps) { return std::max<std::uint64_t>(16384, bps / 8 / 500); }
+std::uint64_t burst_for(std::uint64_t bps, int mtu) {
+  return std::max<std::uint64_t>({16384, 2 * (static_cast<std::uint64_t>(mtu) + 14), bps / 8 / 500});
+}
 
-void shape(const std::string& netns, const std::string& dev, std::uint64_t bps, std::uint64_t limit) {
+void shape(const std::string& netns, const std::string& dev, std::uint64_t bps, std::uint64_t limit, int mtu) {
   std::vector<std::string> argv;
   if (!netns.empty()) argv = {"ip", "netns", "exec", netns};
-  std::uint64_t burst = burst_for(bps);
+  std::uint64_t burst = burst_for(bps, mtu);
   for (const std::string& a : {std::string("tc"), std::string("qdisc"), std::string("replace"), std::string("dev"), dev, std::string("root"),
                                std::string("tbf"), std::string("rate"), tc_rate(bps), std::string("burst"), std::to_string(burst),
                                std::string("limit"), std::to_string(std::max(limit, burst))})
@@ -221,6 +224,18 @@ Json cmd_up(const std::string& topo_arg, const std::string& subnet) {
   }
 }
 
+// A machine's end of a cable: host interface `dev` moved into the machine's namespace as
+// aapc0, with the machine's MAC and address, the topology's MTU, and the NIC's queue shaped.
+void machine_end(const Topology& t, const aapc::sched::Node& m, const std::string& dev, const std::string& ip, std::uint64_t bps) {
+  const std::string ns = netns_of(m.name);
+  must({"ip", "link", "set", dev, "netns", ns});
+  must({"ip", "netns", "exec", ns, "ip", "link", "set", dev, "name", "aapc0"});
+  no_ipv6(ns, "aapc0");
+  must({"ip", "netns", "exec", ns, "ip", "link", "set", "aapc0", "address", m.mac.str(), "mtu", std::to_string(t.mtu()), "up"});
+  must({"ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/16", "dev", "aapc0"});
+  shape(ns, "aapc0", bps, 256 * 1024, t.mtu());  // the machine's NIC queue
+}
+
 Json build_cluster(const Topology& t, const std::string& subnet) {
   Json state;
   fs::create_directories(kStateDir);
@@ -268,25 +283,17 @@ Json build_cluster(const Topology& t, const std::string& subnet) {
       int mnode = a.kind == NodeKind::kMachine ? link.a : link.b;
       int other = mnode == link.a ? link.b : link.a;
       const auto& m = t.node(mnode);
-      std::string ns = netns_of(m.name);
-      std::string inner = "aapcm" + std::to_string(m.rank), outer = "aapcp" + std::to_string(m.rank);
+      const std::string inner = "aapcm" + std::to_string(m.rank), outer = "aapcp" + std::to_string(m.rank);
       must({"ip", "link", "add", inner, "type", "veth", "peer", "name", outer});
-      must({"ip", "link", "set", inner, "netns", ns});
-      must({"ip", "netns", "exec", ns, "ip", "link", "set", inner, "name", "aapc0"});
-      no_ipv6(ns, "aapc0");
-      must({"ip", "netns", "exec", ns, "ip", "link", "set", "aapc0", "address", m.mac.str(), "mtu", mtu, "up"});
-      std::string ip = state["machines"][static_cast<std::size_t>(m.rank)]["ip"];
-      must({"ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/16", "dev", "aapc0"});
-      shape(ns, "aapc0", link.rate_bps, 256 * 1024);  // the machine's NIC queue
+      machine_end(t, m, inner, state["machines"][static_cast<std::size_t>(m.rank)]["ip"], link.rate_bps);
       if (t.node(other).kind == NodeKind::kSwitch) {
         no_ipv6("", outer);
         must({"ip", "link", "set", outer, "master", bridge(other), "mtu", mtu, "up"});
-        shape("", outer, link.rate_bps, buffer_of(other));  // the switch's output port
+        shape("", outer, link.rate_bps, buffer_of(other), t.mtu());  // the switch's output port
       } else {
         // Two machines cabled to each other.
         const auto& peer = t.node(other);
-        must({"ip", "link", "set", outer, "netns", netns_of(peer.name)});
-        must({"ip", "netns", "exec", netns_of(peer.name), "ip", "link", "set", outer, "name", "aapc0"});
+        machine_end(t, peer, outer, state["machines"][static_cast<std::size_t>(peer.rank)]["ip"], link.rate_bps);
       }
     } else {
       std::string ea = "aapcl" + std::to_string(l) + "a", eb = "aapcl" + std::to_string(l) + "b";
@@ -294,7 +301,7 @@ Json build_cluster(const Topology& t, const std::string& subnet) {
       for (const auto& [dev, node] : {std::pair{ea, link.a}, std::pair{eb, link.b}}) {
         no_ipv6("", dev);
         must({"ip", "link", "set", dev, "master", bridge(node), "mtu", mtu, "up"});
-        shape("", dev, link.rate_bps, buffer_of(node));
+        shape("", dev, link.rate_bps, buffer_of(node), t.mtu());
       }
     }
   }

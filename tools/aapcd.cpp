@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
   int rank = -1, deadline_ms = 5000;
   std::vector<std::string> eal_args;
   app.add_option("--topology,-t", cfg.topology, "topology file (DOT) listing every machine's MAC")->required();
-  app.add_option("--vdev", vdevs, "the port as a DPDK virtual device, e.g. net_af_packet0,iface=eth0 (qdisc_bypass=0 is added for af_packet)");
+  app.add_option("--vdev", vdevs, "the port as a DPDK virtual device, e.g. net_af_packet0,iface=eth0 (for af_packet qdisc_bypass=0 is added, and a ring "
+                 "sized for the topology's MTU unless framesz, blocksz or framecnt are given)");
   app.add_option("--pci", pci, "the port as a PCI address bound to a DPDK driver, e.g. 0000:03:00.0");
   app.add_option("--rank", rank, "this node's rank (default: the machine whose MAC is the port's)");
   app.add_option("--socket", cfg.socket_path, "control socket (its directory is made 0750)")->capture_default_str();

@@ -7,7 +7,10 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,6 +18,7 @@
 #include <iterator>
 #include <set>
 
+#include "aapc/nic/af_packet.hpp"
 #include "aapc/nic/eal.hpp"
 
 namespace aapc::nic {
@@ -52,20 +56,93 @@ std::set<int> packet_sockets() {
   return out;
 }
 
+// The MTU of kernel interface `iface`, or -1 when it cannot be read (no such interface: the
+// probe says so).
+int interface_mtu(const std::string& iface) {
+  const int s = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (s < 0) return -1;
+  ifreq ifr{};
+  iface.copy(ifr.ifr_name, sizeof ifr.ifr_name - 1);
+  const int rc = ::ioctl(s, SIOCGIFMTU, &ifr);
+  ::close(s);
+  return rc == 0 ? ifr.ifr_mtu : -1;
+}
+
+// net_af_packet: its ring slot and the kernel interface under it must both take frames of the
+// MTU, or frames are cut short on receive and dropped on send without a word.
+void check_af_packet(const std::string& device, const std::string& name, int mtu) {
+  const unsigned slot = af_packet_frame_size(device);
+  if (af_packet_max_mtu(slot) < mtu)
+    throw NicError("port " + name + ": its ring slots (framesz=" + std::to_string(slot) + ") hold frames of an MTU up to " +
+                   std::to_string(af_packet_max_mtu(slot)) + ", less than the MTU " + std::to_string(mtu) +
+                   "; leave framesz, blocksz and framecnt out of the device to have them sized for the MTU");
+  const std::string iface = devarg(device, "iface").value_or("");
+  if (const int have = interface_mtu(iface); have >= 0 && have < mtu)
+    throw NicError("port " + name + ": interface " + iface + " has MTU " + std::to_string(have) + ", less than the MTU " +
+                   std::to_string(mtu) + " of the topology; raise it (ip link set " + iface + " mtu " + std::to_string(mtu) +
+                   ", and on the switch ports) or lower the topology's mtu");
+}
+
+// Software drivers that report a nominal 1518-byte frame limit (DPDK 22.11) but take whatever
+// their ring or buffers hold: af_packet (checked by check_af_packet) and memif (it chains
+// buffers, and the engine linearizes chained frames).
+bool nominal_frame_limit(const std::string& driver) { return driver == "net_af_packet" || driver == "net_memif"; }
+
+// The port's pool: mbufs that hold a whole frame of the MTU (and, for af_packet, a whole ring
+// slot, which its receive queue setup insists on).
+rte_mempool* make_pool(const std::string& device, std::uint16_t port, int mtu, unsigned pool_size) {
+  unsigned data_room = static_cast<unsigned>(mtu) + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN + RTE_PKTMBUF_HEADROOM + 64;
+  if (is_af_packet(device)) data_room = std::max(data_room, af_packet_mbuf_data(af_packet_frame_size(device)) + RTE_PKTMBUF_HEADROOM);
+  data_room = std::max<unsigned>(data_room, RTE_MBUF_DEFAULT_BUF_SIZE);
+  if (data_room > UINT16_MAX) throw NicError("port " + device + ": frames of MTU " + std::to_string(mtu) + " do not fit an mbuf");
+  // Pools outlive ports: a port id used again, by a device of another MTU, needs its own pool.
+  const std::string pool_name = "aapc_pool_" + std::to_string(port) + "_" + std::to_string(data_room);
+  if (rte_mempool* pool = rte_mempool_lookup(pool_name.c_str()); pool != nullptr) return pool;
+  rte_mempool* pool = rte_pktmbuf_pool_create(pool_name.c_str(), pool_size, 256, 0, static_cast<std::uint16_t>(data_room),
+                                              static_cast<int>(rte_socket_id()));
+  if (pool == nullptr)
+    throw NicError("port " + device_name(device) + ": cannot create a pool of " + std::to_string(pool_size) + " mbufs of " +
+                   std::to_string(data_room) + " bytes (" + rte_strerror(rte_errno) + "); give the EAL more memory (-m) or use fewer mbufs");
+  return pool;
+}
+
 }  // namespace
+
+void configure_for_mtu(const std::string& name, const rte_eth_dev_info& info, int mtu, rte_eth_conf& conf) {
+  conf = rte_eth_conf{};
+  const std::uint32_t overhead = info.max_mtu != UINT16_MAX && info.max_rx_pktlen > info.max_mtu ? info.max_rx_pktlen - info.max_mtu
+                                                                                                   : RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
+  const auto want = static_cast<std::uint32_t>(mtu);
+  if (want >= info.min_mtu && want <= info.max_mtu && want + overhead <= info.max_rx_pktlen) {
+    conf.rxmode.mtu = want;
+  } else if (!nominal_frame_limit(info.driver_name)) {
+    const std::uint32_t limit = std::min<std::uint32_t>(info.max_mtu, info.max_rx_pktlen > overhead ? info.max_rx_pktlen - overhead : 0);
+    throw NicError("port " + name + ": the device (" + info.driver_name + ") takes an MTU of at most " + std::to_string(limit) +
+                   " (frames up to " + std::to_string(info.max_rx_pktlen) + " bytes), less than the topology's mtu " +
+                   std::to_string(mtu) + "; lower the topology's mtu or use a NIC that takes jumbo frames");
+  }
+  if (mtu > RTE_ETHER_MTU) {
+    if ((info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_SCATTER) != 0) conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_SCATTER;
+    if ((info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  }
+}
+
 
 std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   if (!eal_running()) throw NicError("port " + options.device + ": the DPDK EAL is not running (call eal_init first)");
-  std::string name = device_name(options.device);
+  // af_packet's ring sized for the MTU, unless the device string sizes it.
+  const std::string device = with_af_packet_ring(options.device, options.mtu, static_cast<unsigned>(::getpagesize()));
+  std::string name = device_name(device);
+  if (is_af_packet(device)) check_af_packet(device, name, options.mtu);
   const std::set<int> sockets_before = packet_sockets();
   std::uint16_t port = 0;
   if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) {
-    int rc = rte_dev_probe(options.device.c_str());
+    int rc = rte_dev_probe(device.c_str());
     if (rc != 0)
-      throw NicError("port " + options.device + ": no such device and probing it failed (" + rte_strerror(-rc) +
+      throw NicError("port " + device + ": no such device and probing it failed (" + rte_strerror(-rc) +
                      "); name a virtual device like net_af_packet0,iface=IFACE or a PCI address bound to a DPDK driver");
     if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0)
-      throw NicError("port " + options.device + ": probed, but no ethdev named " + name + " appeared");
+      throw NicError("port " + device + ": probed, but no ethdev named " + name + " appeared");
   }
 
   std::unique_ptr<EthPort> p(new EthPort());
@@ -76,21 +153,9 @@ std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   rte_eth_dev_info info{};
   if (int rc = rte_eth_dev_info_get(port, &info); rc != 0) fail(name, "reading device info", rc);
 
-  // Frames up to the MTU plus the Ethernet header must fit in one mbuf.
-  // (and at least DPDK's default: af_packet wants room for a whole 2048-byte ring frame).
-  const unsigned data_room = std::max<unsigned>(static_cast<unsigned>(options.mtu) + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN + RTE_PKTMBUF_HEADROOM + 64,
-                                                RTE_MBUF_DEFAULT_BUF_SIZE);
-  std::string pool_name = "aapc_pool_" + std::to_string(port);
-  p->pool_ = rte_mempool_lookup(pool_name.c_str());
-  if (p->pool_ == nullptr)
-    p->pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), options.pool_size, 256, 0, static_cast<std::uint16_t>(data_room),
-                                       static_cast<int>(rte_socket_id()));
-  if (p->pool_ == nullptr)
-    throw NicError("port " + name + ": cannot create a pool of " + std::to_string(options.pool_size) + " mbufs (" +
-                   rte_strerror(rte_errno) + "); give the EAL more memory (-m) or use fewer mbufs");
-
+  p->pool_ = make_pool(device, port, options.mtu, options.pool_size);
   rte_eth_conf conf{};
-  if (info.max_mtu >= static_cast<std::uint16_t>(options.mtu)) conf.rxmode.mtu = static_cast<std::uint32_t>(options.mtu);
+  configure_for_mtu(name, info, options.mtu, conf);
   rte_eth_dev_stop(port);  // a port reopened after a failure
   if (int rc = rte_eth_dev_configure(port, 1, 1, &conf); rc != 0) fail(name, "configuring", rc);
   std::uint16_t rxd = options.rx_descriptors, txd = options.tx_descriptors;

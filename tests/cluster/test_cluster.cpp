@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -167,6 +169,55 @@ TEST_CASE("every schedule is byte-exact on the 8-machine one-switch and two-swit
     require_all_ok(everywhere({kClient, "nonblocking", "50000"}), std::string(topo) + " nonblocking");
   }
   CHECK(nothing_left());
+}
+
+namespace {
+
+// The original lengths of the frames of a pcap file (the daemons capture 64 bytes of each).
+std::vector<std::uint32_t> frame_lengths(const fs::path& pcap) {
+  std::ifstream in(pcap, std::ios::binary);
+  std::vector<char> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::vector<std::uint32_t> out;
+  auto u32 = [&](std::size_t at) {
+    std::uint32_t v = 0;
+    std::memcpy(&v, bytes.data() + at, 4);
+    return v;
+  };
+  for (std::size_t at = 24; at + 16 <= bytes.size(); at += 16 + u32(at + 8)) out.push_back(u32(at + 12));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("jumbo frames: 256 KiB exchanges byte-exact at MTU 9000, 9014-byte frames on the wire") {
+  Cluster c("8-two-switch-jumbo");  // landed main: aapcd failed to start ("configuring failed")
+  for (const char* schedule : {"auto", "tree", "pairwise"})
+    require_all_ok(everywhere(exchange(256 * 1024, schedule, "auto", 2)), std::string("mtu 9000, ") + schedule);
+  const fs::path dir = kLogs / "capture-jumbo";
+  REQUIRE(sh(kEmu + " stop").status == 0);
+  c.start("", "", dir.string());
+  require_all_ok(everywhere(exchange(64 * 1024, "tree", "auto", 1)), "mtu 9000, captured");
+  REQUIRE(sh(kEmu + " stop").status == 0);  // the captures are complete
+  const auto lengths = frame_lengths(dir / "n0.pcap");
+  REQUIRE(!lengths.empty());
+  CHECK(*std::max_element(lengths.begin(), lengths.end()) == 9014);
+  CHECK(std::count(lengths.begin(), lengths.end(), 9014U) >= 2 * 7 * 7);  // 64 KiB: 7 full frames, each way, 7 peers
+}
+
+TEST_CASE("two machines on one cable, at MTU 9000: byte-exact") {
+  // Landed main left the far end of the cable without its MAC, MTU and link: its daemon did
+  // not come up.
+  fs::create_directories(kLogs);
+  const fs::path topo = kLogs / "two-on-a-cable.dot";
+  std::ofstream(topo) << "graph \"two-on-a-cable\" {\n  mtu=9000;\n  edge [rate=\"100Mbit\"];\n"
+                         "  a [mac=\"02:00:00:00:00:01\"];\n  b [mac=\"02:00:00:00:00:02\"];\n  a -- b;\n}\n";
+  Cluster c(topo.string());
+  require_all_ok(everywhere(exchange(256 * 1024, "auto", "auto", 2)), "two on a cable");
+  const std::string link = sh("ip netns exec " + aapc::tools::emu_netns("b") + " ip link show aapc0").out;
+  INFO(link);
+  CHECK(link.find("mtu 9000") != std::string::npos);
+  CHECK(link.find("02:00:00:00:00:02") != std::string::npos);
+  CHECK(sh("ip netns exec " + aapc::tools::emu_netns("b") + " tc qdisc show dev aapc0").out.find("tbf") != std::string::npos);
 }
 
 TEST_CASE("1% loss injected in every daemon: still byte-exact") {

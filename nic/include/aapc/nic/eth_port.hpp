@@ -9,6 +9,9 @@
 
 #include "aapc/nic/port.hpp"
 
+struct rte_eth_conf;
+struct rte_eth_dev_info;
+
 namespace aapc::nic {
 
 struct PortOptions {
@@ -17,12 +20,23 @@ struct PortOptions {
   // a PCI address "0000:03:00.0").
   std::string device;
   unsigned pool_size = 8191;  // mbufs
+  // Bytes of Ethernet payload per frame. Above 1500: the NIC must take it (else open() fails
+  // naming its limit); for net_af_packet the ring is sized for it (framesz, blocksz, framecnt
+  // added to the device unless given) and the kernel interface's MTU must be at least this.
   int mtu = 1500;
   std::optional<MacAddr> mac;  // set this MAC on the device (otherwise keep its own)
   std::uint16_t rx_descriptors = 1024;
   std::uint16_t tx_descriptors = 1024;
   bool promiscuous = true;
 };
+
+// The configuration of device `name` (what rte_eth_dev_info_get says of it) for frames of
+// `mtu` bytes of payload: rxmode.mtu where the device takes it (checked as the ethdev layer
+// does, against max_mtu and max_rx_pktlen), else a NicError naming the device's limit;
+// af_packet and memif, whose 1518-byte limit is nominal in DPDK 22.11, keep the default. For
+// jumbo frames, scattered receive where offered (a NIC whose receive buffers are smaller than
+// our mbufs then chains them, and the engine linearizes them) and multi-segment send.
+void configure_for_mtu(const std::string& name, const rte_eth_dev_info& info, int mtu, rte_eth_conf& conf);
 
 class EthPort final : public Port {
  public:
