@@ -84,6 +84,8 @@ struct Prepared {
   std::vector<SendBlock> send;
   std::vector<RecvBlock> recv;
   std::uint32_t timeout_ms = 0;
+  Collective kind = Collective::kUnspecified;  // with the block, what the ranks agree on
+  std::uint64_t block = 0;
   ExchangeRecord rec;
 };
 
@@ -165,6 +167,7 @@ struct Daemon::Impl {
   void start_or_join(ClientState& c, std::uint32_t request, const proto::StartRequest& m);
   void joins();
   void launch(Prepared p);
+  ExchangeSpec spec_of(const Prepared& p, std::uint32_t id) const;
   std::optional<Prepared> prepare(ClientState& c, std::uint32_t request, const proto::StartRequest& m);
   std::optional<std::string> place_blocks(const ClientState& c, const proto::StartRequest& m, Prepared& p) const;
   std::optional<std::string> overlapping_blocks(const proto::StartRequest& m, const Mapping& send, const Mapping& recv) const;

@@ -31,6 +31,9 @@ void Daemon::Impl::open_port() {
   ec.mtu = topo.mtu();
   ec.peer_deadline = cfg.peer_deadline;
   ec.pace_bps = pace_bps;
+  // The slowest link bounds the deadline derived for exchanges given none (issue 15, finding 6).
+  for (const auto& link : topo.links())
+    if (link.rate_bps != 0 && (ec.link_bps == 0 || link.rate_bps < ec.link_bps)) ec.link_bps = link.rate_bps;
   ec.key = key;
   engine = std::make_unique<Engine>(port, ec);
   engine->on_peer_restart = [](Rank peer) { spdlog::warn("peer rank {} restarted: running exchanges with it failed", peer); };

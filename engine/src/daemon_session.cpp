@@ -26,7 +26,10 @@ void Daemon::Impl::start_or_join(ClientState& c, std::uint32_t request, const pr
   if (!p) return;
   (void)claim_rank(c);
   if (!joined) {
-    if (!engine->joining()) engine->start_join(next_id);
+    // Issue 15, finding 6: a rank whose client exited before its first collective must not
+    // hang the others in the join; they wait as long as for the exchange itself.
+    const ExchangeSpec spec = spec_of(*p, 0);
+    if (!engine->joining()) engine->start_join(next_id, p->timeout_ms != 0 ? spec.timeout : engine->default_timeout(spec));
     waiting_join.push_back(std::move(*p));
     return;
   }
@@ -50,17 +53,27 @@ void Daemon::Impl::joins() {
     if (clients.count(p.client) != 0) launch(std::move(p));
 }
 
-void Daemon::Impl::launch(Prepared p) {
-  ClientState& c = clients[p.client];
-  const std::uint32_t id = next_id;
+// The engine's spec of a prepared START. Issue 15: its descriptor says what the ranks must
+// agree on (finding 10); with no timeout, the engine derives one from the bytes over the
+// topology's bottleneck (finding 6).
+ExchangeSpec Daemon::Impl::spec_of(const Prepared& p, std::uint32_t id) const {
   ExchangeSpec spec = exchange_spec(*p.plan, rank, id);
   if (!p.send.empty()) {
-    spec.send = std::move(p.send);
-    spec.recv = std::move(p.recv);
+    spec.send = p.send;
+    spec.recv = p.recv;
   }
   spec.timeout = std::chrono::milliseconds(p.timeout_ms);
   spec.token_slack = token_slack(slack_buffer, p.plan->phases.size(), pace_bps);
-  auto started = engine->start(std::move(spec));
+  spec.descriptor.kind = p.kind;
+  spec.descriptor.block = p.block;
+  spec.bottleneck_load = std::max<std::uint64_t>(spec.bottleneck_load, static_cast<std::uint64_t>(model->load()));
+  return spec;
+}
+
+void Daemon::Impl::launch(Prepared p) {
+  ClientState& c = clients[p.client];
+  const std::uint32_t id = next_id;
+  auto started = engine->start(spec_of(p, id));
   ++next_id;  // a collective's id is used up, started or not
   if (!started) return reply_error(c.fd, p.request, started.error().code(), started.error().message());
   p.rec.cpu_ns = cpu_now();
@@ -75,6 +88,8 @@ std::optional<Prepared> Daemon::Impl::prepare(ClientState& c, std::uint32_t requ
   p.client = c.fd;
   p.request = request;
   p.timeout_ms = m.timeout_ms;
+  p.kind = m.kind == proto::Kind::kBarrier ? Collective::kBarrier : m.kind == proto::Kind::kAlltoall ? Collective::kAlltoall : Collective::kAlltoallv;
+  if (m.kind == proto::Kind::kAlltoall) p.block = m.block;
   p.rec.client = c.fd;
   if (m.kind == proto::Kind::kBarrier) {
     p.plan = std::make_shared<const sched::Schedule>(sched::barrier_schedule(topo.machine_count()));

@@ -40,8 +40,29 @@ ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32
   std::sort(spec.sync_sources.begin(), spec.sync_sources.end());
   spec.send.resize(static_cast<std::size_t>(schedule.machines));
   spec.recv.resize(static_cast<std::size_t>(schedule.machines));
+  spec.descriptor.plan = schedule.algorithm + "+" + schedule.sync.name();
+  spec.bottleneck_load = schedule.phases.size();
   return spec;
 }
+
+std::chrono::milliseconds derived_timeout(std::uint64_t bottleneck_bytes, std::uint64_t link_bps, std::chrono::milliseconds allowance) {
+  const double rate = link_bps > 0 ? static_cast<double>(link_bps) : 1e9;
+  const double wire_ms = static_cast<double>(bottleneck_bytes) * 8e3 / rate;
+  return std::chrono::milliseconds(static_cast<std::int64_t>(kTimeoutFactor * wire_ms)) + allowance;
+}
+
+std::chrono::milliseconds default_timeout(const ExchangeSpec& spec, const EngineConfig& config, std::uint32_t chunk) {
+  std::uint64_t block = 0;
+  for (const auto& b : spec.send) block = std::max(block, b.len);
+  for (const auto& b : spec.recv) block = std::max(block, b.len);
+  // The bytes of a block on the wire: every frame has its headers (and tag).
+  const std::uint64_t frame = chunk + kFrameOverhead + (config.key ? kTagLen : 0);
+  const std::uint64_t wire = frame_count(block, chunk) * frame;
+  const std::uint64_t rate = config.link_bps != 0 ? config.link_bps : config.pace_bps;
+  return derived_timeout(spec.bottleneck_load * wire, rate, stall_allowance(config));
+}
+
+std::chrono::milliseconds stall_allowance(const EngineConfig& config) { return config.timeout_allowance + 2 * config.peer_deadline; }
 
 Clock::duration token_slack(std::uint64_t smallest_buffer_bytes, std::size_t phases, std::uint64_t pace_bps) {
   if (pace_bps == 0 || phases == 0) return Clock::duration::zero();
@@ -150,16 +171,14 @@ Result<void> Engine::start(ExchangeSpec spec) {
   active_.push_back(raw);
   last_started_ = id;
   started_any_ = true;
-  std::vector<bool> early_ready;
-  std::vector<std::uint32_t> early_syncs;
+  EarlyFrames early;
   if (auto it = early_.find(id); it != early_.end()) {
-    early_ready = std::move(it->second.ready_from);
-    early_syncs = std::move(it->second.syncs);
+    early = std::move(it->second);
     early_.erase(it);
   }
   // Early entries for ids now in the past can never start.
   for (auto it = early_.begin(); it != early_.end();) it = later(it->first, id) ? std::next(it) : early_.erase(it);
-  raw->begin(now, early_ready, early_syncs);
+  raw->begin(now, early);
   return {};
 }
 

@@ -5,8 +5,9 @@
 
 namespace aapc::engine {
 
-void Engine::start_join(std::uint32_t proposal) {
+void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadline) {
   joining_ = true;
+  join_deadline_ = deadline;
   join_sending_ = true;
   proposal_ = proposal;
   join_since_ = Clock::now();
@@ -37,11 +38,20 @@ std::optional<Result<std::uint32_t>> Engine::join_result() {
     if (static_cast<Rank>(r) == config_.rank) continue;
     if (!peer_proposal_[r]) {
       // A peer that does not even acknowledge our JOIN is down; one that acknowledges waits
-      // for its own clients (a collective: we wait too).
-      if (!join_acked_[r] && Clock::now() - join_since_ > config_.peer_deadline) {
+      // for its own clients (a collective: we wait too), up to the deadline (issue 15,
+      // finding 6: a rank whose client exited before its first collective hung the others).
+      const auto waited = Clock::now() - join_since_;
+      if (!join_acked_[r] && waited > config_.peer_deadline) {
         joining_ = false;
         return Result<std::uint32_t>(Error(Errc::kPeerSilent, "peer rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) +
                                                                   ") did not answer while the cluster agreed on the next exchange"));
+      }
+      if (join_acked_[r] && join_deadline_.count() > 0 && waited > join_deadline_) {
+        joining_ = false;
+        return Result<std::uint32_t>(Error(Errc::kTimeout, "rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) +
+                                                               ") did not call the collective within " + std::to_string(join_deadline_.count()) +
+                                                               " ms: its daemon answers, but no client there started one (it exited, or "
+                                                               "has not called it yet)"));
       }
       return std::nullopt;
     }

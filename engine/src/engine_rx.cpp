@@ -92,17 +92,7 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
       link_->count_drop(DropReason::kNotLive);
       return;
     }
-    // A peer started an exchange we have not started yet: keep its READY and tokens.
-    Early& e = early_[f.h.exchange];
-    e.seen = now;
-    if (e.ready_from.empty()) e.ready_from.assign(config_.peers.size(), false);
-    if (f.h.type == FrameType::kReady) {
-      e.ready_from[static_cast<std::size_t>(src)] = true;
-    } else {
-      e.syncs.push_back(f.h.seq);
-    }
-    ++link_->counters().early_frames;
-    link_->send_control(src, FrameType::kAck, f.h.exchange, f.h.seq, static_cast<std::uint32_t>(f.h.type));
+    keep_early(f, now);
     return;
   }
   if (!ex->accept_epoch(src, f.h.epoch)) {
@@ -114,6 +104,28 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
   } else {
     ex->on_control(f, now);
   }
+}
+
+// A peer started an exchange we have not started yet: its READY, tokens and descriptor are
+// kept for our start. The ACK carries no descriptor: ours is not known yet.
+void Engine::keep_early(const Parsed& f, Clock::time_point now) {
+  const auto src = static_cast<std::size_t>(f.src_rank);
+  EarlyFrames& e = early_[f.h.exchange];
+  e.seen = now;
+  if (e.ready_from.empty()) {
+    e.ready_from.assign(config_.peers.size(), false);
+    e.ready_len.assign(config_.peers.size(), 0);
+    e.descriptor.resize(config_.peers.size());
+  }
+  if (f.h.type == FrameType::kReady) {
+    e.ready_from[src] = true;
+    e.ready_len[src] = f.h.block_len;
+  } else {
+    e.syncs.push_back(f.h.seq);
+  }
+  if (!f.payload.empty()) e.descriptor[src].assign(f.payload.begin(), f.payload.end());
+  ++link_->counters().early_frames;
+  link_->send_control(f.src_rank, FrameType::kAck, f.h.exchange, f.h.seq, static_cast<std::uint32_t>(f.h.type));
 }
 
 void Engine::receive(Clock::time_point now) {

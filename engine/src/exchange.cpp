@@ -59,18 +59,24 @@ Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
   if (spec_.dummy_len == 0)
     for (const auto& b : out_) spec_.dummy_len = std::max(spec_.dummy_len, b.len);
   counters_.rounds.resize(spec_.program.rounds.size());
+  descriptor_ = encode_descriptor(spec_.descriptor, std::min<std::size_t>(chunk, kMaxDescriptor));
+  soft_deadline_ = spec_.timeout.count() <= 0;
+  deadline_ = soft_deadline_ ? default_timeout(spec_, link_.config(), chunk) : spec_.timeout;
+  stall_ = stall_allowance(link_.config());
+  last_progress_ = now;
 }
 
 std::int64_t Exchange::since_start(Clock::time_point t) const { return duration_cast<nanoseconds>(t - start_).count(); }
 
-void Exchange::begin(Clock::time_point now, const std::vector<bool>& early_ready, const std::vector<std::uint32_t>& early_syncs) {
+void Exchange::begin(Clock::time_point now, const EarlyFrames& early) {
   const Rank me = link_.rank();
+  if (!early_agrees(early, now)) return;
   // Our own block never leaves the node.
   if (idx(me) < spec_.send.size() && spec_.send[idx(me)].len > 0 && spec_.recv[idx(me)].data != nullptr)
     std::memcpy(spec_.recv[idx(me)].data, spec_.send[idx(me)].data, std::min(spec_.send[idx(me)].len, spec_.recv[idx(me)].len));
-  for (std::size_t r = 0; r < n_ && r < early_ready.size(); ++r)
-    if (early_ready[r]) ready_from_[r] = true;
-  for (std::uint32_t id : early_syncs)
+  for (std::size_t r = 0; r < n_ && r < early.ready_from.size(); ++r)
+    if (early.ready_from[r]) ready_from_[r] = true;
+  for (std::uint32_t id : early.syncs)
     if (id < have_sync_.size()) have_sync_[id] = 1;
   // READY before data: every peer that sends to us learns that the buffer is posted.
   for (std::size_t r = 0; r < n_; ++r) {

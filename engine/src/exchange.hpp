@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -39,8 +40,9 @@ class Exchange {
   Clock::time_point linger_until() const { return linger_until_; }
   ExchangeReport report(Clock::time_point now) const;
 
-  // Called once right after construction: posts READY, copies the block to ourselves.
-  void begin(Clock::time_point now, const std::vector<bool>& early_ready, const std::vector<std::uint32_t>& early_syncs);
+  // Called once right after construction: checks what came early, posts READY, copies the
+  // block to ourselves.
+  void begin(Clock::time_point now, const EarlyFrames& early);
   // Sends one data frame (retransmissions first) if any is due; false when nothing to send.
   bool send_next(Clock::time_point now);
   bool has_data() const;
@@ -120,6 +122,20 @@ class Exchange {
   void end_round(Clock::time_point now);
   void emit(std::uint32_t sync_id, Clock::time_point now);
   void send_pending(Pending& p, Clock::time_point now);
+  // Issue 15, finding 10 (exchange_agree.cpp): true when `theirs` (a descriptor from `src`, or
+  // nothing) describes this exchange; else the exchange fails, naming the difference, and
+  // `src` gets our descriptor (an ACK of `type`) so that it names it from its side.
+  bool agrees(Rank src, std::span<const std::uint8_t> theirs, FrameType type, Clock::time_point now);
+  // True when the block `src` expects from us (its READY) is the one we send; else fails.
+  bool expects_ours(Rank src, std::uint64_t expected, Clock::time_point now);
+  // What came before our start, checked like the frames themselves.
+  bool early_agrees(const EarlyFrames& early, Clock::time_point now);
+  // Sends an ACK of `type` that carries our descriptor.
+  void ack(Rank dst, FrameType type, std::uint32_t seq);
+  void tell_descriptor(Rank except);
+  static constexpr std::uint32_t kNoToken = 0xFFFFFFFF;  // a sync id no plan has
+  // "...; still waiting for rank 3 (02:...)": whom the exchange waits on now.
+  std::string waiting_for() const;
   void ready_acked(Rank peer);
   bool retry(Pending& p, Clock::time_point now);
   void send_nack(Rank src, InBlock& in, Clock::time_point now);
@@ -143,6 +159,12 @@ class Exchange {
   std::string error_;
   Rank bad_peer_ = -1;
   Clock::time_point start_, end_, linger_until_, next_keepalive_;
+  // The deadline: the caller's (hard), or derived from the size (soft: it fails the exchange
+  // only once nothing progressed for stall_, ExchangeSpec::timeout).
+  std::chrono::milliseconds deadline_{0}, stall_{0};
+  bool soft_deadline_ = false;
+  Clock::time_point last_progress_;  // a new frame, token or READY, a block done, a round begun
+  Clock::time_point deadline_at() const;
   std::vector<OutBlock> out_;
   std::vector<int> out_of_;  // rank -> index into out_
   std::vector<InBlock> in_;
@@ -159,6 +181,7 @@ class Exchange {
   std::vector<Clock::duration> silent_for_;
   Clock::time_point last_keepalive_{};
   std::vector<std::uint8_t> have_sync_;
+  std::vector<std::uint8_t> descriptor_;  // spec_.descriptor as READY and SYNC carry it
   // Control frames awaiting their ACK: our READY to each peer (by rank; `to` < 0 when none
   // is outstanding), and the tokens we emitted (by sync id; removed when acknowledged).
   std::vector<Pending> ready_out_;

@@ -36,7 +36,9 @@ bool Exchange::retry(Pending& p, Clock::time_point now) {
 }
 
 void Exchange::send_pending(Pending& p, Clock::time_point now) {
-  link_.send_control(p.to, p.type, spec_.id, p.seq, 0);
+  // READY says which block it expects; both carry our descriptor (issue 15, finding 10).
+  const std::uint64_t expected = p.type == FrameType::kReady ? in_[idx(p.to)].len : 0;
+  link_.send_control(p.to, p.type, spec_.id, p.seq, 0, expected, descriptor_.data(), descriptor_.size());
   ++counters_.control_frames_sent;
   p.retry_at = now + p.rto;
   p.rto = std::min(p.rto * 2, link_.config().rto_max);
@@ -159,8 +161,12 @@ void Exchange::timers(Clock::time_point now) {
     b.rto = std::min(b.rto * 2, cfg.rto_max);
   }
   if (!keepalive(now)) return;
-  if (spec_.timeout.count() > 0 && now - start_ > spec_.timeout) {
-    fail(Errc::kTimeout, "exchange " + std::to_string(spec_.id) + " did not finish within " + std::to_string(spec_.timeout.count()) + " ms", -1, now);
+  if (now >= deadline_at()) {
+    std::string why = "exchange " + std::to_string(spec_.id) + " did not finish within " + std::to_string(deadline_.count()) + " ms";
+    if (soft_deadline_)
+      why += " (the deadline derived from its size and the link rate; Options::timeout sets one) and made no progress for " +
+             std::to_string(duration_cast<std::chrono::milliseconds>(now - last_progress_).count()) + " ms";
+    fail(Errc::kTimeout, why + waiting_for(), -1, now);
     return;
   }
   advance(now);
@@ -174,9 +180,14 @@ Clock::time_point Exchange::next_deadline() const {
   for (const auto& [id, p] : syncs_out_) at = std::min(at, p.retry_at);
   for (const auto& b : out_)
     if (!b.acked && b.first_done && b.resend.empty()) at = std::min(at, b.poll_at);
-  if (spec_.timeout.count() > 0) at = std::min(at, start_ + spec_.timeout);
+  at = std::min(at, deadline_at());
   if (round_state_ == RoundState::kDelay) at = std::min(at, delay_until_);
   return at;
+}
+
+Clock::time_point Exchange::deadline_at() const {
+  const Clock::time_point hard = start_ + deadline_;
+  return soft_deadline_ ? std::max(hard, last_progress_ + stall_) : hard;
 }
 
 }  // namespace aapc::engine

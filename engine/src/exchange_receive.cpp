@@ -17,6 +17,7 @@ void Exchange::on_data(const Parsed& f, Clock::time_point now) {
   std::memcpy(in.data + f.offset, f.payload.data(), f.payload.size());
   set_bit(in.bits, f.h.seq);
   ++in.got;
+  last_progress_ = now;
   ++counters_.data_frames_received;
   counters_.data_bytes_received += f.payload.size();
   if (in.got == in.frames) {
@@ -93,18 +94,25 @@ void Exchange::on_nack(const Parsed& f, Clock::time_point now) {
 void Exchange::on_control(const Parsed& f, Clock::time_point now) {
   const Rank src = f.src_rank;
   ++counters_.control_frames_received;
+  const bool described = f.h.type == FrameType::kReady || f.h.type == FrameType::kSync || f.h.type == FrameType::kAck;
+  if (described && !agrees(src, f.payload, f.h.type, now)) return;
   switch (f.h.type) {
     case FrameType::kReady:
-      if (running()) ready_from_[idx(src)] = true;
-      link_.send_control(src, FrameType::kAck, spec_.id, 0, static_cast<std::uint32_t>(FrameType::kReady));
+      if (!f.payload.empty() && !expects_ours(src, f.h.block_len, now)) return;
+      if (running() && !ready_from_[idx(src)]) {
+        ready_from_[idx(src)] = true;
+        last_progress_ = now;
+      }
+      ack(src, FrameType::kReady, 0);
       break;
     case FrameType::kSync:
       if (f.h.seq >= have_sync_.size()) {
         count_drop(DropReason::kBadLength);
         return;
       }
+      if (have_sync_[f.h.seq] == 0) last_progress_ = now;
       have_sync_[f.h.seq] = 1;
-      link_.send_control(src, FrameType::kAck, spec_.id, f.h.seq, static_cast<std::uint32_t>(FrameType::kSync));
+      ack(src, FrameType::kSync, f.h.seq);
       break;
     case FrameType::kAck: {
       auto acked = static_cast<FrameType>(f.h.aux);
@@ -113,14 +121,17 @@ void Exchange::on_control(const Parsed& f, Clock::time_point now) {
         if (o >= 0 && out_[static_cast<std::size_t>(o)].len == f.h.block_len && !out_[static_cast<std::size_t>(o)].acked) {
           out_[static_cast<std::size_t>(o)].acked = true;
           --unacked_blocks_;
+          last_progress_ = now;
         }
       } else if (acked == FrameType::kReady) {
         ready_acked(src);
+        last_progress_ = now;
       } else if (acked == FrameType::kSync) {
         auto it = syncs_out_.find(f.h.seq);
         if (it != syncs_out_.end() && it->second.to == src) {
           syncs_out_.erase(it);
           --unacked_pending_;
+          last_progress_ = now;
         }
       }
       break;

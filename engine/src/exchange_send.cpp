@@ -41,6 +41,7 @@ void Exchange::start_round(Clock::time_point now) {
   const sched::Round& round = spec_.program.rounds[round_];
   counters_.wait_ns += duration_cast<nanoseconds>(now - wait_since_).count();
   counters_.rounds[round_].start_ns = since_start(now);
+  last_progress_ = now;
   link_.restart_pacing(now);
   streams_.clear();
   cursor_ = 0;

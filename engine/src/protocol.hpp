@@ -181,7 +181,7 @@ struct StartRequest {
   Kind kind = Kind::kAlltoall;
   // Schedule and sync in the one notation of aapc/sched/spec.hpp ("auto", "tree+sender-all").
   std::string spec = "auto";
-  std::uint32_t timeout_ms = 0;  // 0: no limit
+  std::uint32_t timeout_ms = 0;  // 0: derived from the exchange's size (engine.hpp, default_timeout)
   // Not for a barrier:
   std::uint32_t send_buffer = 0, recv_buffer = 0;
   std::uint64_t block = 0;          // alltoall: every block has this size, block d at d x block

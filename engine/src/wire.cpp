@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "aapc/engine/descriptor.hpp"
+
 #if defined(__x86_64__)
 #include <nmmintrin.h>
 #endif
@@ -253,7 +255,7 @@ bool crc_matches(const std::uint8_t* p, std::uint16_t payload_len) {
   return crc == get32(p + kCrcOffset);
 }
 
-// Bytes after our header: the payload, and the tag of a version-2 frame.
+// Bytes after our header: the payload, and the tag of a tagged (kVersionAuth) frame.
 std::size_t tail_len(const std::uint8_t* p, std::uint16_t payload_len) { return payload_len + (p[2] == kVersionAuth ? kTagLen : 0); }
 
 // Our header of a frame already known to be long enough and of our EtherType: fields, lengths
@@ -352,13 +354,17 @@ Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx) {
     }
     case FrameType::kSync:
     case FrameType::kReady:
+      // The sender's exchange descriptor (issue 15, finding 10), or nothing.
+      if (h.payload_len != 0 && !descriptor_valid(out.payload)) return drop(DropReason::kBadLength);
+      break;
     case FrameType::kPoll:
     case FrameType::kPing:
     case FrameType::kJoin:
       if (h.payload_len != 0) return drop(DropReason::kBadLength);
       break;
     case FrameType::kAck:
-      if (h.payload_len != 0 || h.aux == 0 || h.aux >= kFrameTypes) return drop(DropReason::kBadLength);
+      if (h.aux == 0 || h.aux >= kFrameTypes) return drop(DropReason::kBadLength);
+      if (h.payload_len != 0 && !descriptor_valid(out.payload)) return drop(DropReason::kBadLength);
       break;
     case FrameType::kAbort:
       break;

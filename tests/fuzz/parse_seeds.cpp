@@ -1,5 +1,8 @@
 // The wire parser's seeds for replay_main.cpp: one valid frame of every type for the receiver
 // of fuzz_context.hpp.
+#include <algorithm>
+
+#include "aapc/engine/descriptor.hpp"
 #include "fuzz_context.hpp"
 #include "replay.hpp"
 
@@ -29,6 +32,16 @@ std::vector<std::uint8_t> frame(engine::FrameType type, std::uint32_t seq, std::
   return f;
 }
 
+// A READY, SYNC or ACK carrying an exchange descriptor (issue 15, finding 10).
+std::vector<std::uint8_t> described(engine::FrameType type, std::uint32_t seq, int src) {
+  const auto d = engine::encode_descriptor({engine::Collective::kAlltoall, 4096, "tree+sender-all"});
+  auto f = frame(type, seq, type == engine::FrameType::kReady ? 4096 : 0, d.size(), src);
+  if (type == engine::FrameType::kAck) f[engine::kEthHeaderLen + 39] = static_cast<std::uint8_t>(engine::FrameType::kReady);
+  std::copy(d.begin(), d.end(), f.begin() + static_cast<std::ptrdiff_t>(engine::kFrameOverhead));
+  engine::seal(f.data());
+  return f;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
@@ -44,6 +57,9 @@ std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
       {"abort", frame(FrameType::kAbort, 0, 0, 17, 2)},
       {"poll", frame(FrameType::kPoll, 0, kPostedBlock, 0)},
       {"ping", frame(FrameType::kPing, 0, 0, 0)},
+      {"ready-described", described(FrameType::kReady, 0, 3)},
+      {"sync-described", described(FrameType::kSync, 12, 2)},
+      {"ack-described", described(FrameType::kAck, 0, 0)},
   };
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "../fuzz/fuzz_context.hpp"
+#include "aapc/engine/descriptor.hpp"
 #include "aapc/engine/wire.hpp"
 
 using namespace aapc;
@@ -213,4 +214,62 @@ TEST_CASE("finding 4: a tagged frame passes only with the cluster key it was sea
   // A frame without a tag, at a node with the key.
   CHECK(reason(make(data_header(1), fuzz::kChunk)) == DropReason::kOk);
   CHECK(parse(make(data_header(1), fuzz::kChunk), keyed).reason == DropReason::kBadAuth);
+}
+
+TEST_CASE("finding 10: exchange descriptors round-trip, and READY, SYNC and ACK carry one or nothing") {
+  const Descriptor d{Collective::kAlltoall, 4096, "group-shuffle:3+receiver-partial:4"};
+  auto bytes = encode_descriptor(d);
+  CHECK(bytes.size() == kDescriptorFixed + d.plan.size());
+  REQUIRE(descriptor_valid(bytes));
+  CHECK(decode_descriptor(bytes) == d);
+  // Cut to fit a small frame: the text is shortened, the hash still tells the plans apart.
+  auto cut = encode_descriptor(d, 24);
+  REQUIRE(cut.size() == 24);
+  CHECK(decode_descriptor(cut)->plan == "group-");
+  CHECK(same_descriptor(cut, bytes));
+  CHECK_FALSE(same_descriptor(encode_descriptor({Collective::kAlltoall, 4096, "group-shuffle:3+receiver-partial:8"}, 24), bytes));
+  CHECK_FALSE(same_descriptor(encode_descriptor({Collective::kAlltoall, 8192, d.plan}), bytes));
+  CHECK_FALSE(same_descriptor(encode_descriptor({Collective::kAlltoallv, 4096, d.plan}), bytes));
+  // Malformed: a text length that disagrees, a kind beyond barrier, too short.
+  auto bad = bytes;
+  bad[1] = static_cast<std::uint8_t>(bad[1] + 1);
+  CHECK_FALSE(descriptor_valid(bad));
+  bad = bytes;
+  bad[0] = 4;
+  CHECK_FALSE(descriptor_valid(bad));
+  CHECK_FALSE(descriptor_valid(std::span(bytes).first(kDescriptorFixed - 1)));
+  // The differences, told from this rank's side.
+  const Descriptor ours{Collective::kAlltoall, 8192, "tree+sender-all"};
+  CHECK(descriptor_difference({Collective::kAlltoall, 4096, "tree+sender-all"}, ours) == "called alltoall with 4096-byte blocks, this rank 8192-byte blocks");
+  CHECK(descriptor_difference({Collective::kBarrier, 0, "barrier+none"}, ours) == "called barrier, this rank alltoall with 8192-byte blocks");
+  CHECK(descriptor_difference({Collective::kAlltoall, 8192, "ring+none"}, ours) == "called alltoall with schedule ring+none, this rank tree+sender-all");
+  CHECK(descriptor_difference({Collective::kAlltoall, 8192, "tree+sen"}, {Collective::kAlltoall, 8192, "tree+sender-partial:4"}) ==
+        "called alltoall with schedule tree+sen..., this rank tree+sender-partial:4");
+
+  // In frames: READY and SYNC with a descriptor or none, their ACKs likewise; nothing else.
+  auto with = [&](FrameType type, std::span<const std::uint8_t> payload) {
+    Header h;
+    h.type = type;
+    h.exchange = fuzz::kExchange;
+    if (type == FrameType::kAck) h.aux = static_cast<std::uint32_t>(FrameType::kReady);
+    std::vector<std::uint8_t> f(kFrameOverhead + payload.size());
+    h.dst = 1;
+    h.payload_len = static_cast<std::uint16_t>(payload.size());
+    encode(f.data(), fuzz::mac(1), fuzz::mac(0), kDefaultEtherType, h);
+    copy_and_seal(f.data(), payload.data(), payload.size());
+    return f;
+  };
+  for (FrameType type : {FrameType::kReady, FrameType::kSync, FrameType::kAck}) {
+    INFO(frame_type_name(type));
+    CHECK(reason(with(type, bytes)) == DropReason::kOk);
+    CHECK(reason(with(type, {})) == DropReason::kOk);
+    CHECK(reason(with(type, bad)) == DropReason::kBadLength);
+  }
+  CHECK(reason(with(FrameType::kPoll, bytes)) == DropReason::kBadLength);
+  CHECK(reason(with(FrameType::kPing, bytes)) == DropReason::kBadLength);
+  // Frames of the versions before descriptors are refused as such.
+  auto old = with(FrameType::kReady, {});
+  old[kEthHeaderLen + 2] = 1;
+  seal(old.data());
+  CHECK(reason(old) == DropReason::kBadVersion);
 }

@@ -393,7 +393,7 @@ TEST_CASE("the Wireshark dissector decodes every captured frame as the engine wr
         make(FT::kJoin, 11, 0, {}),
         make(FT::kData, 5, 0, std::vector<std::uint8_t>(100, 1), [](std::uint8_t* h) { h[4] = engine::kFlagRetransmit | engine::kFlagLast; }),
         make(FT::kData, 1, 0, std::vector<std::uint8_t>(100, 1), [](std::uint8_t* h) { h[0] ^= 0x01; }),  // bad magic
-        make(FT::kData, 1, 0, std::vector<std::uint8_t>(100, 1), [](std::uint8_t* h) { h[2] = 3; }),     // bad version
+        make(FT::kData, 1, 0, std::vector<std::uint8_t>(100, 1), [](std::uint8_t* h) { h[2] = 1; }),     // bad version (1: before descriptors)
         make(FT::kData, 1, 0, std::vector<std::uint8_t>(100, 1), [](std::uint8_t* h) { h[5] = 40; }),    // bad header length
         make(FT::kPing, 0, 0, {}, [](std::uint8_t* h) { h[3] = 12; }),                                   // unknown type
     };
@@ -403,7 +403,7 @@ TEST_CASE("the Wireshark dissector decodes every captured frame as the engine wr
     auto beyond = make(FT::kData, 7, 0, std::vector<std::uint8_t>(600, 1));
     beyond.resize(engine::kFrameOverhead + 100);  // claims 600 payload bytes, carries 100
     frames.push_back(beyond);
-    // Frames of a cluster with a key (version 2, issue 15 finding 4): a tag after the payload.
+    // Frames of a cluster with a key (kVersionAuth, issue 15 finding 4): a tag after the payload.
     const engine::FrameKey key{};
     for (auto tagged : {make(FT::kData, 8, 0, std::vector<std::uint8_t>(100, 2)), make(FT::kPing, 0, 0, {})}) {
       tagged.resize(tagged.size() + engine::kTagLen);

@@ -8,7 +8,7 @@
 --
 --   offset size field                        filter name
 --    0     2   magic 0xAA9C                   aapc.magic
---    2     1   version (1; 2: tagged)         aapc.version
+--    2     1   version (3; 4: tagged)         aapc.version
 --    3     1   type                           aapc.type (DATA 1 .. JOIN 9)
 --    4     1   flags                          aapc.flags, aapc.flags.retransmit/.dummy/.last
 --    5     1   header length (44)             aapc.hdr_len
@@ -24,7 +24,7 @@
 --   36     4   aux                            aapc.aux
 --   40     4   CRC32C                         aapc.crc
 --   44     n   payload                        aapc.payload
---  44+n   24   version 2: tag                 aapc.tag
+--  44+n   24   version 4: tag                 aapc.tag
 --              a frame counter (8 bytes) and the ChaCha20-Poly1305 MAC (16) of header and
 --              payload under the cluster key (not verified here: the dissector has no key)
 --
@@ -80,8 +80,8 @@ local aapc = Proto("aapc", "aapc all-to-all exchange")
 
 local DEFAULT_ETHERTYPE = 0x88B5
 local MAGIC = 0xAA9C
-local VERSION = 1
-local VERSION_AUTH = 2  -- frames of a cluster with a key: a 16-byte tag follows the payload
+local VERSION = 3  -- 1 and 2 before READY, SYNC and ACK carried exchange descriptors
+local VERSION_AUTH = 4  -- frames of a cluster with a key: a 24-byte tag follows the payload
 local TAG_LEN = 24
 local HEADER_LEN = 44
 local CRC_OFFSET = 40
@@ -278,7 +278,7 @@ function aapc.dissector(tvb, pinfo, tree)
   local aux_item = root:add(f.aux, tvb(36, 4))
   local crc_item = root:add(f.crc, tvb(40, 4))
 
-  -- The payload (and the tag of version 2): within the frame as sent, and how much of it the
+  -- The payload (and the tag of version 4): within the frame as sent, and how much of it the
   -- capture holds.
   local tag_len = version == VERSION_AUTH and TAG_LEN or 0
   local payload_fits = HEADER_LEN + payload_len + tag_len <= reported

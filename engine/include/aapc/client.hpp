@@ -41,7 +41,9 @@ struct Options {
   // "receiver-partial:BS", "barrier-all", "barrier-partial-none:BS",
   // "barrier-partial-sender:BS", "barrier-partial-receiver:BS".
   std::string sync = "auto";
-  std::chrono::milliseconds timeout{0};  // 0: no limit
+  // The whole exchange. 0: a deadline derived from the exchange's size and the link rates,
+  // which fails it only once it also stopped making progress (README, "Using it from a program").
+  std::chrono::milliseconds timeout{0};
 };
 
 struct RoundTime {

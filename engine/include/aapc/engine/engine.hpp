@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "aapc/engine/descriptor.hpp"
 #include "aapc/engine/wire.hpp"
 #include "aapc/nic/port.hpp"
 #include "aapc/result.hpp"
@@ -37,6 +38,10 @@ struct EngineConfig {
   std::chrono::microseconds rto_max{500'000};   // backoff cap
   int max_retries = 40;                         // per block, token or READY
   std::chrono::milliseconds peer_deadline{5'000};  // a peer silent this long fails the exchange
+  // The deadline of exchanges given none (Engine::default_timeout): the rate of the slowest
+  // link (0: pace_bps, or 1 Gbit/s when that is 0 too), and the fixed allowance on top.
+  std::uint64_t link_bps = 0;
+  std::chrono::milliseconds timeout_allowance{5'000};
   std::chrono::milliseconds linger{15'000};     // finished exchanges still answer late frames
   std::uint32_t epoch = 0;                      // 0: derived from the clock (later is newer)
   // Epochs are the senders' start times in wall-clock ms. A peer's epoch is taken only if it is
@@ -75,7 +80,16 @@ struct ExchangeSpec {
   std::vector<SendBlock> send;   // by destination rank (size = cluster size)
   std::vector<RecvBlock> recv;   // by source rank
   std::uint64_t dummy_len = 0;   // size of a dummy message (0: the largest send block)
-  std::chrono::milliseconds timeout{0};  // whole exchange; 0 = no limit
+  // The whole exchange; 0: derived from its size and the link rate (default_timeout), and
+  // then only while the exchange makes no progress (stall_allowance).
+  std::chrono::milliseconds timeout{0};
+  // What the ranks agree on at the start (descriptor.hpp): a rank whose descriptor differs
+  // fails the exchange at once, here and there, naming the difference. exchange_spec() fills
+  // in the plan; the caller says which collective this is.
+  Descriptor descriptor;
+  // Messages over the busiest link, for the derived deadline: the topology's bottleneck load
+  // (sched::TreeModel::load) when it is known and larger; exchange_spec() puts the phases.
+  std::uint64_t bottleneck_load = 0;
   // How far a round's sender-based tokens may run ahead of its frames (Link::drained_at).
   // Leads add up on a bottleneck link used in every phase; spread over the schedule's phases,
   // one switch buffer of them does no harm (token_slack), and holding a token costs a wake-up.
@@ -87,8 +101,24 @@ struct ExchangeSpec {
 // over the 16 of 8 machines on two switches 328 us at 100 Mbit/s.
 Clock::duration token_slack(std::uint64_t smallest_buffer_bytes, std::size_t phases, std::uint64_t pace_bps);
 
-// The spec of node `me` in a planned schedule: its program, the plan's token targets, and
-// room for the buffers (send and recv sized to the cluster, empty).
+// Issue 15, finding 6: the deadline of an exchange whose caller gave none. A collective that a
+// rank never joins (it exited, or called another one) otherwise hangs as long as the rank's
+// daemon answers. kTimeoutFactor times the time `bottleneck_bytes` take at `link_bps` (the
+// bound of the physics, with room for loss and retransmission), plus `allowance`.
+inline constexpr int kTimeoutFactor = 8;
+std::chrono::milliseconds derived_timeout(std::uint64_t bottleneck_bytes, std::uint64_t link_bps, std::chrono::milliseconds allowance);
+// The deadline of `spec` when its timeout is 0: derived_timeout() of its bottleneck load times
+// its largest block (frames and headers) at config.link_bps, with stall_allowance(config).
+std::chrono::milliseconds default_timeout(const ExchangeSpec& spec, const EngineConfig& config, std::uint32_t chunk);
+// How long an exchange under a derived deadline may go without progress once the deadline has
+// passed: heavy loss stretches an exchange far beyond its size's time (8 machines at 30% loss
+// per port direction: 30 times), but it keeps completing blocks and passing tokens, while one
+// that waits for a rank that never came does not. The configured allowance plus twice the
+// peer deadline, so that a dead peer is reported as such first.
+std::chrono::milliseconds stall_allowance(const EngineConfig& config);
+
+// The spec of node `me` in a planned schedule: its program, the plan's token targets, its
+// descriptor's plan, and room for the buffers (send and recv sized to the cluster, empty).
 ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32_t id);
 
 enum class ExchangeState : std::uint8_t { kRunning, kDone, kFailed };
@@ -130,6 +160,15 @@ struct EngineCounters {
 class Exchange;
 class EngineLink;
 
+// READY and SYNC frames for an exchange not started yet here, kept for its start.
+struct EarlyFrames {
+  std::vector<bool> ready_from;           // by rank
+  std::vector<std::uint64_t> ready_len;   // by rank: the block its READY expects from us
+  std::vector<std::uint32_t> syncs;
+  std::vector<std::vector<std::uint8_t>> descriptor;  // by rank: the last one it sent (or empty)
+  Clock::time_point seen;
+};
+
 class Engine final : private ParseContext {
  public:
   Engine(nic::Port& port, EngineConfig config);
@@ -157,6 +196,8 @@ class Engine final : private ParseContext {
   // Says hello to every peer (a PING), so that peers learn this engine's epoch at once: a
   // daemon that restarted is noticed before its first exchange.
   void announce();
+  // The deadline an exchange of `spec` gets when its timeout is 0 (default_timeout).
+  std::chrono::milliseconds default_timeout(const ExchangeSpec& spec) const { return engine::default_timeout(spec, config_, chunk_); }
   // Tells every peer that exchange `id`, which this node will never start, is off.
   void abort_unstarted(std::uint32_t id, const std::string& reason);
   // True while `peer` is remembered as dead (an exchange found it silent, and nothing came
@@ -169,8 +210,10 @@ class Engine final : private ParseContext {
   // Agreeing on exchange ids at the start of a session (the first exchange of new clients):
   // every engine proposes the id it would use next, and all take the largest. Ids thus only
   // grow, whatever happened before (failed exchanges, a restarted daemon), and frames of
-  // earlier exchanges can never be taken for later ones.
-  void start_join(std::uint32_t proposal);
+  // earlier exchanges can never be taken for later ones. A peer whose daemon answers but
+  // proposes nothing (no client there called the collective) fails the join after `deadline`
+  // (0: never; the daemon gives the first waiting exchange's, default_timeout()).
+  void start_join(std::uint32_t proposal, std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
   bool joining() const { return joining_; }
   // The agreed id once every peer's proposal is in; an error when a peer stays silent.
   std::optional<Result<std::uint32_t>> join_result();
@@ -188,6 +231,7 @@ class Engine final : private ParseContext {
 
   void receive(Clock::time_point now);
   void handle(const Parsed& f, Clock::time_point now);
+  void keep_early(const Parsed& f, Clock::time_point now);
   void timers(Clock::time_point now);
   void transmit(Clock::time_point now);
   // kOk when `epoch` is the sender's current one (learned or moved forward here), else why
@@ -195,11 +239,6 @@ class Engine final : private ParseContext {
   DropReason note_epoch(Rank src, std::uint32_t epoch);
   Exchange* find(std::uint32_t id) const;
 
-  struct Early {  // READY and SYNC for an exchange not started yet
-    std::vector<bool> ready_from;
-    std::vector<std::uint32_t> syncs;
-    Clock::time_point seen;
-  };
 
   nic::Port& port_;
   EngineConfig config_;
@@ -213,6 +252,7 @@ class Engine final : private ParseContext {
   std::uint32_t proposal_ = 0;
   Clock::time_point join_since_{}, join_retry_{};
   std::chrono::microseconds join_rto_{};
+  std::chrono::milliseconds join_deadline_{0};
   std::vector<std::optional<std::uint32_t>> peer_proposal_;  // since our last join completed
   std::vector<bool> join_acked_;
   bool join_sending_ = false;  // our JOIN still travels to someone
@@ -233,7 +273,7 @@ class Engine final : private ParseContext {
   // Ids of exchanges that completed here and are no longer lingering, newest last (bounded):
   // a sender whose ACKs were all lost still polls, and learns that its block arrived.
   std::deque<std::uint32_t> done_ids_;
-  std::map<std::uint32_t, Early> early_;
+  std::map<std::uint32_t, EarlyFrames> early_;
   std::vector<ExchangeReport> finished_;
   std::uint32_t last_started_ = 0;
   bool started_any_ = false;

@@ -4,7 +4,9 @@
 //
 //   offset size field
 //    0     2   magic 0xAA9C
-//    2     1   version: 1, or 2 for a frame authenticated with the cluster key (below)
+//    2     1   version: 3, or 4 for a frame authenticated with the cluster key (below).
+//               Versions 1 and 2 had no payload in READY, SYNC and ACK (before issue 15,
+//               finding 10); their frames are dropped as bad_version
 //    3     1   type: DATA, SYNC, READY, NACK, ACK, ABORT, POLL, PING, JOIN
 //    4     1   flags: RETRANSMIT, DUMMY, LAST
 //    5     1   header length (44)
@@ -15,24 +17,27 @@
 //   18     2   destination rank
 //   20     4   seq: DATA frame index; SYNC/ACK-of-SYNC sync id; NACK number of ranges;
 //               JOIN the proposed next exchange id
-//   24     8   block length in bytes (DATA, POLL, NACK, ACK of a block)
+//   24     8   block length in bytes (DATA, POLL, NACK, ACK of a block; READY: the block
+//               the sender of READY expects from the receiver)
 //   32     2   payload length
 //   34     2   chunk: payload bytes of every full DATA frame of the block
 //   36     4   aux: for ACK, the type acknowledged; for ABORT, a reason code
 //   40     4   CRC32C of header bytes 0..39, then the payload (this field itself skipped)
-//   44     n   payload (payload length bytes)
-//  44+n   24   version 2 only, the tag: 8 bytes of frame counter, then the 16-byte Poly1305
+//   44     n   payload (payload length bytes): DATA bytes, NACK ranges, ABORT reason; for
+//               READY and SYNC the sender's exchange descriptor (descriptor.hpp), for their
+//               ACKs the receiver's once its exchange has started (else none)
+//  44+n   24   version 4 only, the tag: 8 bytes of frame counter, then the 16-byte Poly1305
 //               MAC of header bytes 0..43 and the payload (ChaCha20-Poly1305 IETF, libsodium,
 //               with them as associated data and no message), under the 32-byte cluster key;
 //               nonce: source rank (2 bytes), epoch (4), low 48 bits of the counter
 //
 // Authentication (issue 15, finding 4): CRC32C guards against noise, not against crafted
-// frames. With a cluster key every frame is version 2 and carries the tag; the frame's chunk
+// frames. With a cluster key every frame is version 4 (kVersionAuth) and carries the tag; the frame's chunk
 // is 24 bytes smaller so that it still fits the MTU. Every sender numbers its frames, so that
 // no nonce repeats under one key (ranks differ; a restart has a later epoch): a repeated
 // nonce would give the one-time Poly1305 key away. (A keyed BLAKE2b tag needs no nonce but
-// ran at 3 Gbit/s on the development VM against 22 for ChaCha20-Poly1305.) A node with a key drops version-1
-// frames and frames whose tag does not verify (kBadAuth); a node without one drops version-2
+// ran at 3 Gbit/s on the development VM against 22 for ChaCha20-Poly1305.) A node with a key drops untagged
+// frames and frames whose tag does not verify (kBadAuth); a node without one drops tagged
 // frames (kBadAuth too): mixed clusters fail loudly, never silently. The tag does not stop
 // a replay: that is the job of the exchange ids and epochs, which the tag now protects.
 //
@@ -56,8 +61,8 @@ using MacAddr = std::array<std::uint8_t, 6>;
 
 inline constexpr std::uint16_t kDefaultEtherType = 0x88B5;
 inline constexpr std::uint16_t kMagic = 0xAA9C;
-inline constexpr std::uint8_t kVersion = 1;
-inline constexpr std::uint8_t kVersionAuth = 2;  // a tag follows the payload
+inline constexpr std::uint8_t kVersion = 3;
+inline constexpr std::uint8_t kVersionAuth = 4;  // a tag follows the payload
 inline constexpr std::size_t kTagLen = 24;  // counter (8) + MAC (16)
 inline constexpr std::size_t kKeyLen = 32;
 inline constexpr std::size_t kEthHeaderLen = 14;
@@ -150,7 +155,7 @@ struct FrameKey {
 // bytes). The payload goes right after; then call seal().
 void encode(std::uint8_t* out, const MacAddr& dst_mac, const MacAddr& src_mac, std::uint16_t ethertype, const Header& h);
 // Computes the CRC over header and the payload that follows it, and stores it. With a key, the
-// frame becomes version 2 and the tag is written after the payload: the frame needs
+// frame becomes kVersionAuth and the tag is written after the payload: the frame needs
 // kFrameOverhead + payload + kTagLen bytes, and `counter` must differ for every frame that
 // this sender (rank and epoch) seals with the key.
 void seal(std::uint8_t* frame, const FrameKey* key = nullptr, std::uint64_t counter = 0);
@@ -168,8 +173,8 @@ class ParseContext {
   std::uint16_t ethertype = kDefaultEtherType;
   MacAddr my_mac{};
   Rank my_rank = 0;
-  // The cluster key: when set, only version-2 frames whose tag verifies pass; when not,
-  // version-2 frames are dropped (kBadAuth). Not owned.
+  // The cluster key: when set, only tagged frames whose tag verifies pass; when not,
+  // tagged frames are dropped (kBadAuth). Not owned.
   const FrameKey* key = nullptr;
   // Rank of a source MAC, or -1.
   virtual Rank rank_of(const MacAddr& mac) const = 0;
@@ -197,7 +202,7 @@ Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx);
 
 // Reads the header of a frame of ours without the receiver's context (for traces and tools):
 // checks EtherType, magic, version, lengths and CRC; nullopt when any fails. The tag of a
-// version-2 frame is not verified (no key here).
+// tagged frame is not verified (no key here).
 std::optional<Header> peek(std::span<const std::uint8_t> frame, std::uint16_t ethertype = kDefaultEtherType);
 
 // For traces: the header of a captured frame of ours that the capture's snap length may have

@@ -1,0 +1,279 @@
+// Issue 15, findings 6 and 10: collectives that cannot hang, mismatches named. Ranks that
+// call different collectives (or the same with other blocks or another schedule) fail at
+// once on every side, each naming the peer and what differs; an exchange that a rank never
+// joins fails after a deadline derived from its size; one that keeps progressing does not.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <numeric>
+
+#include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/choice.hpp"
+#include "aapc/sched/generate.hpp"
+#include "aapc/sched/sync.hpp"
+#include "checks.hpp"
+#include "fabric.hpp"
+
+using namespace aapc;
+using namespace aapc::sched;
+using engine::Collective;
+using Ms = std::chrono::milliseconds;
+
+namespace {
+
+// What one rank calls: the schedule, the collective, and its blocks (by peer; a barrier has none).
+struct Call {
+  Schedule schedule;
+  Collective kind = Collective::kAlltoall;
+  std::vector<std::uint64_t> send, recv;
+  std::chrono::milliseconds timeout{0};
+};
+
+Call alltoall(const Schedule& s, std::uint64_t block) {
+  const auto n = static_cast<std::size_t>(s.machines);
+  return {s, Collective::kAlltoall, std::vector<std::uint64_t>(n, block), std::vector<std::uint64_t>(n, block), Ms(0)};
+}
+
+Call barrier(int n) { return {barrier_schedule(n), Collective::kBarrier, {}, {}, Ms(0)}; }
+
+Schedule tree(const Topology& t) { return test::planned(t, "tree", "sender-all"); }
+
+// Starts `call` as exchange `id` on rank `me`; the buffers live as long as the returned holder.
+std::shared_ptr<void> start(test::Fabric& fabric, int me, const Call& call, std::uint32_t id) {
+  auto spec = engine::exchange_spec(call.schedule, me, id);
+  spec.descriptor.kind = call.kind;
+  spec.descriptor.block = call.kind == Collective::kAlltoall && !call.send.empty() ? call.send[0] : 0;
+  spec.timeout = call.timeout;
+  auto buffers = std::make_shared<std::vector<std::vector<std::uint8_t>>>();
+  for (std::size_t p = 0; p < call.send.size(); ++p) {
+    buffers->emplace_back(call.send[p], static_cast<std::uint8_t>(me));
+    spec.send[p] = {buffers->back().data(), call.send[p]};
+  }
+  for (std::size_t p = 0; p < call.recv.size(); ++p) {
+    buffers->emplace_back(call.recv[p], 0);
+    spec.recv[p] = {buffers->back().data(), call.recv[p]};
+  }
+  auto started = fabric.engine(me).start(std::move(spec));
+  REQUIRE(started);
+  return buffers;
+}
+
+struct Outcome {
+  std::vector<std::optional<engine::ExchangeReport>> reports;
+  Ms took{};
+  bool all = false;
+};
+
+// Polls until every rank in `ranks` reported exchange `id`, or `deadline`.
+Outcome wait(test::Fabric& fabric, const std::vector<int>& ranks, std::uint32_t id, Ms deadline) {
+  Outcome out;
+  out.reports.resize(static_cast<std::size_t>(fabric.size()));
+  const auto t0 = std::chrono::steady_clock::now();
+  out.all = fabric.run_until(
+      [&] {
+        for (int r = 0; r < fabric.size(); ++r)
+          for (auto& rep : fabric.engine(r).take_finished())
+            if (rep.id == id) out.reports[static_cast<std::size_t>(r)] = rep;
+        return std::all_of(ranks.begin(), ranks.end(), [&](int r) { return out.reports[static_cast<std::size_t>(r)].has_value(); });
+      },
+      deadline);
+  out.took = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - t0);
+  return out;
+}
+
+std::vector<int> all_ranks(int n) {
+  std::vector<int> r(static_cast<std::size_t>(n));
+  std::iota(r.begin(), r.end(), 0);
+  return r;
+}
+
+// Every rank failed with `code`, its error containing what `expect` says for it.
+void expect_failed(const Outcome& o, const std::vector<int>& ranks, Errc code, const std::function<std::string(int)>& expect) {
+  REQUIRE(o.all);
+  for (int r : ranks) {
+    const auto& rep = *o.reports[static_cast<std::size_t>(r)];
+    INFO("rank " << r << ": " << rep.error);
+    CHECK(rep.state == engine::ExchangeState::kFailed);
+    CHECK(rep.code == code);
+    CHECK_THAT(rep.error, Catch::Contains(expect(r)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("finding 10: alltoall with other block sizes on one rank fails at once on every rank, naming the rank and both sizes") {
+  Topology t = single_switch_topology(4);
+  for (bool late : {false, true}) {
+    INFO((late ? "the odd rank starts 100 ms after the others" : "all start together"));
+    test::Fabric fabric(test::nodes(4));
+    std::vector<std::shared_ptr<void>> keep;
+    for (int me : {0, 1, 3}) keep.push_back(start(fabric, me, alltoall(tree(t), 8192), 1));
+    if (late) fabric.run_until([] { return false; }, Ms(100));  // their READYs wait, early, at rank 2
+    keep.push_back(start(fabric, 2, alltoall(tree(t), 4096), 1));
+    auto o = wait(fabric, all_ranks(4), 1, Ms(20'000));
+    CHECK(o.took < Ms(1'000));  // was 18.7 s: "did not acknowledge its block after 41 polls"
+    expect_failed(o, all_ranks(4), Errc::kInvalidArgument, [](int r) {
+      return r == 2 ? std::string("called alltoall with 8192-byte blocks, this rank 4096-byte blocks")
+                    : std::string("rank 2 called alltoall with 4096-byte blocks, this rank 8192-byte blocks");
+    });
+    CHECK(o.reports[0]->peer == 2);
+  }
+}
+
+TEST_CASE("finding 6: barrier on one rank, alltoall on the others: every rank fails at once, naming the difference") {
+  Topology t = single_switch_topology(4);
+  for (bool late : {false, true}) {
+    INFO((late ? "the barrier starts 100 ms after the alltoalls" : "all start together"));
+    test::Fabric fabric(test::nodes(4));
+    std::vector<std::shared_ptr<void>> keep;
+    for (int me : {0, 2, 3}) keep.push_back(start(fabric, me, alltoall(tree(t), 4096), 7));
+    if (late) fabric.run_until([] { return false; }, Ms(100));
+    keep.push_back(start(fabric, 1, barrier(4), 7));
+    auto o = wait(fabric, all_ranks(4), 7, Ms(20'000));  // hung for at least 45 s
+    CHECK(o.took < Ms(1'000));
+    expect_failed(o, all_ranks(4), Errc::kInvalidArgument, [](int r) {
+      return r == 1 ? std::string("called alltoall with 4096-byte blocks, this rank barrier")
+                    : std::string("rank 1 called barrier, this rank alltoall with 4096-byte blocks");
+    });
+  }
+}
+
+TEST_CASE("finding 10: another schedule on one rank, and alltoallv counts that disagree, are named") {
+  Topology t = single_switch_topology(4);
+  SECTION("schedules") {
+    test::Fabric fabric(test::nodes(4));
+    std::vector<std::shared_ptr<void>> keep;
+    for (int me : {0, 1, 2}) keep.push_back(start(fabric, me, alltoall(tree(t), 3000), 1));
+    keep.push_back(start(fabric, 3, alltoall(test::planned(t, "ring", "none"), 3000), 1));
+    auto o = wait(fabric, all_ranks(4), 1, Ms(20'000));
+    CHECK(o.took < Ms(1'000));
+    expect_failed(o, all_ranks(4), Errc::kInvalidArgument, [](int r) {
+      return r == 3 ? std::string("called alltoall with schedule tree+sender-all, this rank ring+none")
+                    : std::string("rank 3 called alltoall with schedule ring+none, this rank tree+sender-all");
+    });
+  }
+  SECTION("alltoallv counts") {
+    // Rank 1 sends rank 0 a 200-byte block where rank 0 posted 100 bytes.
+    test::Fabric fabric(test::nodes(4));
+    std::vector<std::shared_ptr<void>> keep;
+    for (int me = 0; me < 4; ++me) {
+      Call c = alltoall(tree(t), 100);
+      c.kind = Collective::kAlltoallv;
+      if (me == 1) c.send[0] = 200;
+      keep.push_back(start(fabric, me, c, 1));
+    }
+    auto o = wait(fabric, all_ranks(4), 1, Ms(20'000));
+    CHECK(o.took < Ms(1'000));
+    REQUIRE(o.all);
+    INFO(o.reports[1]->error);
+    CHECK(o.reports[1]->code == Errc::kInvalidArgument);
+    CHECK_THAT(o.reports[1]->error, Catch::Contains("rank 0 expects a 100-byte block from this rank, which sends 200 bytes"));
+    for (int r : {0, 2, 3}) CHECK(o.reports[static_cast<std::size_t>(r)]->state == engine::ExchangeState::kFailed);
+  }
+}
+
+namespace {
+
+test::FabricOptions short_deadlines(int n) {
+  auto opts = test::nodes(n);
+  opts.tune = [](engine::EngineConfig& c) {
+    c.peer_deadline = Ms(300);
+    c.timeout_allowance = Ms(400);  // stalls of 1 s fail
+  };
+  return opts;
+}
+
+}  // namespace
+
+TEST_CASE("finding 6: the default deadline is derived from the size and the link rate") {
+  // 1 MB over the bottleneck at 8 Mbit/s is 1 s; eight times that, plus the allowance.
+  CHECK(engine::derived_timeout(1'000'000, 8'000'000, Ms(500)) == Ms(8'500));
+  engine::EngineConfig c;
+  c.link_bps = 100'000'000;
+  const auto s = tree(single_switch_topology(4));
+  auto spec = engine::exchange_spec(s, 0, 1);
+  std::vector<std::uint8_t> block(1'000'000);
+  for (auto& b : spec.send) b = {block.data(), block.size()};
+  // 3 phases (the bottleneck load of 4 machines on a switch) of 1 MB in 687 frames of 1,456
+  // bytes and 58 of headers, at 100 Mbit/s: 250 ms, eight times.
+  REQUIRE(spec.bottleneck_load == 3);
+  CHECK(engine::default_timeout(spec, c, 1456) == Ms(1'997) + engine::stall_allowance(c));
+  CHECK(engine::stall_allowance(c) == Ms(15'000));
+}
+
+TEST_CASE("finding 6: a rank that never starts the exchange (its client exited): the others fail after the derived deadline, naming it") {
+  Topology t = single_switch_topology(4);
+  test::Fabric fabric(short_deadlines(4));
+  std::vector<std::shared_ptr<void>> keep;
+  for (int me : {0, 1, 2}) keep.push_back(start(fabric, me, alltoall(tree(t), 5'000), 1));
+  // Rank 3's engine runs and answers (a daemon without a client): nobody is silent.
+  auto o = wait(fabric, {0, 1, 2}, 1, Ms(15'000));
+  REQUIRE(o.all);  // hung for at least 30 s
+  CHECK(o.took < Ms(5'000));
+  for (int r : {0, 1, 2}) {
+    const auto& rep = *o.reports[static_cast<std::size_t>(r)];
+    INFO("rank " << r << ": " << rep.error);
+    CHECK(rep.state == engine::ExchangeState::kFailed);
+    CHECK(((rep.code == Errc::kTimeout && rep.error.find("derived from its size") != std::string::npos) || rep.code == Errc::kPeerAborted));
+    CHECK_THAT(rep.error, Catch::Contains("rank 3 (02:00:00:00:00:04)"));
+  }
+}
+
+TEST_CASE("finding 6: at the session's start, a rank whose daemon answers but has no client fails the join after its deadline") {
+  test::Fabric fabric(test::nodes(3));
+  for (int me : {0, 1}) fabric.engine(me).start_join(10, Ms(400));
+  std::vector<std::optional<Result<std::uint32_t>>> results(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(fabric.run_until(
+      [&] {
+        for (int me : {0, 1})
+          if (!results[static_cast<std::size_t>(me)]) results[static_cast<std::size_t>(me)] = fabric.engine(me).join_result();
+        return results[0] && results[1];
+      },
+      Ms(10'000)));
+  CHECK(std::chrono::steady_clock::now() - t0 < Ms(2'000));
+  for (const auto& r : results) {
+    REQUIRE(!*r);
+    CHECK(r->error().code() == Errc::kTimeout);
+    CHECK_THAT(r->error().message(), Catch::Contains("rank 2 (02:00:00:00:00:03) did not call the collective within 400 ms"));
+  }
+}
+
+TEST_CASE("finding 6: a derived deadline does not cut an exchange that keeps making progress") {
+  // The link rate is claimed a hundred times too high: the derived deadline (0.1 s + 0.7 s of
+  // allowance) is far shorter than the exchange at its paced rate (1.4 s), which keeps
+  // completing frames and blocks.
+  Topology t = single_switch_topology(4);
+  auto opts = short_deadlines(4);
+  opts.tune = [](engine::EngineConfig& c) {
+    c.peer_deadline = Ms(300);
+    c.timeout_allowance = Ms(100);
+    c.pace_bps = 1'000'000;
+    c.link_bps = 100'000'000;
+  };
+  test::Fabric fabric(opts);
+  auto run = test::run_exchange(fabric, test::planned(t, "tree", "sender-all"), 1, 60'000, Ms(30'000));
+  test::expect_ok(run, "paced at a hundredth of the claimed link rate");
+  CHECK(run.elapsed > Ms(1'200));  // well past the derived deadline of about 0.8 s
+}
+
+TEST_CASE("finding 6: Options::timeout stays a hard limit") {
+  Topology t = single_switch_topology(3);
+  test::Fabric fabric(short_deadlines(3));
+  std::vector<std::shared_ptr<void>> keep;
+  for (int me : {0, 1}) {
+    Call c = alltoall(tree(t), 5'000);
+    c.timeout = Ms(250);
+    keep.push_back(start(fabric, me, c, 1));
+  }
+  auto o = wait(fabric, {0, 1}, 1, Ms(10'000));
+  REQUIRE(o.all);
+  CHECK(o.took < Ms(1'000));
+  for (int r : {0, 1}) {
+    INFO(o.reports[static_cast<std::size_t>(r)]->error);
+    CHECK_THAT(o.reports[static_cast<std::size_t>(r)]->error, Catch::Contains("did not finish within 250 ms; still waiting for"));
+    CHECK_THAT(o.reports[static_cast<std::size_t>(r)]->error, Catch::Contains("rank 2 (02:00:00:00:00:03)"));
+  }
+}
