@@ -230,6 +230,53 @@ TEST_CASE("1% loss injected in every daemon: still byte-exact") {
   require_all_ok(everywhere(exchange(20'000, "sync-shuffle", "auto", 2)), "sync-shuffle at 1% loss");
 }
 
+TEST_CASE("20% loss per port direction: tree and sync-shuffle stay byte-exact (issue 15)") {
+  Cluster c("8-two-switch", "", "drop=0.2,seed=5");
+  for (const std::string schedule : {"tree", "sync-shuffle"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto procs = everywhere(exchange(64 * 1024, schedule, "auto", 2), 120s);
+    INFO(schedule << " took " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
+    require_all_ok(procs, schedule + " at 20% loss");
+  }
+}
+
+TEST_CASE("a rank whose program never calls the collective: the others fail within seconds, naming it") {
+  Cluster c("8-two-switch", "--peer-deadline-ms 1000");
+  std::vector<Proc> procs;
+  const auto names = machines();
+  for (std::size_t i = 0; i + 1 < names.size(); ++i) procs.push_back(spawn_in(names[i], exchange(4096, "tree")));
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string absent = "rank " + std::to_string(names.size() - 1);
+  for (auto& p : procs) {
+    INFO(p.machine);
+    REQUIRE(wait_for(p, 60s));
+    const std::string out = p.output();
+    INFO(out);
+    CHECK(p.status != 0);
+    CHECK(out.find(absent) != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 30s);
+}
+
+TEST_CASE("a cluster key: exchanges byte-exact with tagged frames; a key others can read is refused") {
+  fs::create_directories(kLogs);
+  const fs::path key = kLogs / "cluster.key";
+  std::ofstream(key) << std::string(32, 'k');
+  fs::permissions(key, fs::perms::owner_read | fs::perms::owner_write);
+  {
+    Cluster c("8-two-switch", "--cluster-key " + key.string());
+    require_all_ok(everywhere(exchange(64 * 1024, "tree")), "tree with a cluster key");
+  }
+  fs::permissions(key, fs::perms::owner_read | fs::perms::owner_write | fs::perms::others_read);
+  sh(kEmu + " down");
+  REQUIRE(sh(kEmu + " up 8-two-switch").status == 0);
+  auto refused = sh(kEmu + " start --daemon-args '--cluster-key " + key.string() + "'");
+  sh(kEmu + " down");
+  INFO(refused.out);
+  CHECK(refused.status != 0);
+  CHECK(refused.out.find("chmod 600") != std::string::npos);
+}
+
 TEST_CASE("a client killed mid-exchange: the others get an error naming it, the daemons keep serving") {
   Cluster c("8-two-switch", "--peer-deadline-ms 2000");
   std::vector<Proc> procs;
