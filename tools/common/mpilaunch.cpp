@@ -75,9 +75,13 @@ std::string MpiCluster::command(const MpiJob& job) const {
   if (!job.preload.empty()) env.push_back("AAPC_EMU_PRELOAD=" + job.preload);
   std::string launch = exe;
   if (job.impl == "openmpi") {
-    // TCP between machines on the emulated network; shared memory (vader) within one.
+    // TCP between machines on the emulated network; shared memory (vader) within one. Idle
+    // ranks yield: every emulated machine shares this box's few cores, and a rank that spins
+    // in a barrier takes them from the daemons and ranks that still work (on a real cluster
+    // each machine has cores of its own).
     launch += " --allow-run-as-root -np " + std::to_string(n) + " --hostfile " + (dir_ / "mpi-hosts").string() + " --mca plm_rsh_agent " +
-              agent_.string() + " --mca btl tcp,vader,self --mca pml ob1 --mca btl_tcp_if_include " + subnet_ + " --mca oob_tcp_if_include " + subnet_;
+              agent_.string() + " --mca btl tcp,vader,self --mca pml ob1 --mca btl_tcp_if_include " + subnet_ + " --mca oob_tcp_if_include " + subnet_ +
+              " --mca mpi_yield_when_idle 1";
     for (const auto& e : env) launch += " -x " + shell_quote(e);
   } else {
     // Debian's MPICH is ch4:ucx, and UCX takes every namespace of one box for one host: left
