@@ -645,7 +645,7 @@ int main(int argc, char** argv) {
   mpic->add_option("--mpi", mo.impl, "openmpi or mpich")->check(CLI::IsMember({"openmpi", "mpich"}))->capture_default_str();
   mpic->add_option("--library", mo.library, "libaapc-mpi.so to preload (default: the one beside these tools)");
   mpic->add_flag("--no-preload", mo.no_preload, "run the program on the MPI alone");
-  mpic->add_option("--env", mo.env, "NAME=VALUE for every rank (repeatable), e.g. AAPC_MPI_VERBOSE=1");
+  mpic->add_option("--env", mo.env, "NAME=VALUE for every rank (repeatable), e.g. AAPC_MPI_VERBOSE=1")->allow_extra_args(false);
   mpic->add_flag("--keep", ro.keep, "leave the cluster up afterwards");
   mpic->add_option("--daemon-args", ro.daemon_args, "further aapcd arguments");
   mpic->add_option("--timeout", ro.timeout_s, "seconds the job may take")->capture_default_str();

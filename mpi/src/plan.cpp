@@ -93,8 +93,10 @@ void say(MPI_Comm comm, const Plan& p, int rank, int size) {
   if (p.aapc) {
     std::size_t lo = p.place.ranks_on.front().size(), hi = lo;
     for (const auto& on : p.place.ranks_on) lo = std::min(lo, on.size()), hi = std::max(hi, on.size());
-    std::fprintf(stderr, "aapc-mpi: %s (%d ranks on %d machines, %zu-%zu per machine): all-to-all through aapc\n", what.c_str(), size,
-                 p.place.machines(), lo, hi);
+    std::fprintf(stderr,
+                 "aapc-mpi: %s (%d ranks on %d machines, %zu-%zu per machine): all-to-all through aapc (MPI_Alltoall of machine-level "
+                 "blocks under %llu bytes: the MPI's own)\n",
+                 what.c_str(), size, p.place.machines(), lo, hi, static_cast<unsigned long long>(min_block()));
   } else {
     std::fprintf(stderr, "aapc-mpi: %s (%d ranks): the MPI's own all-to-all, because %s\n", what.c_str(), size, p.why.c_str());
   }
@@ -167,6 +169,14 @@ Plan& plan_of(MPI_Comm comm) {
 }
 
 void on_init() { plan_of(MPI_COMM_WORLD); }
+
+std::uint64_t min_block() {
+  static const std::uint64_t least = [] {
+    const char* v = std::getenv("AAPC_MPI_MIN_BLOCK");
+    return v != nullptr && *v != '\0' ? std::strtoull(v, nullptr, 10) : 8192ULL;
+  }();
+  return least;
+}
 
 void announce_first(MPI_Comm comm, const Plan& p) {
   int rank = 0;

@@ -56,6 +56,9 @@ Plan& plan_of(MPI_Comm comm);
 // At MPI_Init: the world's plan, which names the process that leads each machine.
 void on_init();
 
+// AAPC_MPI_MIN_BLOCK: an MPI_Alltoall with smaller machine-level blocks runs the MPI's own.
+std::uint64_t min_block();
+
 // With AAPC_MPI_VERBOSE, rank 0 of `comm` says that aapc carried its first all-to-all.
 void announce_first(MPI_Comm comm, const Plan& p);
 

@@ -52,9 +52,11 @@ fs::path topology() {
   return t;
 }
 
-// aapc-emu mpirun on the cluster that is up.
+// aapc-emu mpirun on the cluster that is up. Every all-to-all goes through aapc, however
+// small (AAPC_MPI_MIN_BLOCK=0), unless `args` says otherwise.
 Sh mpirun(const std::string& args, const std::string& program) {
-  return sh(kEmu + " mpirun " + aapc::tools::shell_quote(topology().string()) + " --timeout 240 " + args + " -- " + program);
+  return sh(kEmu + " mpirun " + aapc::tools::shell_quote(topology().string()) + " --timeout 240 --env AAPC_MPI_MIN_BLOCK=0 " + args + " -- " +
+            program);
 }
 
 std::string check_program(const std::string& mpi) { return std::string(AAPC_TESTS_DIR) + "/mpi-check-" + mpi; }
@@ -113,6 +115,19 @@ TEST_CASE("an unmodified mpi4py program, ppn 2", "[mpi]") {
   CHECK(r.status == 0);
   CHECK(r.out.find("mpi-check.py: 8 ranks, all cases ok") != std::string::npos);
   CHECK(r.out.find(kCarried) != std::string::npos);
+}
+
+TEST_CASE("by default small all-to-alls run the MPI's own, large ones aapc; both right", "[mpi]") {
+  REQUIRE(have("openmpi"));
+  const std::string program = std::string(AAPC_TOOLS_DIR) + "/mpi-alltoall-openmpi --check 1024:20 65536:5";
+  Sh r = sh(kEmu + " mpirun " + aapc::tools::shell_quote(topology().string()) + " --timeout 240 --env AAPC_MPI_VERBOSE=1 -- " + program);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("blocks under 8192 bytes: the MPI's own") != std::string::npos);
+  CHECK(r.out.find(kCarried) != std::string::npos);  // the 64 KiB ones
+  CHECK(r.out.find("\"size\": 1024") != std::string::npos);
+  CHECK(r.out.find("\"check_ok\": false") == std::string::npos);
+  CHECK(r.out.find("\"check_ok\": true") != std::string::npos);
 }
 
 TEST_CASE("an aapc failure reaches the program through the error handler, with aapc's message, on every rank", "[mpi]") {
