@@ -225,6 +225,13 @@ void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t
   if (key != nullptr) put_tag(p, len, *key, counter);
 }
 
+void seal_apart(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len) {
+  std::uint8_t* p = frame + kEthHeaderLen;
+  std::uint32_t crc = crc32c(0, p, kCrcOffset);
+  crc = crc32c(crc, payload, len);
+  put32(p + kCrcOffset, crc);
+}
+
 namespace {
 
 // The fields of our header, of a frame known to hold one: magic, version, type and header
@@ -249,24 +256,26 @@ DropReason decode_fields(const std::uint8_t* p, Header& h) {
   return DropReason::kOk;
 }
 
-bool crc_matches(const std::uint8_t* p, std::uint16_t payload_len) {
+bool crc_matches(const std::uint8_t* p, const std::uint8_t* payload, std::uint16_t payload_len) {
   std::uint32_t crc = crc32c(0, p, kCrcOffset);
-  crc = crc32c(crc, p + kHeaderLen, payload_len);
+  crc = crc32c(crc, payload, payload_len);
   return crc == get32(p + kCrcOffset);
 }
+bool crc_matches(const std::uint8_t* p, std::uint16_t payload_len) { return crc_matches(p, p + kHeaderLen, payload_len); }
 
 // Bytes after our header: the payload, and the tag of a tagged (kVersionAuth) frame.
 std::size_t tail_len(const std::uint8_t* p, std::uint16_t payload_len) { return payload_len + (p[2] == kVersionAuth ? kTagLen : 0); }
 
-// Our header of a frame already known to be long enough and of our EtherType: fields, lengths
-// and CRC.
-DropReason decode(std::span<const std::uint8_t> frame, Header& h) {
-  const std::uint8_t* p = frame.data() + kEthHeaderLen;
+// Our header (in `head`, of our EtherType and at least kFrameOverhead long) of a frame whose
+// payload and tag are `tail`: fields, lengths and CRC.
+DropReason decode(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, Header& h) {
+  const std::uint8_t* p = head.data() + kEthHeaderLen;
   if (DropReason r = decode_fields(p, h); r != DropReason::kOk) return r;
-  if (tail_len(p, h.payload_len) > frame.size() - kFrameOverhead) return DropReason::kBadLength;
-  if (!crc_matches(p, h.payload_len)) return DropReason::kBadCrc;
+  if (tail_len(p, h.payload_len) > tail.size()) return DropReason::kBadLength;
+  if (!crc_matches(p, tail.data(), h.payload_len)) return DropReason::kBadCrc;
   return DropReason::kOk;
 }
+DropReason decode(std::span<const std::uint8_t> frame, Header& h) { return decode(frame.first(kFrameOverhead), frame.subspan(kFrameOverhead), h); }
 
 }  // namespace
 
@@ -302,31 +311,37 @@ std::optional<Header> peek(std::span<const std::uint8_t> frame, std::uint16_t et
 }
 
 Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx) {
+  if (frame.size() < kFrameOverhead) return parse(frame, {}, ctx);
+  return parse(frame.first(kFrameOverhead), frame.subspan(kFrameOverhead), ctx);
+}
+
+Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const ParseContext& ctx) {
   Parsed out;
   auto drop = [&](DropReason r) {
     out.reason = r;
     return out;
   };
-  if (frame.size() < kEthHeaderLen) return drop(DropReason::kRunt);
-  const std::uint8_t* f = frame.data();
+  if (head.size() < kEthHeaderLen) return drop(DropReason::kRunt);
+  const std::uint8_t* f = head.data();
   if (get16(f + 12) != ctx.ethertype) return drop(DropReason::kEtherType);
-  if (frame.size() < kFrameOverhead) return drop(DropReason::kRunt);
+  if (head.size() < kFrameOverhead) return drop(DropReason::kRunt);
   if (std::memcmp(f, ctx.my_mac.data(), 6) != 0) return drop(DropReason::kNotForUs);
   MacAddr src_mac;
   std::memcpy(src_mac.data(), f + 6, 6);
   Rank src_rank = ctx.rank_of(src_mac);
   if (src_rank < 0) return drop(DropReason::kUnknownSource);
 
-  if (DropReason r = decode(frame, out.h); r != DropReason::kOk) return drop(r);
+  if (DropReason r = decode(head.first(kFrameOverhead), tail, out.h); r != DropReason::kOk) return drop(r);
   Header& h = out.h;
   // Issue 15, finding 4: with a cluster key nothing passes without a tag that verifies; and a
-  // tagged frame at a node without the key means the cluster is configured in two ways.
+  // tagged frame at a node without the key means the cluster is configured in two ways. The
+  // tag authenticates header and payload as one run of bytes: they must lie together.
   const std::uint8_t* p = f + kEthHeaderLen;
   if ((p[2] == kVersionAuth) != (ctx.key != nullptr)) return drop(DropReason::kBadAuth);
-  if (ctx.key != nullptr && !tag_verifies(p, h.payload_len, *ctx.key)) return drop(DropReason::kBadAuth);
+  if (ctx.key != nullptr && (tail.data() != p + kHeaderLen || !tag_verifies(p, h.payload_len, *ctx.key))) return drop(DropReason::kBadAuth);
   if (h.src != src_rank || h.dst != ctx.my_rank) return drop(DropReason::kRankMismatch);
   out.src_rank = src_rank;
-  out.payload = frame.subspan(kFrameOverhead, h.payload_len);
+  out.payload = tail.first(h.payload_len);
 
   switch (h.type) {
     case FrameType::kData: {

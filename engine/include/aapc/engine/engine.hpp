@@ -20,6 +20,10 @@
 #include "aapc/result.hpp"
 #include "aapc/sched/schedule.hpp"
 
+namespace aapc::nic {
+class ExternalRegion;
+}
+
 namespace aapc::engine {
 
 using Clock = std::chrono::steady_clock;
@@ -60,6 +64,11 @@ struct EngineConfig {
 struct SendBlock {
   const std::uint8_t* data = nullptr;
   std::uint64_t len = 0;
+  // The registered memory that holds `data` (nic/extmem.hpp), or none. With one, on a port
+  // that can (Port::zero_copy_tx) and without a cluster key, frames carry the payload from
+  // `data` itself instead of a copy: `data` must then stay mapped and unchanged until the
+  // region's in_flight() is 0, which may be after the exchange finished.
+  const nic::ExternalRegion* region = nullptr;
 };
 struct RecvBlock {
   std::uint8_t* data = nullptr;
@@ -153,6 +162,7 @@ struct EngineCounters {
   std::uint64_t frames_received = 0, bytes_received = 0, frames_sent = 0, bytes_sent = 0;
   std::uint64_t tx_refused = 0;       // offers the port did not take at once (backpressure)
   std::uint64_t alloc_failures = 0;   // no mbuf available
+  std::uint64_t zero_copy_frames = 0; // sent with the payload not copied (SendBlock::region)
   std::uint64_t early_frames = 0;     // READY/SYNC kept for an exchange not started yet
   std::array<std::uint64_t, kDropReasons> drops{};
 };
