@@ -7,6 +7,7 @@
 #include <rte_mbuf.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "aapc/sched/generate.hpp"
 #include "checks.hpp"
 #include "fabric.hpp"
+#include "mapping.hpp"
 #include "pcap_files.hpp"
 
 using namespace aapc;
@@ -203,6 +205,35 @@ TEST_CASE("zero copy: corruption and truncation change a copy of the frame, neve
     CHECK(faults.tx_counts().corrupted == kFrames);
   }
   rte_mempool_free(pool);
+}
+
+TEST_CASE("the daemon unmaps a freed buffer only once no frame carries its bytes") {
+  test::start_eal();
+  const auto page = static_cast<std::size_t>(::getpagesize());
+  auto mapped = [&](void* p) { return ::msync(p, page, MS_ASYNC) == 0; };  // ENOMEM once unmapped
+  auto map = [&] {
+    void* p = ::mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(p != MAP_FAILED);
+    return engine::Mapping{static_cast<std::uint8_t*>(p), 4 * page, 0, 0, std::make_unique<nic::ExternalRegion>(p, 4 * page)};
+  };
+  engine::Unmapper unmapper;
+  engine::Mapping busy = map(), idle = map();
+  void* busy_at = busy.data;
+  void* idle_at = idle.data;
+  // A frame (say, a retransmission queued on the port) carries bytes of `busy`.
+  rte_mbuf* frame = busy.region->attach(busy.data + page, 1000);
+  REQUIRE(frame != nullptr);
+  unmapper.release(std::move(busy));
+  unmapper.release(std::move(idle));
+  CHECK_FALSE(mapped(idle_at));  // nothing in flight: unmapped at once
+  CHECK(mapped(busy_at));        // the frame may still be read
+  CHECK(unmapper.held() == 1);
+  unmapper.reap();
+  CHECK(mapped(busy_at));
+  rte_pktmbuf_free(frame);  // the port is done with it
+  unmapper.reap();
+  CHECK(unmapper.held() == 0);
+  CHECK_FALSE(mapped(busy_at));
 }
 
 namespace {
