@@ -25,7 +25,7 @@ rte_mempool* external_pool() {
 }
 
 void ExternalRegion::release(void* /*addr*/, void* opaque) {
-  static_cast<const ExternalRegion*>(opaque)->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+  static_cast<const ExternalRegion*>(opaque)->freed_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 rte_mbuf* ExternalRegion::attach(const std::uint8_t* p, std::uint16_t n) const {
@@ -40,8 +40,7 @@ rte_mbuf* ExternalRegion::attach(const std::uint8_t* p, std::uint16_t n) const {
   shinfo->free_cb = &ExternalRegion::release;
   shinfo->fcb_opaque = const_cast<ExternalRegion*>(this);
   rte_mbuf_ext_refcnt_set(shinfo, 1);
-  in_flight_.fetch_add(1, std::memory_order_acq_rel);
-  attached_.fetch_add(1, std::memory_order_relaxed);
+  attached_.store(attached_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // one writer
   void* addr = const_cast<std::uint8_t*>(p);  // frames only read it
   const rte_iova_t iova = rte_eal_iova_mode() == RTE_IOVA_VA ? reinterpret_cast<rte_iova_t>(addr) : RTE_BAD_IOVA;
   rte_pktmbuf_attach_extbuf(m, addr, iova, n, shinfo);

@@ -31,7 +31,10 @@ class ExternalRegion {
   std::size_t size() const { return len_; }
   bool contains(const std::uint8_t* p, std::size_t n) const { return p >= addr_ && n <= len_ && p - addr_ <= static_cast<std::ptrdiff_t>(len_ - n); }
   // Frames attached to this region and not yet freed.
-  std::uint64_t in_flight() const { return in_flight_.load(std::memory_order_acquire); }
+  std::uint64_t in_flight() const {
+    const std::uint64_t freed = freed_.load(std::memory_order_acquire);
+    return attached_.load(std::memory_order_acquire) - freed;
+  }
   // Frames ever attached to this region.
   std::uint64_t attached() const { return attached_.load(std::memory_order_relaxed); }
 
@@ -44,8 +47,10 @@ class ExternalRegion {
 
   const std::uint8_t* addr_;
   std::size_t len_;
-  mutable std::atomic<std::uint64_t> in_flight_{0};
+  // Two counters, not one: only the attaching thread writes attached_ (no locked instruction
+  // per frame), the threads that free frames count freed_.
   mutable std::atomic<std::uint64_t> attached_{0};
+  mutable std::atomic<std::uint64_t> freed_{0};
 };
 
 // The pool of the mbufs that carry external buffers: no data room of their own, a private
