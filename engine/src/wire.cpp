@@ -5,10 +5,7 @@
 #include <cstring>
 
 #include "aapc/engine/descriptor.hpp"
-
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-#endif
+#include "crc.hpp"
 
 namespace aapc::engine {
 namespace {
@@ -30,70 +27,6 @@ inline std::uint32_t get32(const std::uint8_t* p) { return (static_cast<std::uin
 inline std::uint64_t get64(const std::uint8_t* p) { return (static_cast<std::uint64_t>(get32(p)) << 32) | get32(p + 4); }
 
 constexpr std::size_t kCrcOffset = 40;  // within our header
-
-// Software CRC32C, table driven (used when the CPU lacks SSE4.2).
-struct Table {
-  std::uint32_t t[256];
-  constexpr Table() : t{} {
-    for (std::uint32_t i = 0; i < 256; ++i) {
-      std::uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) != 0 ? (c >> 1) ^ 0x82F63B78U : c >> 1;
-      t[i] = c;
-    }
-  }
-};
-constexpr Table kTable;
-
-std::uint32_t crc32c_soft(std::uint32_t crc, const std::uint8_t* p, std::size_t len) {
-  crc = ~crc;
-  for (std::size_t i = 0; i < len; ++i) crc = kTable.t[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) std::uint32_t crc32c_hw(std::uint32_t crc, const std::uint8_t* p, std::size_t len) {
-  std::uint64_t c = ~crc & 0xFFFFFFFFULL;
-  while (len >= 8) {
-    std::uint64_t v;
-    std::memcpy(&v, p, 8);
-    c = _mm_crc32_u64(c, v);
-    p += 8;
-    len -= 8;
-  }
-  auto c32 = static_cast<std::uint32_t>(c);
-  while (len > 0) {
-    c32 = _mm_crc32_u8(c32, *p++);
-    --len;
-  }
-  return ~c32;
-}
-
-__attribute__((target("sse4.2"))) std::uint32_t copy_crc32c_hw(std::uint32_t crc, std::uint8_t* dst, const std::uint8_t* src,
-                                                                 std::size_t len) {
-  std::uint64_t c = ~crc & 0xFFFFFFFFULL;
-  while (len >= 8) {
-    std::uint64_t v;
-    std::memcpy(&v, src, 8);
-    std::memcpy(dst, &v, 8);
-    c = _mm_crc32_u64(c, v);
-    src += 8;
-    dst += 8;
-    len -= 8;
-  }
-  auto c32 = static_cast<std::uint32_t>(c);
-  while (len > 0) {
-    *dst++ = *src;
-    c32 = _mm_crc32_u8(c32, *src++);
-    --len;
-  }
-  return ~c32;
-}
-
-const bool kHaveSse42 = [] {
-  __builtin_cpu_init();  // static initialisers may run before libgcc's
-  return __builtin_cpu_supports("sse4.2") != 0;
-}();
-#endif
 
 // libsodium picks its fastest implementations for this CPU in sodium_init(). Thread-safe and
 // idempotent.
@@ -141,14 +74,6 @@ void put_nack_range(std::uint8_t* payload, std::uint32_t index, std::uint32_t fi
 
 std::pair<std::uint32_t, std::uint32_t> nack_range(std::span<const std::uint8_t> payload, std::uint32_t index) {
   return {get32(payload.data() + 8 * index), get32(payload.data() + 8 * index + 4)};
-}
-
-std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t len) {
-  const auto* p = static_cast<const std::uint8_t*>(data);
-#if defined(__x86_64__)
-  if (kHaveSse42) return crc32c_hw(crc, p, len);
-#endif
-  return crc32c_soft(crc, p, len);
 }
 
 std::string_view frame_type_name(FrameType type) {
@@ -212,15 +137,7 @@ void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t
   std::uint8_t* p = frame + kEthHeaderLen;
   if (key != nullptr) p[2] = kVersionAuth;
   std::uint32_t crc = crc32c(0, p, kCrcOffset);
-#if defined(__x86_64__)
-  if (kHaveSse42) {
-    crc = copy_crc32c_hw(crc, p + kHeaderLen, payload, len);
-  } else
-#endif
-  {
-    std::memcpy(p + kHeaderLen, payload, len);
-    crc = crc32c(crc, p + kHeaderLen, len);
-  }
+  crc = crc32c_copy(crc, p + kHeaderLen, payload, len);
   put32(p + kCrcOffset, crc);
   if (key != nullptr) put_tag(p, len, *key, counter);
 }
