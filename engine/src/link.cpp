@@ -8,12 +8,6 @@
 #include "aapc/nic/extmem.hpp"
 
 namespace aapc::engine {
-namespace {
-
-// Payloads shorter than this are copied: two mbufs and a callback cost more than the copy.
-constexpr std::size_t kMinZeroCopy = 256;
-
-}  // namespace
 
 Link::Link(nic::Port& port, const EngineConfig& config, std::uint32_t epoch, std::uint32_t chunk)
     : port_(port),
@@ -89,7 +83,7 @@ rte_mbuf* Link::build_zero_copy(Rank dst, const Header& h, const std::uint8_t* p
 
 bool Link::send_frame(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len, const nic::ExternalRegion* region) {
   rte_mbuf* m = nullptr;
-  if (zero_copy_ && region != nullptr && len >= kMinZeroCopy && len <= UINT16_MAX) {
+  if (zero_copy_ && region != nullptr && len >= std::max<std::size_t>(config_.zero_copy_min, 1) && len <= UINT16_MAX) {
     m = build_zero_copy(dst, h, payload, len, *region);
     if (m != nullptr) ++counters_.zero_copy_frames;
   }

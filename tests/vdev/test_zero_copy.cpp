@@ -59,6 +59,7 @@ TEST_CASE("zero copy over net_ring at MTU 1500 and 9000: byte-exact, data frames
     auto opts = test::nodes(4);
     opts.mtu = mtu;
     opts.zero_copy = true;
+    if (mtu == 1500) opts.tune = [](engine::EngineConfig& c) { c.zero_copy_min = 256; };  // 9000: the default
     test::Fabric fabric(opts);
     std::uint32_t id = 1;
     const std::uint64_t attached = run_some(fabric, id, "MTU " + std::to_string(mtu));
@@ -71,7 +72,7 @@ TEST_CASE("zero copy over net_ring at MTU 1500 and 9000: byte-exact, data frames
   }
 }
 
-TEST_CASE("zero copy: the copy path stays without a region, and with a cluster key") {
+TEST_CASE("zero copy: the copy path stays without a region, with a cluster key, and below the threshold") {
   std::uint32_t id = 1;
   {
     test::Fabric fabric(test::nodes(4));  // no regions given
@@ -79,9 +80,19 @@ TEST_CASE("zero copy: the copy path stays without a region, and with a cluster k
     CHECK(fabric.switched_external() == 0);
     CHECK(zero_copy_frames(fabric) == 0);
   }
+  {
+    auto opts = test::nodes(4);  // MTU 1500, the default threshold: full frames copied
+    opts.zero_copy = true;
+    test::Fabric fabric(opts);
+    run_some(fabric, id, "default threshold");
+    CHECK(fabric.switched_external() == 0);
+  }
   auto opts = test::nodes(4);
   opts.zero_copy = true;
-  opts.tune = [](engine::EngineConfig& c) { c.key = engine::FrameKey{}; };
+  opts.tune = [](engine::EngineConfig& c) {
+    c.key = engine::FrameKey{};
+    c.zero_copy_min = 256;
+  };
   test::Fabric fabric(opts);
   CHECK(run_some(fabric, id, "keyed") == 0);  // a tag follows the payload: copied
   CHECK(fabric.switched_external() == 0);
@@ -90,6 +101,7 @@ TEST_CASE("zero copy: the copy path stays without a region, and with a cluster k
 TEST_CASE("zero copy with loss, duplicates, reordering and corruption: byte-exact, retransmissions right") {
   auto opts = test::nodes(4);
   opts.zero_copy = true;
+  opts.tune = [](engine::EngineConfig& c) { c.zero_copy_min = 256; };
   opts.faults = nic::FaultOptions::parse("drop=0.02,dup=0.01,reorder=0.02,corrupt=0.01,truncate=0.005,seed=21");
   test::Fabric fabric(opts);
   Topology t = single_switch_topology(4);
@@ -119,6 +131,7 @@ TEST_CASE("zero copy: a capture holds the chained frames whole") {
   {
     auto opts = test::nodes(p);
     opts.zero_copy = true;
+    opts.tune = [](engine::EngineConfig& c) { c.zero_copy_min = 256; };
     opts.capture_dir = dir.string();
     test::Fabric fabric(opts);
     chunk = fabric.engine(0).chunk();
