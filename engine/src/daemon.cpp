@@ -51,6 +51,7 @@ void Daemon::Impl::collect_finished() {
     }
   }
   joins();
+  unmapper.reap();
 }
 
 void Daemon::Impl::service(int timeout_ms) {

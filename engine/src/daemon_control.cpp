@@ -126,7 +126,7 @@ void Daemon::Impl::accept_clients() {
 }
 
 void Daemon::Impl::close_client_resources(ClientState& c) {
-  for (auto& [id, m] : c.buffers) ::munmap(m.data, m.size);
+  for (auto& [id, m] : c.buffers) unmapper.release(std::move(m));
   c.buffers.clear();
   if (c.fd >= 0) ::close(c.fd);
   c.fd = -1;

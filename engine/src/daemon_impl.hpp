@@ -29,19 +29,10 @@
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/topology.hpp"
 #include "aapc/sched/tree.hpp"
+#include "mapping.hpp"
 #include "protocol.hpp"
 
 namespace aapc::engine {
-
-// A client's buffer, mapped from the memory file it passed (from its start), sealed against
-// shrinking and growing. Two buffers of one file (device and inode) are the same memory.
-struct Mapping {
-  std::uint8_t* data = nullptr;
-  std::uint64_t size = 0;
-  dev_t dev = 0;
-  ino_t ino = 0;
-  bool same_memory(const Mapping& o) const { return dev == o.dev && ino == o.ino; }
-};
 
 struct ClientState {
   int fd = -1;
@@ -121,6 +112,8 @@ struct Daemon::Impl {
   // The switch buffer that sender-based tokens may lead by, over a schedule (token_slack): the
   // topology's smallest, found once.
   std::uint64_t slack_buffer = sched::kDefaultSwitchBufferBytes;
+  // Buffers freed (or of clients gone) whose bytes frames may still carry.
+  Unmapper unmapper;
 
   ~Impl();
 

@@ -70,7 +70,8 @@ void Daemon::Impl::register_buffer(ClientState& c, std::uint32_t request, const 
   ::close(fd);
   if (p == MAP_FAILED) return refuse(Errc::kIo, std::string("cannot map the buffer: ") + std::strerror(errno));
   std::uint32_t id = c.next_buffer++;
-  c.buffers[id] = {static_cast<std::uint8_t*>(p), size, st.st_dev, st.st_ino};
+  Mapping& buf = c.buffers[id];
+  buf = {static_cast<std::uint8_t*>(p), size, st.st_dev, st.st_ino, std::make_unique<nic::ExternalRegion>(p, size)};
   proto::send_message(c.fd, proto::message(proto::RegisterReply{id}, request));
 }
 
@@ -86,7 +87,9 @@ void Daemon::Impl::free_buffer(ClientState& c, std::uint32_t request, const prot
   if (it == c.buffers.end()) return reply_error(c.fd, request, Errc::kInvalidArgument, "no buffer " + std::to_string(id));
   if (buffer_busy(static_cast<std::uint32_t>(c.fd), id))
     return reply_error(c.fd, request, Errc::kBusy, "buffer " + std::to_string(id) + " is in use by a running exchange");
-  ::munmap(it->second.data, it->second.size);
+  // Frames of a finished exchange (retransmissions, duplicates) may still carry its bytes:
+  // then it is unmapped once they are gone.
+  unmapper.release(std::move(it->second));
   c.buffers.erase(it);
   proto::send_message(c.fd, proto::message(proto::EmptyReply{proto::Type::kOk}, request));
 }

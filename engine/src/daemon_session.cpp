@@ -122,7 +122,7 @@ std::optional<std::string> Daemon::Impl::place_blocks(const ClientState& c, cons
     if (!proto::fits(r, rm.size))
       return "receive block " + std::to_string(i) + " (offset " + std::to_string(r.offset) + ", " + std::to_string(r.length) +
              " bytes) runs past the end of the " + std::to_string(rm.size) + "-byte receive buffer";
-    p.send.push_back({sm.data + s.offset, s.length});
+    p.send.push_back({sm.data + s.offset, s.length, sm.region.get()});
     p.recv.push_back({rm.data + r.offset, r.length});
   }
   if (auto overlap = overlapping_blocks(m, sm, rm)) return overlap;

@@ -40,6 +40,7 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
         {"bytes_sent", k.bytes_sent},
         {"tx_refused", k.tx_refused},
         {"alloc_failures", k.alloc_failures},
+        {"zero_copy_frames", k.zero_copy_frames},
         {"early_frames", k.early_frames},
         {"drops", drops}}},
   };

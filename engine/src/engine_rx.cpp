@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <span>
 
 #include "aapc/engine/engine.hpp"
 #include "exchange.hpp"
@@ -14,6 +15,24 @@ namespace aapc::engine {
 namespace {
 
 constexpr std::size_t kMaxEarly = 64;      // exchanges not started yet whose READY/SYNC we keep
+
+// A frame's bytes as parse() takes them. A header segment followed by one payload segment
+// (as a payload sent without a copy arrives over net_ring, issue 17) is read where it is, so
+// that the payload is written once, into the block; other chained frames are linearized
+// (and so is that one with a cluster key: the tag covers header and payload as one run).
+// False when a chained frame cannot be.
+bool frame_parts(rte_mbuf* m, bool keyed, std::span<const std::uint8_t>& head, std::span<const std::uint8_t>& tail) {
+  if (m->nb_segs == 2 && !keyed && rte_pktmbuf_data_len(m) == kFrameOverhead) {
+    head = {rte_pktmbuf_mtod(m, const std::uint8_t*), kFrameOverhead};
+    tail = {rte_pktmbuf_mtod(m->next, const std::uint8_t*), rte_pktmbuf_data_len(m->next)};
+    return true;
+  }
+  if (m->nb_segs > 1 && rte_pktmbuf_linearize(m) != 0) return false;
+  std::span<const std::uint8_t> frame(rte_pktmbuf_mtod(m, const std::uint8_t*), rte_pktmbuf_data_len(m));
+  head = frame.first(std::min(frame.size(), kFrameOverhead));
+  tail = frame.subspan(head.size());
+  return true;
+}
 
 }  // namespace
 
@@ -132,15 +151,15 @@ void Engine::receive(Clock::time_point now) {
   const std::uint16_t got = port_.rx_burst(rx_.data(), static_cast<std::uint16_t>(rx_.size()));
   for (std::uint16_t i = 0; i < got; ++i) {
     rte_mbuf* m = rx_[i];
-    if (m->nb_segs > 1 && rte_pktmbuf_linearize(m) != 0) {
+    std::span<const std::uint8_t> head, tail;
+    if (!frame_parts(m, key != nullptr, head, tail)) {
       link_->count_drop(DropReason::kBadLength);
       rte_pktmbuf_free(m);
       continue;
     }
     ++link_->counters().frames_received;
-    link_->counters().bytes_received += rte_pktmbuf_data_len(m);
-    std::span<const std::uint8_t> frame(rte_pktmbuf_mtod(m, const std::uint8_t*), rte_pktmbuf_data_len(m));
-    Parsed f = parse(frame, *this);
+    link_->counters().bytes_received += rte_pktmbuf_pkt_len(m);
+    Parsed f = parse(head, tail, *this);
     if (f.reason == DropReason::kOk) f.reason = note_epoch(f.src_rank, f.h.epoch);
     if (f.reason != DropReason::kOk) {
       // A frame of the peer's current incarnation that is merely of no use (a duplicate, for a

@@ -35,6 +35,7 @@ Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
       OutBlock b;
       b.dst = static_cast<Rank>(r);
       b.data = spec_.send[r].data;
+      b.region = spec_.send[r].region;
       b.len = spec_.send[r].len;
       b.frames = frame_count(b.len, chunk);
       b.queued.assign((b.frames + 63) / 64, 0);

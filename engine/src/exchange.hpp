@@ -72,6 +72,7 @@ class Exchange {
   struct OutBlock {
     Rank dst = -1;
     const std::uint8_t* data = nullptr;
+    const nic::ExternalRegion* region = nullptr;  // SendBlock::region
     std::uint64_t len = 0;
     std::uint32_t frames = 0;
     int phase = -1;

@@ -131,7 +131,7 @@ void Exchange::send_data(OutBlock* block, Rank dst, std::uint32_t index, std::ui
   h.payload_len = static_cast<std::uint16_t>(payload);
   static const std::vector<std::uint8_t> zeros(65536, 0);
   const std::uint8_t* data = block != nullptr ? block->data + static_cast<std::uint64_t>(index) * chunk : zeros.data();
-  link_.send_frame(dst, h, data, payload);
+  link_.send_frame(dst, h, data, payload, block != nullptr ? block->region : nullptr);
   if (block == nullptr) {
     ++counters_.dummy_frames_sent;
   } else {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "aapc/nic/extmem.hpp"
+
 namespace aapc::engine {
 
 Link::Link(nic::Port& port, const EngineConfig& config, std::uint32_t epoch, std::uint32_t chunk)
@@ -13,7 +15,8 @@ Link::Link(nic::Port& port, const EngineConfig& config, std::uint32_t epoch, std
       epoch_(epoch),
       chunk_(chunk),
       mac_(config.peers[static_cast<std::size_t>(config.rank)]),
-      key_(config.key ? &*config.key : nullptr) {
+      key_(config.key ? &*config.key : nullptr),
+      zero_copy_(port.zero_copy_tx() && key_ == nullptr) {
   last_heard_.assign(config_.peers.size(), Clock::time_point{});
   dead_.resize(config_.peers.size());
   pace_last_ = Clock::now();
@@ -28,30 +31,68 @@ Link::~Link() {
   for (auto* m : txq_) rte_pktmbuf_free(m);
 }
 
-bool Link::send_frame(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len) {
+void Link::encode_header(std::uint8_t* p, Rank dst, const Header& h) const {
+  Header hh = h;
+  hh.epoch = epoch_;
+  hh.src = static_cast<std::uint16_t>(config_.rank);
+  encode(p, config_.peers[static_cast<std::size_t>(dst)], mac_, config_.ethertype, hh);
+}
+
+rte_mbuf* Link::build_copy(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len) {
   rte_mbuf* m = rte_pktmbuf_alloc(port_.pool());
-  if (m == nullptr) {
-    ++counters_.alloc_failures;
-    return false;
-  }
+  if (m == nullptr) return nullptr;
   // No padding of short frames: NICs pad to the Ethernet minimum themselves, and without it
   // every byte of a frame is checked (a truncated frame is always caught).
   const std::size_t frame_len = kFrameOverhead + frame_tail(len, key_);
   auto* p = static_cast<std::uint8_t*>(static_cast<void*>(rte_pktmbuf_append(m, static_cast<std::uint16_t>(frame_len))));
   if (p == nullptr) {
     rte_pktmbuf_free(m);
-    ++counters_.alloc_failures;
-    return false;
+    return nullptr;
   }
-  Header hh = h;
-  hh.epoch = epoch_;
-  hh.src = static_cast<std::uint16_t>(config_.rank);
-  encode(p, config_.peers[static_cast<std::size_t>(dst)], mac_, config_.ethertype, hh);
+  encode_header(p, dst, h);
   if (len > 0) {
     copy_and_seal(p, payload, len, key_, ++tag_counter_);
   } else {
     seal(p, key_, ++tag_counter_);
   }
+  return m;
+}
+
+// The header in an mbuf of the port's pool, the payload in one attached to the sender's
+// memory (nic/extmem.hpp) and chained behind it. The CRC is computed reading the payload
+// where it is.
+rte_mbuf* Link::build_zero_copy(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len,
+                                const nic::ExternalRegion& region) {
+  rte_mbuf* m = rte_pktmbuf_alloc(port_.pool());
+  if (m == nullptr) return nullptr;
+  auto* p = static_cast<std::uint8_t*>(static_cast<void*>(rte_pktmbuf_append(m, kFrameOverhead)));
+  rte_mbuf* data = p != nullptr ? region.attach(payload, static_cast<std::uint16_t>(len)) : nullptr;
+  if (data == nullptr) {
+    rte_pktmbuf_free(m);
+    return nullptr;
+  }
+  encode_header(p, dst, h);
+  seal_apart(p, payload, len);
+  if (rte_pktmbuf_chain(m, data) != 0) {
+    rte_pktmbuf_free(m);
+    rte_pktmbuf_free(data);
+    return nullptr;
+  }
+  return m;
+}
+
+bool Link::send_frame(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len, const nic::ExternalRegion* region) {
+  rte_mbuf* m = nullptr;
+  if (zero_copy_ && region != nullptr && len >= std::max<std::size_t>(config_.zero_copy_min, 1) && len <= UINT16_MAX) {
+    m = build_zero_copy(dst, h, payload, len, *region);
+    if (m != nullptr) ++counters_.zero_copy_frames;
+  }
+  if (m == nullptr) m = build_copy(dst, h, payload, len);  // also when no external mbuf was free
+  if (m == nullptr) {
+    ++counters_.alloc_failures;
+    return false;
+  }
+  const std::size_t frame_len = rte_pktmbuf_pkt_len(m);
   txq_.push_back(m);
   counters_.bytes_sent += frame_len;
   if (config_.pace_bps > 0) {

@@ -33,7 +33,11 @@ class Link {
 
   // Builds a frame to `dst` (our epoch and rank filled in, sealed with the cluster key if
   // any) and queues it behind the pacing bucket; false when no mbuf was available.
-  bool send_frame(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len);
+  // With `region` (that holds the payload), on a port that can and without a cluster key, the
+  // payload is not copied but attached (issue 17): its frames then refer to the region's
+  // memory until the port frees them.
+  bool send_frame(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len,
+                  const nic::ExternalRegion* region = nullptr);
   bool send_control(Rank dst, FrameType type, std::uint32_t exchange, std::uint32_t seq, std::uint32_t aux,
                     std::uint64_t block_len = 0, const std::uint8_t* payload = nullptr, std::size_t len = 0);
   // A round starts: it may not open with the burst the bucket saved while the node waited.
@@ -59,6 +63,11 @@ class Link {
   ~Link();
 
   void refill(Clock::time_point now);  // pacing tokens earned since the last refill
+  // A frame of our header and `len` payload bytes, copied or attached; nullptr when no mbuf
+  // was to be had.
+  rte_mbuf* build_copy(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len);
+  rte_mbuf* build_zero_copy(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len, const nic::ExternalRegion& region);
+  void encode_header(std::uint8_t* p, Rank dst, const Header& h) const;
   Clock::duration pace_last_start_slack() const {
     return pace_last_start_ - pace_last_ < pace_frame_ / 4 ? pace_last_start_ - pace_last_ : Clock::duration::zero();
   }
@@ -69,6 +78,7 @@ class Link {
   std::uint32_t chunk_;
   MacAddr mac_;
   const FrameKey* key_;
+  bool zero_copy_;  // the port can, and no key (a tag must follow the payload)
   std::uint64_t tag_counter_ = 0;  // numbers the frames sealed with the cluster key (their nonces)
   std::vector<rte_mbuf*> txq_;
   EngineCounters counters_;

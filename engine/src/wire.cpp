@@ -5,10 +5,7 @@
 #include <cstring>
 
 #include "aapc/engine/descriptor.hpp"
-
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-#endif
+#include "crc.hpp"
 
 namespace aapc::engine {
 namespace {
@@ -30,70 +27,6 @@ inline std::uint32_t get32(const std::uint8_t* p) { return (static_cast<std::uin
 inline std::uint64_t get64(const std::uint8_t* p) { return (static_cast<std::uint64_t>(get32(p)) << 32) | get32(p + 4); }
 
 constexpr std::size_t kCrcOffset = 40;  // within our header
-
-// Software CRC32C, table driven (used when the CPU lacks SSE4.2).
-struct Table {
-  std::uint32_t t[256];
-  constexpr Table() : t{} {
-    for (std::uint32_t i = 0; i < 256; ++i) {
-      std::uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) != 0 ? (c >> 1) ^ 0x82F63B78U : c >> 1;
-      t[i] = c;
-    }
-  }
-};
-constexpr Table kTable;
-
-std::uint32_t crc32c_soft(std::uint32_t crc, const std::uint8_t* p, std::size_t len) {
-  crc = ~crc;
-  for (std::size_t i = 0; i < len; ++i) crc = kTable.t[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) std::uint32_t crc32c_hw(std::uint32_t crc, const std::uint8_t* p, std::size_t len) {
-  std::uint64_t c = ~crc & 0xFFFFFFFFULL;
-  while (len >= 8) {
-    std::uint64_t v;
-    std::memcpy(&v, p, 8);
-    c = _mm_crc32_u64(c, v);
-    p += 8;
-    len -= 8;
-  }
-  auto c32 = static_cast<std::uint32_t>(c);
-  while (len > 0) {
-    c32 = _mm_crc32_u8(c32, *p++);
-    --len;
-  }
-  return ~c32;
-}
-
-__attribute__((target("sse4.2"))) std::uint32_t copy_crc32c_hw(std::uint32_t crc, std::uint8_t* dst, const std::uint8_t* src,
-                                                                 std::size_t len) {
-  std::uint64_t c = ~crc & 0xFFFFFFFFULL;
-  while (len >= 8) {
-    std::uint64_t v;
-    std::memcpy(&v, src, 8);
-    std::memcpy(dst, &v, 8);
-    c = _mm_crc32_u64(c, v);
-    src += 8;
-    dst += 8;
-    len -= 8;
-  }
-  auto c32 = static_cast<std::uint32_t>(c);
-  while (len > 0) {
-    *dst++ = *src;
-    c32 = _mm_crc32_u8(c32, *src++);
-    --len;
-  }
-  return ~c32;
-}
-
-const bool kHaveSse42 = [] {
-  __builtin_cpu_init();  // static initialisers may run before libgcc's
-  return __builtin_cpu_supports("sse4.2") != 0;
-}();
-#endif
 
 // libsodium picks its fastest implementations for this CPU in sodium_init(). Thread-safe and
 // idempotent.
@@ -141,14 +74,6 @@ void put_nack_range(std::uint8_t* payload, std::uint32_t index, std::uint32_t fi
 
 std::pair<std::uint32_t, std::uint32_t> nack_range(std::span<const std::uint8_t> payload, std::uint32_t index) {
   return {get32(payload.data() + 8 * index), get32(payload.data() + 8 * index + 4)};
-}
-
-std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t len) {
-  const auto* p = static_cast<const std::uint8_t*>(data);
-#if defined(__x86_64__)
-  if (kHaveSse42) return crc32c_hw(crc, p, len);
-#endif
-  return crc32c_soft(crc, p, len);
 }
 
 std::string_view frame_type_name(FrameType type) {
@@ -212,17 +137,16 @@ void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t
   std::uint8_t* p = frame + kEthHeaderLen;
   if (key != nullptr) p[2] = kVersionAuth;
   std::uint32_t crc = crc32c(0, p, kCrcOffset);
-#if defined(__x86_64__)
-  if (kHaveSse42) {
-    crc = copy_crc32c_hw(crc, p + kHeaderLen, payload, len);
-  } else
-#endif
-  {
-    std::memcpy(p + kHeaderLen, payload, len);
-    crc = crc32c(crc, p + kHeaderLen, len);
-  }
+  crc = crc32c_copy(crc, p + kHeaderLen, payload, len);
   put32(p + kCrcOffset, crc);
   if (key != nullptr) put_tag(p, len, *key, counter);
+}
+
+void seal_apart(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len) {
+  std::uint8_t* p = frame + kEthHeaderLen;
+  std::uint32_t crc = crc32c(0, p, kCrcOffset);
+  crc = crc32c(crc, payload, len);
+  put32(p + kCrcOffset, crc);
 }
 
 namespace {
@@ -249,24 +173,26 @@ DropReason decode_fields(const std::uint8_t* p, Header& h) {
   return DropReason::kOk;
 }
 
-bool crc_matches(const std::uint8_t* p, std::uint16_t payload_len) {
+bool crc_matches(const std::uint8_t* p, const std::uint8_t* payload, std::uint16_t payload_len) {
   std::uint32_t crc = crc32c(0, p, kCrcOffset);
-  crc = crc32c(crc, p + kHeaderLen, payload_len);
+  crc = crc32c(crc, payload, payload_len);
   return crc == get32(p + kCrcOffset);
 }
+bool crc_matches(const std::uint8_t* p, std::uint16_t payload_len) { return crc_matches(p, p + kHeaderLen, payload_len); }
 
 // Bytes after our header: the payload, and the tag of a tagged (kVersionAuth) frame.
 std::size_t tail_len(const std::uint8_t* p, std::uint16_t payload_len) { return payload_len + (p[2] == kVersionAuth ? kTagLen : 0); }
 
-// Our header of a frame already known to be long enough and of our EtherType: fields, lengths
-// and CRC.
-DropReason decode(std::span<const std::uint8_t> frame, Header& h) {
-  const std::uint8_t* p = frame.data() + kEthHeaderLen;
+// Our header (in `head`, of our EtherType and at least kFrameOverhead long) of a frame whose
+// payload and tag are `tail`: fields, lengths and CRC.
+DropReason decode(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, Header& h) {
+  const std::uint8_t* p = head.data() + kEthHeaderLen;
   if (DropReason r = decode_fields(p, h); r != DropReason::kOk) return r;
-  if (tail_len(p, h.payload_len) > frame.size() - kFrameOverhead) return DropReason::kBadLength;
-  if (!crc_matches(p, h.payload_len)) return DropReason::kBadCrc;
+  if (tail_len(p, h.payload_len) > tail.size()) return DropReason::kBadLength;
+  if (!crc_matches(p, tail.data(), h.payload_len)) return DropReason::kBadCrc;
   return DropReason::kOk;
 }
+DropReason decode(std::span<const std::uint8_t> frame, Header& h) { return decode(frame.first(kFrameOverhead), frame.subspan(kFrameOverhead), h); }
 
 }  // namespace
 
@@ -302,31 +228,37 @@ std::optional<Header> peek(std::span<const std::uint8_t> frame, std::uint16_t et
 }
 
 Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx) {
+  if (frame.size() < kFrameOverhead) return parse(frame, {}, ctx);
+  return parse(frame.first(kFrameOverhead), frame.subspan(kFrameOverhead), ctx);
+}
+
+Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const ParseContext& ctx) {
   Parsed out;
   auto drop = [&](DropReason r) {
     out.reason = r;
     return out;
   };
-  if (frame.size() < kEthHeaderLen) return drop(DropReason::kRunt);
-  const std::uint8_t* f = frame.data();
+  if (head.size() < kEthHeaderLen) return drop(DropReason::kRunt);
+  const std::uint8_t* f = head.data();
   if (get16(f + 12) != ctx.ethertype) return drop(DropReason::kEtherType);
-  if (frame.size() < kFrameOverhead) return drop(DropReason::kRunt);
+  if (head.size() < kFrameOverhead) return drop(DropReason::kRunt);
   if (std::memcmp(f, ctx.my_mac.data(), 6) != 0) return drop(DropReason::kNotForUs);
   MacAddr src_mac;
   std::memcpy(src_mac.data(), f + 6, 6);
   Rank src_rank = ctx.rank_of(src_mac);
   if (src_rank < 0) return drop(DropReason::kUnknownSource);
 
-  if (DropReason r = decode(frame, out.h); r != DropReason::kOk) return drop(r);
+  if (DropReason r = decode(head.first(kFrameOverhead), tail, out.h); r != DropReason::kOk) return drop(r);
   Header& h = out.h;
   // Issue 15, finding 4: with a cluster key nothing passes without a tag that verifies; and a
-  // tagged frame at a node without the key means the cluster is configured in two ways.
+  // tagged frame at a node without the key means the cluster is configured in two ways. The
+  // tag authenticates header and payload as one run of bytes: they must lie together.
   const std::uint8_t* p = f + kEthHeaderLen;
   if ((p[2] == kVersionAuth) != (ctx.key != nullptr)) return drop(DropReason::kBadAuth);
-  if (ctx.key != nullptr && !tag_verifies(p, h.payload_len, *ctx.key)) return drop(DropReason::kBadAuth);
+  if (ctx.key != nullptr && (tail.data() != p + kHeaderLen || !tag_verifies(p, h.payload_len, *ctx.key))) return drop(DropReason::kBadAuth);
   if (h.src != src_rank || h.dst != ctx.my_rank) return drop(DropReason::kRankMismatch);
   out.src_rank = src_rank;
-  out.payload = frame.subspan(kFrameOverhead, h.payload_len);
+  out.payload = tail.first(h.payload_len);
 
   switch (h.type) {
     case FrameType::kData: {

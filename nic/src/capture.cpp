@@ -95,12 +95,17 @@ void CapturePort::write(rte_mbuf** pkts, std::uint16_t n, bool sending) {
     }
     // Records go in the format pcap_dump writes, batched into large buffers.
     RecordHeader h{static_cast<std::uint32_t>(now.tv_sec), static_cast<std::uint32_t>(now.tv_nsec), 0, rte_pktmbuf_pkt_len(m)};
-    h.caplen = std::min<std::uint32_t>(rte_pktmbuf_data_len(m), static_cast<std::uint32_t>(snaplen_));
+    h.caplen = std::min<std::uint32_t>(rte_pktmbuf_pkt_len(m), static_cast<std::uint32_t>(snaplen_));
     if (used_ + sizeof h + h.caplen > buffer_.size()) hand_over();
     std::uint8_t* out = buffer_.data() + used_;
     std::memcpy(out, &h, sizeof h);
     const auto* frame = rte_pktmbuf_mtod(m, const std::uint8_t*);
-    if (h.caplen == kHeadersSnaplen) {
+    if (h.caplen > rte_pktmbuf_data_len(m)) {
+      // A chained frame (jumbo frames received in pieces, a payload sent without a copy):
+      // read across its segments.
+      const void* whole = rte_pktmbuf_read(m, 0, h.caplen, out + sizeof h);
+      if (whole != out + sizeof h) std::memcpy(out + sizeof h, whole, h.caplen);
+    } else if (h.caplen == kHeadersSnaplen) {
       std::memcpy(out + sizeof h, frame, kHeadersSnaplen);  // the common case, a fixed-size copy
     } else {
       std::memcpy(out + sizeof h, frame, h.caplen);

@@ -121,10 +121,17 @@ void configure_for_mtu(const std::string& name, const rte_eth_dev_info& info, in
                    " (frames up to " + std::to_string(info.max_rx_pktlen) + " bytes), less than the topology's mtu " +
                    std::to_string(mtu) + "; lower the topology's mtu or use a NIC that takes jumbo frames");
   }
-  if (mtu > RTE_ETHER_MTU) {
-    if ((info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_SCATTER) != 0) conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_SCATTER;
-    if ((info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
-  }
+  if (mtu > RTE_ETHER_MTU && (info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_SCATTER) != 0) conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_SCATTER;
+  // Chained frames are sent for jumbo frames and for payload sent without a copy.
+  if ((mtu > RTE_ETHER_MTU || zero_copy_driver(info.driver_name, info.tx_offload_capa)) &&
+      (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0)
+    conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+}
+
+bool zero_copy_driver(const std::string& driver, std::uint64_t tx_offload_capa) {
+  if (driver == "net_ring") return true;
+  const bool software = driver == "net_af_packet" || driver == "net_memif";
+  return software && (tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
 }
 
 
@@ -154,6 +161,7 @@ std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   if (int rc = rte_eth_dev_info_get(port, &info); rc != 0) fail(name, "reading device info", rc);
 
   p->pool_ = make_pool(device, port, options.mtu, options.pool_size);
+  p->zero_copy_tx_ = zero_copy_driver(info.driver_name, info.tx_offload_capa);
   rte_eth_conf conf{};
   configure_for_mtu(name, info, options.mtu, conf);
   rte_eth_dev_stop(port);  // a port reopened after a failure

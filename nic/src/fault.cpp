@@ -13,6 +13,21 @@ constexpr int kQuietCalls = 4;  // held frames leave after this many bursts with
 
 bool covers(Direction d, Direction lane) { return (static_cast<int>(d) & static_cast<int>(lane)) != 0; }
 
+// A chained frame copied whole into one mbuf of its pool (the original freed), or the frame
+// itself when no copy was to be had. A chained frame may carry the sender's own memory (a
+// payload sent without a copy, extmem.hpp): faults that change bytes change a copy.
+rte_mbuf* flattened(rte_mbuf* m) {
+  if (rte_pktmbuf_is_contiguous(m)) return m;
+  rte_mbuf* copy = rte_pktmbuf_copy(m, m->pool, 0, UINT32_MAX);
+  if (copy == nullptr) return m;
+  if (!rte_pktmbuf_is_contiguous(copy)) {
+    rte_pktmbuf_free(copy);
+    return m;
+  }
+  rte_pktmbuf_free(m);
+  return copy;
+}
+
 }  // namespace
 
 FaultOptions FaultOptions::parse(const std::string& spec) {
@@ -125,7 +140,9 @@ void FaultPort::apply(int index, rte_mbuf** in, std::uint16_t n, std::vector<rte
       ++count.dropped;
       continue;
     }
-    // Corruption past the Ethernet header: what reaches a host with a good FCS.
+    // Corruption past the Ethernet header: what reaches a host with a good FCS. (Of a chained
+    // frame that could not be copied, only its first segment, never the sender's memory.)
+    if (corrupt || truncate) m = flattened(m);
     const std::uint32_t len = rte_pktmbuf_data_len(m);
     if (corrupt && len > RTE_ETHER_HDR_LEN) {
       auto* data = rte_pktmbuf_mtod(m, std::uint8_t*);

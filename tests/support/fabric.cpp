@@ -12,6 +12,7 @@
 
 #include "aapc/engine/engine.hpp"
 #include "aapc/nic/eal.hpp"
+#include "aapc/nic/extmem.hpp"
 
 namespace aapc::test {
 namespace {
@@ -129,6 +130,7 @@ bool Fabric::step() {
         rte_pktmbuf_free(m);
         continue;
       }
+      if (m->nb_segs > 1 && RTE_MBUF_HAS_EXTBUF(rte_pktmbuf_lastseg(m))) ++switched_external_;
       out.out_queue.push_back(m);
     }
   }
@@ -140,7 +142,7 @@ bool Fabric::step() {
     while (take < node.out_queue.size()) {
       if (options_.port_rate_bps > 0) {
         if (node.tokens <= 0) break;
-        node.tokens -= rte_pktmbuf_data_len(node.out_queue[take]);
+        node.tokens -= rte_pktmbuf_pkt_len(node.out_queue[take]);
       }
       ++take;
     }
@@ -208,11 +210,39 @@ void Fabric::settle(std::chrono::milliseconds quiet) {
   }
 }
 
+namespace {
+
+using SendBuffers = std::vector<std::vector<std::vector<std::uint8_t>>>;
+using Regions = std::vector<std::unique_ptr<nic::ExternalRegion>>;
+
+// Frames that refer to the send buffers (payload sent without a copy) may outlive the
+// exchange (duplicates, retransmissions on their way): the buffers stay until they are gone,
+// and forever when they do not go.
+void drain(Fabric& fabric, SendBuffers& send, Regions& regions, ExchangeRun& run) {
+  auto in_flight = [&] {
+    std::uint64_t k = 0;
+    for (const auto& r : regions) k += r->in_flight();
+    return k;
+  };
+  const bool drained = fabric.run_until([&] { return in_flight() == 0; }, std::chrono::milliseconds(10'000));
+  for (const auto& r : regions) run.attached += r->attached();
+  if (!drained) {
+    run.in_flight_left = in_flight();
+    static std::vector<SendBuffers> kept_buffers;
+    static std::vector<Regions> kept_regions;
+    kept_buffers.push_back(std::move(send));
+    kept_regions.push_back(std::move(regions));
+  }
+}
+
+}  // namespace
+
 ExchangeRun run_exchange(Fabric& fabric, const sched::Schedule& schedule, std::uint32_t id, std::uint64_t block,
                          std::chrono::milliseconds deadline, const std::vector<std::vector<std::uint64_t>>* sizes) {
   const int n = fabric.size();
   auto size_of = [&](int src, int dst) { return sizes != nullptr ? (*sizes)[static_cast<std::size_t>(src)][static_cast<std::size_t>(dst)] : block; };
-  std::vector<std::vector<std::vector<std::uint8_t>>> send(static_cast<std::size_t>(n)), recv(static_cast<std::size_t>(n));
+  SendBuffers send(static_cast<std::size_t>(n)), recv(static_cast<std::size_t>(n));
+  Regions regions;
   ExchangeRun run;
   run.reports.resize(static_cast<std::size_t>(n));
   std::vector<bool> done(static_cast<std::size_t>(n), false);
@@ -228,6 +258,10 @@ ExchangeRun run_exchange(Fabric& fabric, const sched::Schedule& schedule, std::u
       for (std::uint64_t k = 0; k < out.size(); ++k) out[k] = pattern(me, peer, id, k);
       r[static_cast<std::size_t>(peer)].assign(size_of(peer, me), 0xEE);
       spec.send[static_cast<std::size_t>(peer)] = {out.data(), out.size()};
+      if (fabric.zero_copy() && !out.empty()) {
+        regions.push_back(std::make_unique<nic::ExternalRegion>(out.data(), out.size()));
+        spec.send[static_cast<std::size_t>(peer)].region = regions.back().get();
+      }
       spec.recv[static_cast<std::size_t>(peer)] = {r[static_cast<std::size_t>(peer)].data(), r[static_cast<std::size_t>(peer)].size()};
     }
     auto started = fabric.engine(me).start(std::move(spec));
@@ -263,6 +297,12 @@ ExchangeRun run_exchange(Fabric& fabric, const sched::Schedule& schedule, std::u
       }
     }
   }
+  for (int me = 0; me < n; ++me)
+    for (int peer = 0; peer < n; ++peer) {
+      const auto& out = send[static_cast<std::size_t>(me)][static_cast<std::size_t>(peer)];
+      for (std::uint64_t k = 0; k < out.size() && run.send_intact; ++k) run.send_intact = out[k] == pattern(me, peer, id, k);
+    }
+  drain(fabric, send, regions, run);
   return run;
 }
 

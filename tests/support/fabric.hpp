@@ -38,6 +38,9 @@ struct FabricOptions {
   // host wakes late (-1: none).
   int late_node = -1;
   std::chrono::microseconds late_period{0};
+  // run_exchange() gives every send block a registered region (nic/extmem.hpp): the engines
+  // send its payload without copying it (issue 17, part 2).
+  bool zero_copy = false;
 };
 
 inline FabricOptions nodes(int n) {
@@ -76,6 +79,10 @@ class Fabric {
 
   std::uint64_t switch_drops() const { return switch_drops_; }
   std::uint64_t switched() const { return switched_; }
+  // Frames switched whose payload was an external buffer (a chained frame whose last segment
+  // is attached to a sender's memory): frames sent without a copy.
+  std::uint64_t switched_external() const { return switched_external_; }
+  bool zero_copy() const { return options_.zero_copy; }
 
  private:
   struct Node {
@@ -92,7 +99,7 @@ class Fabric {
   std::vector<Node> nodes_;
   std::vector<bool> unplugged_;
   FabricOptions options_;
-  std::uint64_t switch_drops_ = 0, switched_ = 0;
+  std::uint64_t switch_drops_ = 0, switched_ = 0, switched_external_ = 0;
   std::chrono::steady_clock::time_point last_{};
 };
 
@@ -107,6 +114,10 @@ struct ExchangeRun {
   bool byte_exact = false;                      // every receive buffer holds the pattern
   std::string first_mismatch;
   std::chrono::nanoseconds elapsed{};
+  // With FabricOptions::zero_copy: frames attached to the send blocks, and those still in
+  // flight when the run gave up waiting for them (its buffers are then kept, never freed).
+  std::uint64_t attached = 0, in_flight_left = 0;
+  bool send_intact = true;  // every send buffer still holds its pattern after the run
 };
 
 // Runs `schedule` as exchange `id` on the fabric with blocks of `block` bytes (sizes[src][dst]

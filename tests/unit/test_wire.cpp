@@ -1,7 +1,9 @@
 // The wire format: encode/parse round trips and every validation, without DPDK.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "../fuzz/fuzz_context.hpp"
 #include "aapc/engine/descriptor.hpp"
@@ -47,6 +49,41 @@ TEST_CASE("CRC32C of the standard check string") {
   CHECK(crc32c(0, s, 9) == 0xE3069283U);
   // Incremental use gives the same result.
   CHECK(crc32c(crc32c(0, s, 4), s + 4, 5) == 0xE3069283U);
+}
+
+// Three lanes at once and their registers joined (crc.cpp): the same CRC as a bit at a time,
+// at every length around the lane sizes, from every starting value, and copying exactly.
+TEST_CASE("CRC32C of long runs, in lanes, equals the bitwise CRC; copy_and_seal copies exactly") {
+  auto bitwise = [](std::uint32_t crc, const std::uint8_t* p, std::size_t len) {
+    crc = ~crc;
+    for (std::size_t i = 0; i < len; ++i) {
+      crc ^= p[i];
+      for (int k = 0; k < 8; ++k) crc = (crc & 1) != 0 ? (crc >> 1) ^ 0x82F63B78U : crc >> 1;
+    }
+    return ~crc;
+  };
+  std::vector<std::uint8_t> data(3 * 512 * 3 + 3 * 64 * 2 + 100);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 2654435761U >> 11);
+  for (std::size_t len : {std::size_t{0}, std::size_t{7}, std::size_t{191}, std::size_t{192}, std::size_t{193}, std::size_t{1535},
+                          std::size_t{1536}, std::size_t{1537}, std::size_t{1456}, std::size_t{3000}, data.size() - 3}) {
+    for (std::size_t off : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+      INFO("length " << len << " at offset " << off);
+      CHECK(crc32c(0, data.data() + off, len) == bitwise(0, data.data() + off, len));
+      CHECK(crc32c(0x12345678U, data.data() + off, len) == bitwise(0x12345678U, data.data() + off, len));
+    }
+  }
+  // copy_and_seal (copy and CRC in one pass) seals the frame as copying and then seal() does.
+  for (std::size_t len : {std::size_t{1}, std::size_t{700}, std::size_t{1456}, std::size_t{1537}, std::size_t{4000}}) {
+    Header h;
+    h.payload_len = static_cast<std::uint16_t>(len);
+    std::vector<std::uint8_t> a(kFrameOverhead + len), b(kFrameOverhead + len);
+    encode(a.data(), MacAddr{2, 0, 0, 0, 0, 1}, MacAddr{2, 0, 0, 0, 0, 2}, kDefaultEtherType, h);
+    std::copy(a.begin(), a.begin() + kFrameOverhead, b.begin());
+    std::memcpy(a.data() + kFrameOverhead, data.data() + 5, len);
+    seal(a.data());
+    copy_and_seal(b.data(), data.data() + 5, len);
+    CHECK(a == b);
+  }
 }
 
 TEST_CASE("a DATA frame round-trips through encode and parse") {

@@ -163,6 +163,10 @@ void seal(std::uint8_t* frame, const FrameKey* key = nullptr, std::uint64_t coun
 // over the data instead of two (plus one for the tag, with a key).
 void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len, const FrameKey* key = nullptr,
                    std::uint64_t counter = 0);
+// seal() for a frame whose `len` payload bytes are not after its header but in a segment of
+// their own (sent without a copy, issue 17): the CRC covers the header and `payload`, which
+// is only read. No cluster key: its tag would have to follow the payload.
+void seal_apart(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len);
 // Bytes a frame takes after the Ethernet and our header: its payload, and the tag with a key.
 inline std::size_t frame_tail(std::size_t payload, const FrameKey* key) { return payload + (key != nullptr ? kTagLen : 0); }
 
@@ -199,6 +203,11 @@ struct Parsed {
 // and, for DATA, the offsets against the posted block. Trailing bytes beyond the payload (Ethernet padding of
 // short frames) are allowed.
 Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx);
+// The same for a frame in two pieces: `head` holds the Ethernet and our header (its first
+// kFrameOverhead bytes count), `tail` the payload (and tag) that follow them, wherever they
+// are (a payload received as a segment of its own, issue 17). With a cluster key, the tag
+// verifies only when `tail` lies right after the header.
+Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const ParseContext& ctx);
 
 // Reads the header of a frame of ours without the receiver's context (for traces and tools):
 // checks EtherType, magic, version, lengths and CRC; nullopt when any fails. The tag of a

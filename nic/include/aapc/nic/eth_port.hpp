@@ -55,6 +55,9 @@ class EthPort final : public Port {
   std::string name() const override { return name_; }
   // net_af_packet: its socket, which polls readable when its receive ring holds frames.
   int wait_fd() const override { return wait_fd_; }
+  // Software devices that read chained frames segment by segment (net_ring hands the mbufs
+  // over as they are; af_packet and memif copy each segment): see zero_copy_driver().
+  bool zero_copy_tx() const override { return zero_copy_tx_; }
   std::uint16_t port_id() const { return port_id_; }
 
   // Statistics as the device counts them.
@@ -71,6 +74,12 @@ class EthPort final : public Port {
   MacAddr mac_{};
   int mtu_ = 1500;
   int wait_fd_ = -1;
+  bool zero_copy_tx_ = false;
 };
+
+// Drivers that may send frames whose payload is an external buffer in the sender's memory:
+// software devices without DMA (a PCI NIC would need the memory registered and mapped for
+// DMA, which is not done), net_ring always, the others where they offer multi-segment send.
+bool zero_copy_driver(const std::string& driver, std::uint64_t tx_offload_capa);
 
 }  // namespace aapc::nic

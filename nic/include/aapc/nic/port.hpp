@@ -43,6 +43,10 @@ class Port {
   // A descriptor that polls readable when frames wait to be received, for sleeping in
   // poll(2) instead of spinning; -1 when the device has none (poll it).
   virtual int wait_fd() const { return -1; }
+  // True when the port takes chained frames whose segments may be external buffers (the
+  // sender's own memory, extmem.hpp) and moves them without DMA: the engine may then send
+  // payload without copying it.
+  virtual bool zero_copy_tx() const { return false; }
 };
 
 // A port wrapped around another (the fault injector, the capture tap): everything but the
@@ -55,6 +59,7 @@ class PortDecorator : public Port {
   int mtu() const override { return inner_.mtu(); }
   std::uint64_t link_speed_bps() const override { return inner_.link_speed_bps(); }
   int wait_fd() const override { return inner_.wait_fd(); }
+  bool zero_copy_tx() const override { return inner_.zero_copy_tx(); }
   std::string name() const override { return inner_.name() + suffix_; }
 
  protected:
