@@ -1,8 +1,9 @@
 // libaapc-mpi.so: the MPI profiling-interface interposer that programs preload or link
-// (issue 13). It defines MPI_Init(_thread), MPI_Alltoall and MPI_Alltoallv, finds out which MPI the process runs
-// (Open MPI or MPICH, whose ABIs differ), and forwards to libaapc-mpi-openmpi.so or
-// libaapc-mpi-mpich.so beside it, which are built against that MPI's mpi.h. Without one, it
-// calls the MPI's own PMPI_* so that a program never breaks because of aapc.
+// (issue 13). It defines MPI_Init(_thread), MPI_Alltoall, MPI_Alltoallv and their Fortran
+// names, finds out which MPI the process runs (Open MPI or MPICH, whose ABIs differ), and
+// forwards to libaapc-mpi-openmpi.so or libaapc-mpi-mpich.so beside it, which are built
+// against that MPI's mpi.h. Without one, it calls the MPI's own PMPI_* so that a program
+// never breaks because of aapc.
 //
 // Built without an mpi.h: every handle is taken as a machine word (an int handle arrives in
 // the low half of its register) and passed on unchanged.
@@ -12,7 +13,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <string>
 
 namespace {
@@ -21,10 +21,10 @@ using Word = std::uintptr_t;
 using Alltoall = int (*)(const void*, int, Word, void*, int, Word, Word);
 using Alltoallv = int (*)(const void*, const int*, const int*, Word, void*, const int*, const int*, Word, Word);
 using Init = int (*)(int*, char***);
+using InitThread = int (*)(int*, char***, int, int*);
 // Fortran (mpif.h, use mpi): every argument by reference, handles as MPI_Fint (int).
 using FAlltoall = void (*)(const void*, const int*, const int*, void*, const int*, const int*, const int*, int*);
 using FAlltoallv = void (*)(const void*, const int*, const int*, const int*, void*, const int*, const int*, const int*, const int*, int*);
-using InitThread = int (*)(int*, char***, int, int*);
 
 struct Target {
   Init init = nullptr;
