@@ -95,9 +95,9 @@ aapc::Options options() {
 }
 
 // Step 2 on the leader: the machine-level exchange. Empty if it went well.
+// The staging buffers are in place (staging()).
 std::string machine_exchange(const LeaderLayout& l, bool uniform) {
   Process& pr = process();
-  if (auto error = staging(l.send.total, l.recv.total)) return *error;
   Result<Stats> r = uniform ? pr.client->alltoall(pr.send, pr.recv, l.send.counts.front(), options())
                             : pr.client->alltoallv(pr.send, sizes(l.send.counts), sizes(l.send.displs), pr.recv, sizes(l.recv.counts),
                                                    sizes(l.recv.displs), options());
@@ -270,9 +270,7 @@ void unpack(const Side& side, int n, MPI_Comm comm, const Blocks& b) {
 // 16 KiB machine-level blocks aapc 74%, Open MPI 12%). The block size is the same on every
 // rank (the call's contract) and so is the placement: every rank decides alike.
 bool too_small(const Plan& p, std::uint64_t rank_block) {
-  std::uint64_t fewest = p.place.ranks_on.front().size();
-  for (const auto& on : p.place.ranks_on) fewest = std::min<std::uint64_t>(fewest, on.size());
-  return fewest * fewest * rank_block < min_block();
+  return p.fewest * p.fewest * rank_block < min_block();
 }
 
 // Both calls end here. `alltoall`: every block has the same length (the MPI_Alltoall
@@ -296,8 +294,7 @@ int run(Plan& p, MPI_Comm comm, Side send, const Side& recv, bool alltoall) {
   }
   // Machine-level blocks are all alike for an alltoall on machines with equal numbers of
   // ranks; every rank knows the placement, so every daemon makes the same call.
-  bool uniform = alltoall;
-  for (const auto& on : p.place.ranks_on) uniform = uniform && on.size() == p.place.ranks_on.front().size();
+  const bool uniform = alltoall && p.fewest == p.most;
   std::lock_guard<std::mutex> hold(process().mutex);
   const int rc = p.leader() ? leader(comm, p, sb, rb, uniform, len) : member(comm, p, sb, rb);
   if (!p.carried && rc == MPI_SUCCESS) {  // once per communicator, for AAPC_MPI_VERBOSE

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -42,10 +43,7 @@ int my_machine(int& cluster_size) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5 + (::getpid() + attempt * 7) % 20));
       c = aapc::Client::try_connect();
     }
-    if (!c) {
-      pr.connect_error = c.error().message();
-      return kNoDaemon;
-    }
+    if (!c) return kNoDaemon;
     pr.info = c.value().info();  // the connection closes here; leaders open theirs when they exchange
   }
   cluster_size = pr.info->size;
@@ -60,7 +58,7 @@ int delete_plan(MPI_Comm, int, void* attr, void*) {
 }
 
 // The same verdict on every rank: it is computed from what all of them reported.
-std::string verdict(const std::vector<int>& report, int size) {
+std::string verdict(const std::vector<int>& report) {
   const int n = static_cast<int>(report.size() / 2);
   if (n < 2) return "a communicator of one rank";
   int cluster = -1;
@@ -76,7 +74,6 @@ std::string verdict(const std::vector<int>& report, int size) {
   if (static_cast<int>(machines.size()) != cluster)
     return "the communicator spans " + std::to_string(machines.size()) + " of the cluster's " + std::to_string(cluster) +
            " machines, and aapc exchanges run over the whole cluster";
-  (void)size;
   return "";
 }
 
@@ -91,8 +88,7 @@ void say(MPI_Comm comm, const Plan& p, int rank, int size) {
   if (!env_on("AAPC_MPI_VERBOSE") || rank != 0) return;
   const std::string what = name_of(comm);
   if (p.aapc) {
-    std::size_t lo = p.place.ranks_on.front().size(), hi = lo;
-    for (const auto& on : p.place.ranks_on) lo = std::min(lo, on.size()), hi = std::max(hi, on.size());
+    const std::size_t lo = p.fewest, hi = p.most;
     std::fprintf(stderr,
                  "aapc-mpi: %s (%d ranks on %d machines, %zu-%zu per machine): all-to-all through aapc (MPI_Alltoall of machine-level "
                  "blocks under %llu bytes: the MPI's own)\n",
@@ -132,11 +128,13 @@ Plan* make_plan(MPI_Comm comm) {
   mine[1] = cluster;
   std::vector<int> report(2 * static_cast<std::size_t>(size));
   PMPI_Allgather(mine, 2, MPI_INT, report.data(), 2, MPI_INT, comm);
-  p->why = verdict(report, size);
+  p->why = verdict(report);
   if (p->why.empty()) {
     std::vector<int> machine_of(static_cast<std::size_t>(size));
     for (int r = 0; r < size; ++r) machine_of[static_cast<std::size_t>(r)] = report[2 * static_cast<std::size_t>(r)];
     p->place = Placement::from(machine_of, cluster);
+    p->fewest = p->most = p->place.ranks_on.front().size();
+    for (const auto& on : p->place.ranks_on) p->fewest = std::min(p->fewest, on.size()), p->most = std::max(p->most, on.size());
     p->machine = mine[0];
     PMPI_Comm_split(comm, p->machine, rank, &p->local);
     PMPI_Comm_rank(p->local, &p->local_rank);

@@ -23,6 +23,7 @@ struct Plan {
   bool aapc = false;
   std::string why;  // the reason for the decision, for AAPC_MPI_VERBOSE
   Placement place;
+  std::size_t fewest = 0, most = 0;  // ranks on a machine, at least and at most
   int machine = -1;  // this rank's
   MPI_Comm local = MPI_COMM_NULL;  // the ranks of this machine, ordered by comm rank
   int local_rank = 0;
@@ -37,7 +38,6 @@ struct Process {
   std::mutex mutex;  // one aapc exchange at a time per process
   std::optional<aapc::Client> client;  // kept by processes that lead a machine in some plan
   std::optional<aapc::ClusterInfo> info;
-  std::string connect_error;
   aapc::Buffer send, recv;  // the leader's staging, grown as needed
   int keyval = MPI_KEYVAL_INVALID;
   int error_class = -1;

@@ -32,21 +32,9 @@ const std::string kClient = AAPC_TEST_CLIENT;
 const std::string kEmu = kTools + "/aapc-emu";
 const fs::path kLogs = fs::temp_directory_path() / ("aapc-cluster-" + std::to_string(::getpid()));
 
-struct Sh {
-  int status = -1;
-  std::string out;
-};
+using Sh = aapc::tools::Output;  // status, and stdout with stderr as text
 
-Sh sh(const std::string& cmd) {
-  Sh r;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Sh sh(const std::string& cmd) { return aapc::tools::run_shell(cmd); }
 
 nlohmann::json state() { return aapc::tools::read_emu_state(); }
 
@@ -126,8 +114,8 @@ void require_all_ok(const std::vector<Proc>& procs, const std::string& what) {
 }
 
 bool nothing_left() {
-  return sh("ip netns list | grep -c '^aapc-'").out.find_first_not_of("0\n") == std::string::npos &&
-         sh("ip -o link show | grep -cE ': aapc(b|p|m|l)[0-9]'").out.find_first_not_of("0\n") == std::string::npos &&
+  return sh("ip netns list | grep -c '^aapc-'").text.find_first_not_of("0\n") == std::string::npos &&
+         sh("ip -o link show | grep -cE ': aapc(b|p|m|l)[0-9]'").text.find_first_not_of("0\n") == std::string::npos &&
          !fs::exists(aapc::tools::kEmuStateDir) && sh("pgrep -x aapcd").status != 0;
 }
 
@@ -136,7 +124,7 @@ struct Cluster {
   explicit Cluster(const std::string& topo, const std::string& daemon_args = "", const std::string& faults = "") {
     sh(kEmu + " down");
     auto up = sh(kEmu + " up " + topo);
-    INFO(up.out);
+    INFO(up.text);
     REQUIRE(up.status == 0);
     start(daemon_args, faults);
   }
@@ -146,7 +134,7 @@ struct Cluster {
     if (!faults.empty()) cmd += " --faults " + faults;
     if (!capture_dir.empty()) cmd += " --capture-dir " + capture_dir;
     auto st = sh(cmd);
-    INFO(st.out);
+    INFO(st.text);
     REQUIRE(st.status == 0);
   }
   ~Cluster() { sh(kEmu + " down"); }
@@ -213,11 +201,11 @@ TEST_CASE("two machines on one cable, at MTU 9000: byte-exact") {
                          "  a [mac=\"02:00:00:00:00:01\"];\n  b [mac=\"02:00:00:00:00:02\"];\n  a -- b;\n}\n";
   Cluster c(topo.string());
   require_all_ok(everywhere(exchange(256 * 1024, "auto", "auto", 2)), "two on a cable");
-  const std::string link = sh("ip netns exec " + aapc::tools::emu_netns("b") + " ip link show aapc0").out;
+  const std::string link = sh("ip netns exec " + aapc::tools::emu_netns("b") + " ip link show aapc0").text;
   INFO(link);
   CHECK(link.find("mtu 9000") != std::string::npos);
   CHECK(link.find("02:00:00:00:00:02") != std::string::npos);
-  CHECK(sh("ip netns exec " + aapc::tools::emu_netns("b") + " tc qdisc show dev aapc0").out.find("tbf") != std::string::npos);
+  CHECK(sh("ip netns exec " + aapc::tools::emu_netns("b") + " tc qdisc show dev aapc0").text.find("tbf") != std::string::npos);
 }
 
 TEST_CASE("1% loss injected in every daemon: still byte-exact") {
@@ -272,9 +260,9 @@ TEST_CASE("a cluster key: exchanges byte-exact with tagged frames; a key others 
   REQUIRE(sh(kEmu + " up 8-two-switch").status == 0);
   auto refused = sh(kEmu + " start --daemon-args '--cluster-key " + key.string() + "'");
   sh(kEmu + " down");
-  INFO(refused.out);
+  INFO(refused.text);
   CHECK(refused.status != 0);
-  CHECK(refused.out.find("chmod 600") != std::string::npos);
+  CHECK(refused.text.find("chmod 600") != std::string::npos);
 }
 
 TEST_CASE("a client killed mid-exchange: the others get an error naming it, the daemons keep serving") {
@@ -351,9 +339,9 @@ TEST_CASE("bad requests and foreign users are refused; the daemon keeps serving"
   // socket alone (it used to remove the file on its way out, stranding the first daemon).
   auto second = sh("ip netns exec aapc-n0 " + kTools + "/aapcd --topology " + state()["topology"].get<std::string>() +
                    " --vdev net_null0 --rank 0 --socket " + socket_of("n0"));
-  INFO(second.out);
+  INFO(second.text);
   CHECK(second.status != 0);
-  CHECK(second.out.find("another aapcd already serves") != std::string::npos);
+  CHECK(second.text.find("another aapcd already serves") != std::string::npos);
   CHECK(fs::is_socket(socket_of("n0")));
   require_all_ok(everywhere(exchange(3000, "auto")), "after the refusals");
 }
@@ -361,20 +349,20 @@ TEST_CASE("bad requests and foreign users are refused; the daemon keeps serving"
 TEST_CASE("a program built only from the installed header and aapc.pc performs an exchange") {
   fs::path dest = kLogs / "install";
   auto inst = sh("meson install -C " + std::string(AAPC_BUILD_DIR) + " --destdir " + dest.string() + " --no-rebuild --quiet");
-  INFO(inst.out);
+  INFO(inst.text);
   REQUIRE(inst.status == 0);
   auto pc = sh("find " + dest.string() + " -name aapc.pc");
   REQUIRE(pc.status == 0);
-  std::string pcdir = fs::path(pc.out.substr(0, pc.out.find('\n'))).parent_path().string();
+  std::string pcdir = fs::path(pc.text.substr(0, pc.text.find('\n'))).parent_path().string();
   // The .pc names the install prefix; point it into the staging directory.
   auto prefix = sh("PKG_CONFIG_PATH=" + pcdir + " pkg-config --variable=prefix aapc");
-  std::string pkgconfig = "PKG_CONFIG_PATH=" + pcdir + " pkg-config --define-variable=prefix=" + dest.string() + prefix.out.substr(0, prefix.out.find('\n'));
+  std::string pkgconfig = "PKG_CONFIG_PATH=" + pcdir + " pkg-config --define-variable=prefix=" + dest.string() + prefix.text.substr(0, prefix.text.find('\n'));
   fs::path exe = kLogs / "example";
   auto build = sh("g++ " + std::string(AAPC_EXAMPLE) + " -o " + exe.string() + " $(" + pkgconfig + " --cflags --libs aapc)");
-  INFO(build.out);
+  INFO(build.text);
   REQUIRE(build.status == 0);
   auto libdir = sh(pkgconfig + " --variable=libdir aapc");
-  std::string ld = libdir.out.substr(0, libdir.out.find('\n'));
+  std::string ld = libdir.text.substr(0, libdir.text.find('\n'));
   Cluster c("8-one-switch");
   auto procs = everywhere({"env", "LD_LIBRARY_PATH=" + ld, exe.string(), "4096"});
   require_all_ok(procs, "the packaged example");
@@ -396,9 +384,9 @@ TEST_CASE("traces: linear contends on the inter-switch link, tree with receiver-
   };
   auto links = [&](const std::string& dir) {
     auto r = sh(trace + " links --json --same-clock -t 8-two-switch " + dir);
-    INFO(r.out);
+    INFO(r.text);
     REQUIRE(r.status == 0);
-    return nlohmann::json::parse(r.out);
+    return nlohmann::json::parse(r.text);
   };
   auto on_trunk = [](const nlohmann::json& contention) {
     double s = 0;
@@ -436,21 +424,21 @@ TEST_CASE("traces: linear contends on the inter-switch link, tree with receiver-
   // the offsets and the plots work on these captures.
   for (const auto& dir : {receiver, sender}) {
     auto ph = sh(trace + " phases -t 8-two-switch " + dir);
-    INFO(ph.out);
+    INFO(ph.text);
     CHECK(ph.status == 0);
-    CHECK(ph.out.find("tree+") != std::string::npos);
-    CHECK(ph.out.find("every one started after its tokens arrived") != std::string::npos);
+    CHECK(ph.text.find("tree+") != std::string::npos);
+    CHECK(ph.text.find("every one started after its tokens arrived") != std::string::npos);
   }
   auto sum = sh(trace + " summary --json -t 8-two-switch " + linear);
-  INFO(sum.out);
+  INFO(sum.text);
   REQUIRE(sum.status == 0);
-  auto js = nlohmann::json::parse(sum.out);
+  auto js = nlohmann::json::parse(sum.text);
   std::uint64_t received = 0;
   for (const auto& n : js["nodes"]) received += n["data_bytes_received"].get<std::uint64_t>();
   CHECK(received >= 8ULL * 7 * 64 * 1024);  // the exchange (and its warm-up), every byte
   for (const auto& k : js["clocks"]) CHECK(std::abs(k["offset_ns"].get<double>()) < 1e6);  // one host: offsets near 0
   auto plot = sh(trace + " plot -t 8-two-switch -o " + (kLogs / "plots").string() + " " + sender);
-  INFO(plot.out);
+  INFO(plot.text);
   CHECK(plot.status == 0);
   CHECK(fs::file_size(kLogs / "plots" / "timeline.png") > 1000);
   CHECK(fs::file_size(kLogs / "plots" / "links.svg") > 1000);
@@ -461,7 +449,7 @@ TEST_CASE("aapc-bench: a short sweep with the MPI baselines gives a well-formed 
   fs::path out = kLogs / "bench";
   auto r = sh(kTools + "/aapc-bench -t 8-two-switch --sizes 4K 64K --schedules auto tree linear --tree-syncs sender-all "
                        "--mpi openmpi mpich --default-mpi-algorithms-only --check --max-iters 3 --point-seconds 1 --repeat 2 -o " + out.string());
-  INFO(r.out);
+  INFO(r.text);
   REQUIRE(r.status == 0);
   auto report = nlohmann::json::parse(std::ifstream(out / "results.json"));
   CHECK(report["machines"] == 8);
@@ -511,7 +499,7 @@ TEST_CASE("aapc-bench: a short sweep with the MPI baselines gives a well-formed 
   CHECK(rows == report["points"].size());
   CHECK(fs::file_size(out / "throughput.png") > 1000);
   CHECK(fs::file_size(out / "throughput.svg") > 1000);
-  CHECK(r.out.find("per block size") != std::string::npos);
+  CHECK(r.text.find("per block size") != std::string::npos);
   CHECK(!fs::exists("/etc/netns/aapc-n0"));  // the MPI hosts files are gone with the cluster
 }
 

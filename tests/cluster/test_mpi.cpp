@@ -16,6 +16,7 @@
 #include <string>
 
 #include "common/mpilaunch.hpp"
+#include "common/procutil.hpp"
 
 namespace fs = std::filesystem;
 
@@ -24,21 +25,9 @@ namespace {
 const std::string kEmu = std::string(AAPC_TOOLS_DIR) + "/aapc-emu";
 const fs::path kDir = fs::temp_directory_path() / ("aapc-mpi-tests-" + std::to_string(::getpid()));
 
-struct Sh {
-  int status = -1;
-  std::string out;
-};
+using Sh = aapc::tools::Output;  // status, and stdout with stderr as text
 
-Sh sh(const std::string& cmd) {
-  Sh r;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Sh sh(const std::string& cmd) { return aapc::tools::run_shell(cmd); }
 
 // 4 machines, 2 per switch: the inter-switch link is shared, so schedules matter.
 fs::path topology() {
@@ -74,91 +63,91 @@ TEST_CASE("an unmodified C MPI program is right with the library, ppn 1, 2 and u
   for (const std::string ppn : {"1", "2", "2,1,3,1"}) {
     INFO("--ppn " << ppn);
     Sh r = mpirun("--ppn " + ppn + " --env AAPC_MPI_VERBOSE=1", check_program("openmpi") + " 4096");
-    INFO(r.out);
+    INFO(r.text);
     CHECK(r.status == 0);
-    CHECK(r.out.find("all cases ok") != std::string::npos);
+    CHECK(r.text.find("all cases ok") != std::string::npos);
     // The world went through aapc, and a communicator over half the machines did not.
-    CHECK(r.out.find(std::string(kThroughAapc) + " (") != std::string::npos);
-    CHECK(r.out.find(kCarried) != std::string::npos);
+    CHECK(r.text.find(std::string(kThroughAapc) + " (") != std::string::npos);
+    CHECK(r.text.find(kCarried) != std::string::npos);
   }
 }
 
 TEST_CASE("the same program with MPICH, ppn 2", "[mpi]") {
   REQUIRE(have("mpich"));
   Sh r = mpirun("--mpi mpich --ppn 2 --env AAPC_MPI_VERBOSE=1", check_program("mpich") + " 4096");
-  INFO(r.out);
+  INFO(r.text);
   // The program's verdict, reached after every case was checked on every rank. Not the job's
   // exit status: Debian's MPICH over UCX/TCP can hang in MPI_Finalize here, with or without
   // aapc, and Hydra reports the rank that the program then ends (mpi_check.c).
-  CHECK(r.out.find("8 ranks, all cases ok") != std::string::npos);
-  CHECK(r.out.find(kCarried) != std::string::npos);
+  CHECK(r.text.find("8 ranks, all cases ok") != std::string::npos);
+  CHECK(r.text.find(kCarried) != std::string::npos);
 }
 
 TEST_CASE("without the library, and with AAPC_MPI=off, the MPI's own all-to-all runs", "[mpi]") {
   REQUIRE(have("openmpi"));
   Sh alone = mpirun("--ppn 2 --no-preload", check_program("openmpi") + " 1024");
-  INFO(alone.out);
+  INFO(alone.text);
   CHECK(alone.status == 0);
-  CHECK(alone.out.find("all cases ok") != std::string::npos);
+  CHECK(alone.text.find("all cases ok") != std::string::npos);
   Sh off = mpirun("--ppn 2 --env AAPC_MPI=off --env AAPC_MPI_VERBOSE=1", check_program("openmpi") + " 1024");
-  INFO(off.out);
+  INFO(off.text);
   CHECK(off.status == 0);
-  CHECK(off.out.find("AAPC_MPI=off on rank 0") != std::string::npos);
-  CHECK(off.out.find("through aapc") == std::string::npos);
+  CHECK(off.text.find("AAPC_MPI=off on rank 0") != std::string::npos);
+  CHECK(off.text.find("through aapc") == std::string::npos);
 }
 
 TEST_CASE("an unmodified mpi4py program, ppn 2", "[mpi]") {
   REQUIRE(have("openmpi"));
   REQUIRE(sh("/usr/bin/python3 -c 'import mpi4py, numpy'").status == 0);  // python3-mpi4py, python3-numpy
   Sh r = mpirun("--ppn 2 --env AAPC_MPI_VERBOSE=1", "/usr/bin/python3 " + std::string(AAPC_TESTS_SOURCE) + "/mpi/mpi_check.py 256");
-  INFO(r.out);
+  INFO(r.text);
   CHECK(r.status == 0);
-  CHECK(r.out.find("mpi-check.py: 8 ranks, all cases ok") != std::string::npos);
-  CHECK(r.out.find(kCarried) != std::string::npos);
+  CHECK(r.text.find("mpi-check.py: 8 ranks, all cases ok") != std::string::npos);
+  CHECK(r.text.find(kCarried) != std::string::npos);
 }
 
 TEST_CASE("by default small all-to-alls run the MPI's own, large ones aapc; both right", "[mpi]") {
   REQUIRE(have("openmpi"));
   const std::string program = std::string(AAPC_TOOLS_DIR) + "/mpi-alltoall-openmpi --check 1024:20 65536:5";
   Sh r = sh(kEmu + " mpirun " + aapc::tools::shell_quote(topology().string()) + " --timeout 240 --env AAPC_MPI_VERBOSE=1 -- " + program);
-  INFO(r.out);
+  INFO(r.text);
   CHECK(r.status == 0);
-  CHECK(r.out.find("blocks under 8192 bytes: the MPI's own") != std::string::npos);
-  CHECK(r.out.find(kCarried) != std::string::npos);  // the 64 KiB ones
-  CHECK(r.out.find("\"size\": 1024") != std::string::npos);
-  CHECK(r.out.find("\"check_ok\": false") == std::string::npos);
-  CHECK(r.out.find("\"check_ok\": true") != std::string::npos);
+  CHECK(r.text.find("blocks under 8192 bytes: the MPI's own") != std::string::npos);
+  CHECK(r.text.find(kCarried) != std::string::npos);  // the 64 KiB ones
+  CHECK(r.text.find("\"size\": 1024") != std::string::npos);
+  CHECK(r.text.find("\"check_ok\": false") == std::string::npos);
+  CHECK(r.text.find("\"check_ok\": true") != std::string::npos);
 }
 
 TEST_CASE("an aapc failure reaches the program through the error handler, with aapc's message, on every rank", "[mpi]") {
   REQUIRE(have("openmpi"));
   Sh r = mpirun("--ppn 2 --env AAPC_MPI_SCHEDULE=no-such-schedule", std::string(AAPC_TESTS_DIR) + "/mpi-error-openmpi");
-  INFO(r.out);
+  INFO(r.text);
   CHECK(r.status == 0);
-  CHECK(r.out.find("every rank got aapc's error") != std::string::npos);
-  CHECK(r.out.find("no-such-schedule") != std::string::npos);  // the daemon's words reach the program
+  CHECK(r.text.find("every rank got aapc's error") != std::string::npos);
+  CHECK(r.text.find("no-such-schedule") != std::string::npos);  // the daemon's words reach the program
 }
 
 TEST_CASE("an unmodified Fortran program (use mpi) through aapc, Open MPI, ppn 2", "[mpi]") {
   REQUIRE(fs::exists(std::string(AAPC_TESTS_DIR) + "/mpi-check-fortran"));
   Sh r = mpirun("--ppn 2 --env AAPC_MPI_VERBOSE=1", std::string(AAPC_TESTS_DIR) + "/mpi-check-fortran");
-  INFO(r.out);
+  INFO(r.text);
   CHECK(r.status == 0);
-  CHECK(r.out.find("mpi-check-fortran: 8 ranks, all cases ok") != std::string::npos);
-  CHECK(r.out.find(kCarried) != std::string::npos);
+  CHECK(r.text.find("mpi-check-fortran: 8 ranks, all cases ok") != std::string::npos);
+  CHECK(r.text.find(kCarried) != std::string::npos);
 }
 
 TEST_CASE("FFTW's MPI interface runs unmodified with the library and gives serial FFTW's result, ppn 2", "[mpi]") {
   REQUIRE(fs::exists(std::string(AAPC_TESTS_DIR) + "/fftw-check"));  // libfftw3-mpi-dev (tools/setup)
   Sh r = mpirun("--ppn 2 --env AAPC_MPI_VERBOSE=1", std::string(AAPC_TESTS_DIR) + "/fftw-check 256");
-  INFO(r.out);
+  INFO(r.text);
   CHECK(r.status == 0);
-  CHECK(r.out.find("256 x 256 on 8 ranks") != std::string::npos);
-  CHECK(r.out.find("DIFFERENT") == std::string::npos);
-  CHECK(r.out.find("transpose (") != std::string::npos);
+  CHECK(r.text.find("256 x 256 on 8 ranks") != std::string::npos);
+  CHECK(r.text.find("DIFFERENT") == std::string::npos);
+  CHECK(r.text.find("transpose (") != std::string::npos);
   // The library was in the job. FFTW's planner picks its transposes itself (here it measured
   // its pairwise ones faster); those that are all-to-alls go through aapc.
-  CHECK(r.out.find("all-to-all through aapc") != std::string::npos);
+  CHECK(r.text.find("all-to-all through aapc") != std::string::npos);
 }
 
 int main(int argc, char** argv) {
@@ -167,7 +156,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   if (Sh up = sh(kEmu + " up " + aapc::tools::shell_quote(topology().string())); up.status != 0) {
-    std::cerr << "aapc-emu up failed:\n" << up.out;
+    std::cerr << "aapc-emu up failed:\n" << up.text;
     sh(kEmu + " down");
     return 1;
   }

@@ -17,6 +17,7 @@
 #include "aapc/sched/generate.hpp"
 #include "checks.hpp"
 #include "fabric.hpp"
+#include "loopback.hpp"
 #include "pcap_files.hpp"
 
 using namespace aapc;
@@ -123,23 +124,6 @@ TEST_CASE("MTU 9000 over net_pcap: a block received from 9014-byte frames in a p
   CHECK(longest(sent) <= kJumboFrame);
 }
 
-namespace {
-
-// Sets the loopback interface of this thread's network namespace to `mtu`, and up.
-bool loopback(int mtu) {
-  const int s = ::socket(AF_INET, SOCK_DGRAM, 0);
-  if (s < 0) return false;
-  ifreq ifr{};
-  std::strcpy(ifr.ifr_name, "lo");
-  ifr.ifr_mtu = mtu;
-  bool ok = ::ioctl(s, SIOCSIFMTU, &ifr) == 0 && ::ioctl(s, SIOCGIFFLAGS, &ifr) == 0;
-  ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
-  ok = ok && ::ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
-  ::close(s);
-  return ok;
-}
-
-}  // namespace
 
 TEST_CASE("MTU 9000 over net_af_packet: the ring is sized for the MTU, and an interface with a smaller MTU is refused by name") {
   // A network namespace of this thread's own: its loopback is ours to reconfigure.
@@ -152,14 +136,14 @@ TEST_CASE("MTU 9000 over net_af_packet: the ring is sized for the MTU, and an in
   po.device = "net_af_packet_jumbo0,iface=lo,qdisc_bypass=0";
   po.mtu = kJumbo;
   po.pool_size = 1023;
-  REQUIRE(loopback(1500));
+  REQUIRE(test::loopback_up(1500));
   try {
     nic::EthPort::open(po);
     FAIL("opened af_packet at MTU 9000 on an interface of MTU 1500");
   } catch (const nic::NicError& e) {
     CHECK_THAT(e.what(), Catch::Contains("interface lo has MTU 1500") && Catch::Contains("ip link set lo mtu 9000"));
   }
-  REQUIRE(loopback(kJumbo));
+  REQUIRE(test::loopback_up(kJumbo));
   auto port = nic::EthPort::open(po);  // landed main: "configuring failed: Invalid argument"
   // A 9014-byte frame out and back in whole: the ring slot and the mbufs hold it.
   std::vector<std::uint8_t> frame(kJumboFrame);

@@ -20,6 +20,7 @@
 #include "aapc/sched/generate.hpp"
 #include "checks.hpp"
 #include "fabric.hpp"
+#include "loopback.hpp"
 #include "mapping.hpp"
 #include "pcap_files.hpp"
 
@@ -249,22 +250,6 @@ TEST_CASE("the daemon unmaps a freed buffer only once no frame carries its bytes
   CHECK_FALSE(mapped(busy_at));
 }
 
-namespace {
-
-// The loopback interface of this thread's network namespace, up.
-bool loopback_up() {
-  const int s = ::socket(AF_INET, SOCK_DGRAM, 0);
-  if (s < 0) return false;
-  ifreq ifr{};
-  std::strcpy(ifr.ifr_name, "lo");
-  bool ok = ::ioctl(s, SIOCGIFFLAGS, &ifr) == 0;
-  ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
-  ok = ok && ::ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
-  ::close(s);
-  return ok;
-}
-
-}  // namespace
 
 // Last: it moves the test process into a network namespace of its own.
 TEST_CASE("zero copy over net_af_packet (what aapcd uses): a chained frame with an external payload leaves whole") {
@@ -273,7 +258,7 @@ TEST_CASE("zero copy over net_af_packet (what aapcd uses): a chained frame with 
     return;
   }
   test::start_eal();
-  REQUIRE(loopback_up());
+  REQUIRE(test::loopback_up());
   nic::PortOptions po;
   po.device = "net_af_packet_zc0,iface=lo,qdisc_bypass=0";
   po.pool_size = 1023;

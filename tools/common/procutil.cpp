@@ -69,6 +69,8 @@ Output run(const std::vector<std::string>& argv, const std::vector<std::string>&
   return out;
 }
 
+Output run_shell(const std::string& command) { return run({"sh", "-c", command}); }
+
 nlohmann::json read_emu_state() {
   std::ifstream in(kEmuStateFile);
   if (!in) return nlohmann::json();

@@ -34,6 +34,8 @@ struct Output {
 
 // Runs `argv` to its end. Throws std::runtime_error when no pipe can be made.
 Output run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
+// Runs a command line with sh -c.
+Output run_shell(const std::string& command);
 
 // --- aapc-emu's state file ----------------------------------------------------------------------
 // /run/aapc-emu/state.json: {"topology", "machines": [{"name", "rank", "netns", "iface", "mac",
