@@ -300,9 +300,11 @@ Result<Request> Client::start_alltoall(const Buffer& send, Buffer& recv, std::si
 }
 
 Result<Stats> Client::alltoall(const Buffer& send, Buffer& recv, std::size_t block, const Options& options) {
-  auto r = start_alltoall(send, recv, block, options);
-  if (!r) return r.error();
-  return r->wait();
+  StartMessage m = start_message(proto::Kind::kAlltoall, options);
+  m.request.block = block;
+  m.request.run = true;  // START and WAIT in one round trip to the daemon
+  if (auto checked = check_blocks(send, recv, m); !checked) return checked.error();
+  return run(m);
 }
 
 Result<Request> Client::start_alltoallv(const Buffer& send, const std::vector<std::size_t>& send_counts,
@@ -318,7 +320,18 @@ Result<Request> Client::start_alltoallv(const Buffer& send, const std::vector<st
 }
 
 Result<Request> Client::start(const Buffer& send, Buffer& recv, StartMessage& message) {
-  for (const Buffer* b : {&send, static_cast<const Buffer*>(&recv)}) {
+  if (auto checked = check_blocks(send, recv, message); !checked) return checked.error();
+  return send_start(message);
+}
+
+Result<Stats> Client::run(const StartMessage& message) {
+  auto reply = conn_->call(message.request);
+  if (!reply) return reply.error();
+  return stats_from(*reply);
+}
+
+Result<void> Client::check_blocks(const Buffer& send, const Buffer& recv, StartMessage& message) const {
+  for (const Buffer* b : {&send, &recv}) {
     if (!*b) return Error(Errc::kInvalidArgument, "a buffer is empty (moved from, or never allocated)");
     if (b->conn_ != conn_ || b->generation_ != conn_->generation)
       return Error(Errc::kDaemonRestarted, "a buffer was registered with a daemon that has since restarted; allocate it again");
@@ -332,7 +345,7 @@ Result<Request> Client::start(const Buffer& send, Buffer& recv, StartMessage& me
   }
   m.send_buffer = send.id_;
   m.recv_buffer = recv.id_;
-  return send_start(message);
+  return {};
 }
 
 Result<Request> Client::send_start(const StartMessage& message) {
@@ -355,9 +368,9 @@ Result<Stats> Client::alltoallv(const Buffer& send, const std::vector<std::size_
 }
 
 Result<void> Client::barrier() {
-  auto req = send_start(start_message(proto::Kind::kBarrier, Options{}));
-  if (!req) return req.error();
-  auto done = req->wait();
+  StartMessage m = start_message(proto::Kind::kBarrier, Options{});
+  m.request.run = true;
+  auto done = run(m);
   if (!done) return done.error();
   return {};
 }

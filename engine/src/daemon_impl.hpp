@@ -77,6 +77,7 @@ struct Prepared {
   std::uint32_t timeout_ms = 0;
   Collective kind = Collective::kUnspecified;  // with the block, what the ranks agree on
   std::uint64_t block = 0;
+  bool run = false;  // RUN: the reply is DONE when it finished, no STARTED
   ExchangeRecord rec;
 };
 

@@ -80,7 +80,11 @@ void Daemon::Impl::launch(Prepared p) {
   exchanges[id] = std::move(p.rec);
   c.exchanges.insert(id);
   c.started = true;
-  proto::send_message(c.fd, proto::message(proto::StartedReply{id, exchanges[id].schedule, exchanges[id].sync}, p.request));
+  if (p.run) {
+    exchanges[id].waiters.push_back(p.request);  // DONE goes when it finished (collect_finished)
+  } else {
+    proto::send_message(c.fd, proto::message(proto::StartedReply{id, exchanges[id].schedule, exchanges[id].sync}, p.request));
+  }
 }
 
 std::optional<Prepared> Daemon::Impl::prepare(ClientState& c, std::uint32_t request, const proto::StartRequest& m) {
@@ -88,11 +92,14 @@ std::optional<Prepared> Daemon::Impl::prepare(ClientState& c, std::uint32_t requ
   p.client = c.fd;
   p.request = request;
   p.timeout_ms = m.timeout_ms;
+  p.run = m.run;
   p.kind = m.kind == proto::Kind::kBarrier ? Collective::kBarrier : m.kind == proto::Kind::kAlltoall ? Collective::kAlltoall : Collective::kAlltoallv;
   if (m.kind == proto::Kind::kAlltoall) p.block = m.block;
   p.rec.client = c.fd;
   if (m.kind == proto::Kind::kBarrier) {
-    p.plan = std::make_shared<const sched::Schedule>(sched::barrier_schedule(topo.machine_count()));
+    auto& barrier = schedules["barrier"];  // no plan spec has that key
+    if (!barrier) barrier = std::make_shared<const sched::Schedule>(sched::barrier_schedule(topo.machine_count(), sched::barrier_radix(topo.machine_count())));
+    p.plan = barrier;
     p.rec.schedule = "barrier";
     p.rec.sync = "tokens";
   } else if (auto error = place_blocks(c, m, p)) {

@@ -25,6 +25,12 @@ constexpr unsigned kMinFreeMbufs = 128;    // leave room for control frames and 
 constexpr auto kTimerPeriod = std::chrono::microseconds(500);
 constexpr std::size_t kMaxDoneIds = 256;   // completed exchanges remembered past their linger
 
+std::size_t early_payload(const EarlyFrames& e) {
+  std::size_t bytes = 0;
+  for (const auto& d : e.data) bytes += d.payload.size();
+  return bytes;
+}
+
 }  // namespace
 
 ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32_t id) {
@@ -120,8 +126,14 @@ Exchange* Engine::find(std::uint32_t id) const {
 
 ParseContext::Expected Engine::expect_data(std::uint32_t exchange, std::uint32_t epoch, Rank src) const {
   Exchange* ex = find(exchange);
-  if (ex == nullptr) return {DropReason::kNotLive, 0, 0};
-  return ex->expect(epoch, src);
+  if (ex != nullptr) return ex->expect(epoch, src);
+  // Issue 14: eager frames of an exchange not started here yet are kept (keep_early_data).
+  if (may_keep_early(exchange)) return {DropReason::kOk, 0, static_cast<std::uint16_t>(chunk_), true};
+  return {DropReason::kNotLive, 0, 0};
+}
+
+bool Engine::may_keep_early(std::uint32_t id) const {
+  return (!started_any_ || later(id, last_started_)) && (early_.size() < kMaxEarly || early_.count(id) != 0);
 }
 
 Result<void> Engine::start(ExchangeSpec spec) {
@@ -177,7 +189,15 @@ Result<void> Engine::start(ExchangeSpec spec) {
     early_.erase(it);
   }
   // Early entries for ids now in the past can never start.
-  for (auto it = early_.begin(); it != early_.end();) it = later(it->first, id) ? std::next(it) : early_.erase(it);
+  early_data_bytes_ -= std::min(early_data_bytes_, early_payload(early));
+  for (auto it = early_.begin(); it != early_.end();) {
+    if (later(it->first, id)) {
+      ++it;
+    } else {
+      early_data_bytes_ -= std::min(early_data_bytes_, early_payload(it->second));
+      it = early_.erase(it);
+    }
+  }
   raw->begin(now, early);
   return {};
 }
@@ -208,7 +228,14 @@ void Engine::timers(Clock::time_point now) {
     exchanges_.erase(lingering_.front().second);
     lingering_.pop_front();
   }
-  for (auto it = early_.begin(); it != early_.end();) it = now - it->second.seen > config_.linger ? early_.erase(it) : std::next(it);
+  for (auto it = early_.begin(); it != early_.end();) {
+    if (now - it->second.seen > config_.linger) {
+      early_data_bytes_ -= std::min(early_data_bytes_, early_payload(it->second));
+      it = early_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void Engine::transmit(Clock::time_point now) {
@@ -251,7 +278,14 @@ bool Engine::poll() {
       ++it;
       continue;
     }
-    finished_.push_back(ex->report(now));
+    if (!ex->reported()) {
+      finished_.push_back(ex->report(now));
+      ex->mark_reported();
+    }
+    if (ex->settling()) {  // reported, and still resending what waits for an acknowledgement
+      ++it;
+      continue;
+    }
     lingering_.emplace_back(ex->linger_until(), ex->id());
     it = active_.erase(it);
   }
@@ -300,7 +334,7 @@ Clock::time_point Engine::next_event(Clock::time_point now) const {
 
 bool Engine::quiet() const {
   if (link_->queued() > 0) return false;
-  return std::none_of(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->running(); });
+  return std::none_of(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->running() || ex->settling(); });
 }
 
 void Idler::idle() {

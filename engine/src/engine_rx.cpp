@@ -14,8 +14,6 @@
 namespace aapc::engine {
 namespace {
 
-constexpr std::size_t kMaxEarly = 64;      // exchanges not started yet whose READY/SYNC we keep
-
 // A frame's bytes as parse() takes them. A header segment followed by one payload segment
 // (as a payload sent without a copy arrives over net_ring, issue 17) is read where it is, so
 // that the payload is written once, into the block; other chained frames are linearized
@@ -62,6 +60,10 @@ DropReason Engine::note_epoch(Rank src, std::uint32_t epoch) {
   return DropReason::kOk;
 }
 
+bool Engine::alive_epoch(const Parsed& f) const {
+  return f.src_rank >= 0 && peer_epoch_known_[static_cast<std::size_t>(f.src_rank)] && peer_epoch_[static_cast<std::size_t>(f.src_rank)] == f.h.epoch;
+}
+
 void Engine::handle(const Parsed& f, Clock::time_point now) {
   const Rank src = f.src_rank;
   if (f.h.type == FrameType::kPing) {
@@ -86,7 +88,13 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
     if (f.payload.size() > 0) reason += ": " + std::string(f.payload.begin(), f.payload.end());
     Exchange* ex = find(f.h.exchange);
     if (ex != nullptr && ex->running() && ex->accept_epoch(src, f.h.epoch)) {
-      ex->fail(Errc::kPeerAborted, reason, src, now);
+      // A collective called differently on some rank (a descriptor or block that differs) is
+      // the callers' error on every rank, whoever found it first: the others may hear of it
+      // only through this ABORT, now that eager blocks go without READY (issue 14).
+      const bool mismatch = f.h.aux == static_cast<std::uint32_t>(Errc::kInvalidArgument);
+      ex->fail(mismatch ? Errc::kInvalidArgument : Errc::kPeerAborted, reason, src, now, false);
+    } else if (ex != nullptr && ex->settling() && ex->accept_epoch(src, f.h.epoch)) {
+      ex->abandon(src);  // done here; that peer will acknowledge nothing more of it
     } else if (ex == nullptr && (!started_any_ || later(f.h.exchange, last_started_))) {
       // An exchange this node has not started yet, which the peer will never start
       // (abort_unstarted): starting exactly that id fails at once, for a peer deadline.
@@ -105,13 +113,14 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
     return;
   }
   if (ex == nullptr) {
-    const bool future = !started_any_ || later(f.h.exchange, last_started_);
-    const bool keep = f.h.type == FrameType::kReady || f.h.type == FrameType::kSync;
-    if (!future || !keep || (early_.size() >= kMaxEarly && early_.count(f.h.exchange) == 0)) {
+    const bool keep = f.h.type == FrameType::kReady || f.h.type == FrameType::kSync || f.h.type == FrameType::kData;
+    if (!keep || !may_keep_early(f.h.exchange)) {
       link_->count_drop(DropReason::kNotLive);
-      return;
+    } else if (f.h.type == FrameType::kData) {
+      keep_early_data(f, now);
+    } else {
+      keep_early(f, now);
     }
-    keep_early(f, now);
     return;
   }
   if (!ex->accept_epoch(src, f.h.epoch)) {
@@ -125,17 +134,22 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
   }
 }
 
-// A peer started an exchange we have not started yet: its READY, tokens and descriptor are
-// kept for our start. The ACK carries no descriptor: ours is not known yet.
-void Engine::keep_early(const Parsed& f, Clock::time_point now) {
-  const auto src = static_cast<std::size_t>(f.src_rank);
-  EarlyFrames& e = early_[f.h.exchange];
+EarlyFrames& Engine::early_entry(std::uint32_t id, Clock::time_point now) {
+  EarlyFrames& e = early_[id];
   e.seen = now;
   if (e.ready_from.empty()) {
     e.ready_from.assign(config_.peers.size(), false);
     e.ready_len.assign(config_.peers.size(), 0);
     e.descriptor.resize(config_.peers.size());
   }
+  return e;
+}
+
+// A peer started an exchange we have not started yet: its READY, tokens and descriptor are
+// kept for our start. The ACK carries no descriptor: ours is not known yet.
+void Engine::keep_early(const Parsed& f, Clock::time_point now) {
+  const auto src = static_cast<std::size_t>(f.src_rank);
+  EarlyFrames& e = early_entry(f.h.exchange, now);
   if (f.h.type == FrameType::kReady) {
     e.ready_from[src] = true;
     e.ready_len[src] = f.h.block_len;
@@ -145,6 +159,26 @@ void Engine::keep_early(const Parsed& f, Clock::time_point now) {
   if (!f.payload.empty()) e.descriptor[src].assign(f.payload.begin(), f.payload.end());
   ++link_->counters().early_frames;
   link_->send_control(f.src_rank, FrameType::kAck, f.h.exchange, f.h.seq, static_cast<std::uint32_t>(f.h.type));
+}
+
+// Issue 14: a frame of an eager block, sent without waiting for our READY, came before we
+// started its exchange: kept (without an ACK) for the start, which checks it against the
+// posted block. Only eager blocks come early; what does not fit is dropped, and its sender's
+// poll brings it again.
+void Engine::keep_early_data(const Parsed& f, Clock::time_point now) {
+  if (frame_count(f.h.block_len, f.h.chunk) > config_.eager_frames) {
+    link_->count_drop(DropReason::kNotLive);
+    return;
+  }
+  if (early_data_bytes_ + f.payload.size() > config_.early_data_bytes) {
+    ++link_->counters().early_data_dropped;
+    link_->count_drop(DropReason::kNotLive);
+    return;
+  }
+  EarlyFrames& e = early_entry(f.h.exchange, now);
+  e.data.push_back({f.h, f.src_rank, std::vector<std::uint8_t>(f.payload.begin(), f.payload.end())});
+  early_data_bytes_ += f.payload.size();
+  ++link_->counters().early_data_frames;
 }
 
 void Engine::receive(Clock::time_point now) {
@@ -164,13 +198,13 @@ void Engine::receive(Clock::time_point now) {
     if (f.reason != DropReason::kOk) {
       // A frame of the peer's current incarnation that is merely of no use (a duplicate, for a
       // finished exchange, dummy traffic) still shows that the peer is alive (finding 8).
-      const bool alive = f.src_rank >= 0 && (f.reason == DropReason::kDummy || f.reason == DropReason::kNotLive || f.reason == DropReason::kDuplicate) &&
-                         peer_epoch_known_[static_cast<std::size_t>(f.src_rank)] && peer_epoch_[static_cast<std::size_t>(f.src_rank)] == f.h.epoch;
+      const bool alive = (f.reason == DropReason::kDummy || f.reason == DropReason::kNotLive || f.reason == DropReason::kDuplicate) && alive_epoch(f);
       if (alive) link_->heard_from(f.src_rank, now);
       // Reasons found after the CRC matched can be charged to the exchange.
       Exchange* ex = f.reason >= DropReason::kRankMismatch && f.reason != DropReason::kNotLive ? find(f.h.exchange) : nullptr;
       if (ex != nullptr) {
         ex->count_drop(f.reason);
+        if (f.reason == DropReason::kUnexpectedBlock && f.h.type == FrameType::kData && alive_epoch(f)) ex->unexpected_data(f.src_rank, f.h.block_len, now);
       } else {
         link_->count_drop(f.reason);
       }

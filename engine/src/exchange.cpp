@@ -40,6 +40,7 @@ Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
       b.frames = frame_count(b.len, chunk);
       b.queued.assign((b.frames + 63) / 64, 0);
       b.rto = link_.config().rto;
+      b.eager = eager_block(b.len, chunk, link_.config());
       out_of_[r] = static_cast<int>(out_.size());
       out_.push_back(std::move(b));
     }
@@ -49,6 +50,7 @@ Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
       in.len = spec_.recv[r].len;
       in.frames = frame_count(in.len, chunk);
       in.bits.assign((in.frames + 63) / 64, 0);
+      in.eager = eager_block(in.len, chunk, link_.config());
       ++incomplete_blocks_;
     }
   }
@@ -59,6 +61,7 @@ Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
       if (!round.dummy && send.dst >= 0 && idx(send.dst) < n_ && out_of_[idx(send.dst)] >= 0) out_[static_cast<std::size_t>(out_of_[idx(send.dst)])].phase = send.phase;
   if (spec_.dummy_len == 0)
     for (const auto& b : out_) spec_.dummy_len = std::max(spec_.dummy_len, b.len);
+  copy_eager_blocks();
   counters_.rounds.resize(spec_.program.rounds.size());
   descriptor_ = encode_descriptor(spec_.descriptor, std::min<std::size_t>(chunk, kMaxDescriptor));
   soft_deadline_ = spec_.timeout.count() <= 0;
@@ -79,23 +82,53 @@ void Exchange::begin(Clock::time_point now, const EarlyFrames& early) {
     if (early.ready_from[r]) ready_from_[r] = true;
   for (std::uint32_t id : early.syncs)
     if (id < have_sync_.size()) have_sync_[id] = 1;
-  // READY before data: every peer that sends to us learns that the buffer is posted.
-  for (std::size_t r = 0; r < n_; ++r) {
-    if (in_[r].len == 0) continue;
-    Pending& p = ready_out_[r];
-    p.type = FrameType::kReady;
-    p.to = static_cast<Rank>(r);
-    p.rto = link_.config().rto;
-    ++unacked_pending_;
-    send_pending(p, now);
-  }
+  // READY before data: every peer that sends to us learns that the buffer is posted. Eager
+  // blocks come without one (issue 14): a round trip saved.
+  for (std::size_t r = 0; r < n_; ++r)
+    if (in_[r].len > 0 && !in_[r].eager) post_ready(static_cast<Rank>(r), now);
   // A block of zero bytes (alltoallv) is complete from the start: its receipt tokens go now.
   for (std::size_t r = 0; r < n_; ++r)
     if (static_cast<Rank>(r) != me && in_[r].len == 0)
       if (const auto* ids = spec_.program.emits_on_receive(static_cast<Rank>(r)))
         for (std::uint32_t id : *ids) emit(id, now);
   wait_since_ = now;
+  replay_early(early, now);
   advance(now);
+}
+
+void Exchange::replay_early(const EarlyFrames& early, Clock::time_point now) {
+  for (const EarlyData& d : early.data) {
+    if (!running()) return;
+    if (d.src < 0 || idx(d.src) >= n_ || !accept_epoch(d.src, d.h.epoch)) {
+      count_drop(DropReason::kStaleEpoch);
+      continue;
+    }
+    if (in_[idx(d.src)].len != d.h.block_len) {
+      count_drop(DropReason::kUnexpectedBlock);
+      unexpected_data(d.src, d.h.block_len, now);
+      continue;
+    }
+    Parsed f;
+    f.h = d.h;
+    f.src_rank = d.src;
+    f.payload = d.payload;
+    f.offset = static_cast<std::uint64_t>(d.h.seq) * d.h.chunk;
+    on_data(f, now);
+  }
+}
+
+void Exchange::unexpected_data(Rank src, std::uint64_t len, Clock::time_point now) {
+  if (!running()) return;
+  // Every peer that sends to us learns what we run and expect (a READY) before our ABORT: a
+  // mismatch is seldom with one peer only, and each of them names it from its side.
+  post_ready(src, now);
+  for (std::size_t r = 0; r < n_; ++r)
+    if (in_[r].len > 0 && static_cast<Rank>(r) != src) post_ready(static_cast<Rank>(r), now);
+  // An alltoall's block size is its descriptor's: say it as the descriptors would.
+  const std::string what = spec_.descriptor.kind == Collective::kAlltoall
+                               ? descriptor_difference({Collective::kAlltoall, len, spec_.descriptor.plan}, spec_.descriptor)
+                               : "sends a " + std::to_string(len) + "-byte block to this rank, which expects " + std::to_string(in_[idx(src)].len) + " bytes";
+  fail(Errc::kInvalidArgument, "rank " + std::to_string(src) + " " + what, src, now);
 }
 
 ParseContext::Expected Exchange::expect(std::uint32_t epoch, Rank src) const {
@@ -119,15 +152,56 @@ void Exchange::peer_restarted(Rank src, Clock::time_point now) {
     fail(Errc::kPeerAborted, "peer " + peer_name(link_, src) + " restarted during the exchange (new epoch)", src, now);
 }
 
+void Exchange::copy_eager_blocks() {
+  std::size_t bytes = 0;
+  for (const auto& b : out_)
+    if (b.eager) bytes += b.len;
+  eager_copy_.resize(bytes);
+  std::size_t at = 0;
+  for (auto& b : out_) {
+    if (!b.eager) continue;
+    std::memcpy(eager_copy_.data() + at, b.data, b.len);
+    b.data = eager_copy_.data() + at;
+    b.region = nullptr;
+    at += b.len;
+  }
+}
+
+void Exchange::abandon(Rank peer) {
+  for (auto& b : out_) {
+    if (b.dst != peer || b.acked) continue;
+    b.acked = true;
+    b.resend.clear();
+    --unacked_blocks_;
+  }
+  for (auto it = syncs_out_.begin(); it != syncs_out_.end();) {
+    if (it->second.to == peer) {
+      it = syncs_out_.erase(it);
+      --unacked_pending_;
+    } else {
+      ++it;
+    }
+  }
+  if (unacked_blocks_ == 0 && unacked_pending_ == 0) settling_ = false;
+}
+
 void Exchange::check_done(Clock::time_point now) {
+  if (settling_ && unacked_blocks_ == 0 && unacked_pending_ == 0) settling_ = false;
   if (!running() || round_ < spec_.program.rounds.size()) return;
-  if (unacked_blocks_ > 0 || incomplete_blocks_ > 0 || unacked_pending_ > 0 || !late_emits_.empty()) return;
+  if (incomplete_blocks_ > 0 || !late_emits_.empty()) return;
+  // Done here once every block is in and every round has run (issue 14): what still waits
+  // for an acknowledgement is resent while settling, from our own copy of the eager blocks and
+  // of the tokens; blocks that go from the caller's memory must be acknowledged first. (Every
+  // READY is answered by now: its sender's block is here.)
+  if (std::any_of(out_.begin(), out_.end(), [](const OutBlock& b) { return !b.acked && !b.eager; })) return;
+  if (std::any_of(ready_out_.begin(), ready_out_.end(), [](const Pending& p) { return p.to >= 0 && !p.acked; })) return;
   state_ = ExchangeState::kDone;
   end_ = now;
   linger_until_ = now + link_.config().linger;
+  settling_ = unacked_blocks_ > 0 || unacked_pending_ > 0;
 }
 
-void Exchange::fail(Errc code, const std::string& message, Rank peer, Clock::time_point now) {
+void Exchange::fail(Errc code, const std::string& message, Rank peer, Clock::time_point now, bool tell) {
   if (!running()) return;
   state_ = ExchangeState::kFailed;
   code_ = code;
@@ -140,7 +214,7 @@ void Exchange::fail(Errc code, const std::string& message, Rank peer, Clock::tim
   late_emits_.clear();
   if (code == Errc::kPeerSilent && peer >= 0) link_.peer_silent(peer, message, now);
   // Tell everyone (best effort, no acknowledgement); a peer that aborted us already knows.
-  if (code != Errc::kPeerAborted) {
+  if (tell && code != Errc::kPeerAborted) {
     std::string reason = "rank " + std::to_string(link_.rank()) + ": " + message;
     if (reason.size() > 400) reason.resize(400);
     for (std::size_t r = 0; r < n_; ++r)

@@ -37,6 +37,14 @@ class Exchange {
   std::uint32_t id() const { return spec_.id; }
   ExchangeState state() const { return state_; }
   bool running() const { return state_ == ExchangeState::kRunning; }
+  // Issue 14: done here (every block in, every round run), and reported so, while eager blocks
+  // and tokens of ours still wait for their acknowledgement: they are resent from the
+  // exchange's own copy until acknowledged, or given up after the retries.
+  bool settling() const { return settling_; }
+  // A settling exchange stops resending to `peer`, which aborted it.
+  void abandon(Rank peer);
+  bool reported() const { return reported_; }
+  void mark_reported() { reported_ = true; }
   Clock::time_point linger_until() const { return linger_until_; }
   ExchangeReport report(Clock::time_point now) const;
 
@@ -53,7 +61,9 @@ class Exchange {
   // Sender-based tokens held back until the round's frames have drained (Link::drained_at).
   void emit_due(Clock::time_point now);
   Clock::time_point next_emit() const { return late_emits_.empty() ? Clock::time_point::max() : late_emits_.front().first; }
-  void fail(Errc code, const std::string& message, Rank peer, Clock::time_point now);
+  // Ends the exchange with an error; unless `tell` is false (it came from a peer's ABORT), the
+  // peers get an ABORT that says why.
+  void fail(Errc code, const std::string& message, Rank peer, Clock::time_point now, bool tell = true);
 
   // Frames for this exchange (already validated by parse()).
   void on_data(const Parsed& f, Clock::time_point now);
@@ -67,6 +77,11 @@ class Exchange {
     ++counters_.drops[static_cast<std::size_t>(reason)];
     link_.count_drop(reason);
   }
+  // Issue 14: DATA from `src` for a block of `len` bytes where another length (or none) is
+  // posted here. A sender of an eager block has had no READY that says what we expect: it and
+  // every other peer that sends to us get one (each running one names the mismatch from its
+  // side), and the exchange fails naming both lengths.
+  void unexpected_data(Rank src, std::uint64_t len, Clock::time_point now);
 
  private:
   struct OutBlock {
@@ -84,6 +99,7 @@ class Exchange {
     Clock::time_point poll_at{};
     std::chrono::microseconds rto{};
     int polls = 0;
+    bool eager = false;  // sent without waiting for READY (eager_block)
   };
   struct InBlock {
     std::uint8_t* data = nullptr;
@@ -92,6 +108,7 @@ class Exchange {
     std::uint32_t got = 0;
     std::vector<std::uint64_t> bits;
     bool complete = false;
+    bool eager = false;  // its sender does not wait for our READY (eager_block)
     Clock::time_point nack_at{};
   };
   // A control frame that needs an ACK: READY (to a sender) or SYNC (to a waiter).
@@ -123,6 +140,15 @@ class Exchange {
   void end_round(Clock::time_point now);
   void emit(std::uint32_t sync_id, Clock::time_point now);
   void send_pending(Pending& p, Clock::time_point now);
+  // Our READY to `src` (posted once, resent until acknowledged; sent again if asked again).
+  void post_ready(Rank src, Clock::time_point now);
+  // A round may send to `dst` only once its READY came, unless the block is eager.
+  bool awaits_ready(Rank dst) const;
+  // Eager blocks still missing rto after the start get a READY after all: a sender that takes
+  // the block for a larger one waits for it, and learns what we expect (exchange_liveness.cpp).
+  void late_readies(Clock::time_point now);
+  // The eager frames that came before our start (Engine::keep_early_data).
+  void replay_early(const EarlyFrames& early, Clock::time_point now);
   // Issue 15, finding 10 (exchange_agree.cpp): true when `theirs` (a descriptor from `src`, or
   // nothing) describes this exchange; else the exchange fails, naming the difference, and
   // `src` gets our descriptor (an ACK of `type`) so that it names it from its side.
@@ -146,6 +172,11 @@ class Exchange {
   void send_data(OutBlock* block, Rank dst, std::uint32_t index, std::uint64_t len, int phase, std::uint8_t flags);
   void block_complete(Rank src, Clock::time_point now);
   void check_done(Clock::time_point now);
+  // Eager blocks go from a copy: the caller may reuse its buffer once the exchange is done here.
+  void copy_eager_blocks();
+  // Resends unacknowledged READY and tokens, polls blocks sent (timers()); false when a peer
+  // never answered.
+  bool resend_due(Clock::time_point now);
   Rank sync_target(std::uint32_t id) const;
   // Marks the peers this node waits on now: for the READY or tokens of the round it would
   // start, for acknowledgements of what it sent, and, once its rounds are done, for the
@@ -156,6 +187,8 @@ class Exchange {
   ExchangeSpec spec_;
   std::size_t n_;
   ExchangeState state_ = ExchangeState::kRunning;
+  bool settling_ = false, reported_ = false;
+  std::vector<std::uint8_t> eager_copy_;  // the eager blocks' bytes (copy_eager_blocks)
   Errc code_ = Errc::kOk;
   std::string error_;
   Rank bad_peer_ = -1;

@@ -35,6 +35,25 @@ bool Exchange::retry(Pending& p, Clock::time_point now) {
   return true;
 }
 
+void Exchange::post_ready(Rank src, Clock::time_point now) {
+  Pending& p = ready_out_[idx(src)];
+  if (p.to >= 0) {
+    if (p.acked) send_pending(p, now);  // asked again: the sender may have missed what it said
+    return;
+  }
+  p.type = FrameType::kReady;
+  p.to = src;
+  p.rto = link_.config().rto;
+  ++unacked_pending_;
+  send_pending(p, now);
+}
+
+void Exchange::late_readies(Clock::time_point now) {
+  if (now < start_ + link_.config().rto) return;
+  for (std::size_t r = 0; r < n_; ++r)
+    if (in_[r].eager && !in_[r].complete && ready_out_[r].to < 0) post_ready(static_cast<Rank>(r), now);
+}
+
 void Exchange::send_pending(Pending& p, Clock::time_point now) {
   // READY says which block it expects; both carry our descriptor (issue 15, finding 10).
   const std::uint64_t expected = p.type == FrameType::kReady ? in_[idx(p.to)].len : 0;
@@ -63,7 +82,7 @@ void Exchange::waited_on(std::vector<bool>& peers) const {
       if (id >= have_sync_.size() || have_sync_[id] == 0) mark(lookup_rank(spec_.sync_sources, id));
     if (!round.dummy)
       for (const auto& send : round.sends)
-        if (send.dst != link_.rank() && spec_.send[idx(send.dst)].len > 0 && !ready_from_[idx(send.dst)]) mark(send.dst);
+        if (awaits_ready(send.dst)) mark(send.dst);
     return;
   }
   for (std::size_t r = 0; r < n_; ++r)
@@ -139,19 +158,20 @@ bool Exchange::keepalive(Clock::time_point now) {
   return true;
 }
 
-void Exchange::timers(Clock::time_point now) {
-  if (!running()) return;
+// Resends what waits for an acknowledgement (READY, tokens) and polls the blocks sent; false
+// when a peer never answered: the exchange failed (or, settling, gave up).
+bool Exchange::resend_due(Clock::time_point now) {
   const auto& cfg = link_.config();
   for (auto& p : ready_out_)
-    if (p.to >= 0 && !p.acked && !retry(p, now)) return;
+    if (p.to >= 0 && !p.acked && !retry(p, now)) return false;
   for (auto& [id, p] : syncs_out_)
-    if (!retry(p, now)) return;
+    if (!retry(p, now)) return false;
   for (auto& b : out_) {
     if (b.acked || !b.first_done || !b.resend.empty() || now < b.poll_at) continue;
     if (b.polls > cfg.max_retries) {
       fail(Errc::kPeerSilent, "peer " + peer_name(link_, b.dst) + " did not acknowledge its block after " + std::to_string(b.polls) + " polls",
            b.dst, now);
-      return;
+      return false;
     }
     link_.send_control(b.dst, FrameType::kPoll, spec_.id, 0, 0, b.len);
     ++counters_.polls_sent;
@@ -160,6 +180,18 @@ void Exchange::timers(Clock::time_point now) {
     b.poll_at = now + b.rto;
     b.rto = std::min(b.rto * 2, cfg.rto_max);
   }
+  return true;
+}
+
+void Exchange::timers(Clock::time_point now) {
+  if (settling_) {
+    // Reported done already: a peer that never acknowledges is its own exchange's failure.
+    if (!resend_due(now)) settling_ = false;
+    return;
+  }
+  if (!running()) return;
+  late_readies(now);
+  if (!resend_due(now)) return;
   if (!keepalive(now)) return;
   if (now >= deadline_at()) {
     std::string why = "exchange " + std::to_string(spec_.id) + " did not finish within " + std::to_string(deadline_.count()) + " ms";
@@ -173,13 +205,16 @@ void Exchange::timers(Clock::time_point now) {
 }
 
 Clock::time_point Exchange::next_deadline() const {
-  if (!running()) return Clock::time_point::max();
-  Clock::time_point at = next_keepalive_;
+  if (!running() && !settling_) return Clock::time_point::max();
+  Clock::time_point at = running() ? next_keepalive_ : Clock::time_point::max();
   for (const auto& p : ready_out_)
     if (p.to >= 0 && !p.acked) at = std::min(at, p.retry_at);
   for (const auto& [id, p] : syncs_out_) at = std::min(at, p.retry_at);
+  for (std::size_t r = 0; r < n_; ++r)
+    if (in_[r].eager && !in_[r].complete && ready_out_[r].to < 0) at = std::min(at, start_ + link_.config().rto);
   for (const auto& b : out_)
     if (!b.acked && b.first_done && b.resend.empty()) at = std::min(at, b.poll_at);
+  if (!running()) return at;
   at = std::min(at, deadline_at());
   if (round_state_ == RoundState::kDelay) at = std::min(at, delay_until_);
   return at;

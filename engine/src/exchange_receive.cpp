@@ -66,7 +66,7 @@ void Exchange::on_nack(const Parsed& f, Clock::time_point now) {
   const Rank src = f.src_rank;
   ++counters_.nacks_received;
   int o = out_of_[idx(src)];
-  if (o < 0 || out_[static_cast<std::size_t>(o)].len != f.h.block_len || !running()) {
+  if (o < 0 || out_[static_cast<std::size_t>(o)].len != f.h.block_len || (!running() && !settling_)) {
     count_drop(DropReason::kUnexpectedBlock);
     return;
   }

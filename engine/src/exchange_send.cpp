@@ -32,9 +32,13 @@ bool Exchange::round_can_start(const sched::Round& round) const {
   for (std::uint32_t id : round.waits)
     if (id >= have_sync_.size() || have_sync_[id] == 0) return false;
   if (round.dummy) return true;
-  for (const auto& send : round.sends)
-    if (send.dst != link_.rank() && spec_.send[idx(send.dst)].len > 0 && !ready_from_[idx(send.dst)]) return false;
-  return true;
+  return std::none_of(round.sends.begin(), round.sends.end(), [&](const sched::Send& send) { return awaits_ready(send.dst); });
+}
+
+bool Exchange::awaits_ready(Rank dst) const {
+  if (dst == link_.rank() || ready_from_[idx(dst)]) return false;
+  const int o = out_of_[idx(dst)];
+  return o >= 0 && !out_[static_cast<std::size_t>(o)].eager;
 }
 
 void Exchange::start_round(Clock::time_point now) {
@@ -112,6 +116,7 @@ void Exchange::advance(Clock::time_point now) {
 }
 
 bool Exchange::has_data() const {
+  if (settling_) return !resend_blocks_.empty();
   if (!running()) return false;
   return !resend_blocks_.empty() || (round_state_ == RoundState::kSending && !streams_.empty());
 }
@@ -142,7 +147,7 @@ void Exchange::send_data(OutBlock* block, Rank dst, std::uint32_t index, std::ui
 }
 
 bool Exchange::send_next(Clock::time_point now) {
-  if (!running()) return false;
+  if (!running() && !settling_) return false;
   // Retransmissions first.
   while (!resend_blocks_.empty()) {
     OutBlock& b = out_[static_cast<std::size_t>(resend_blocks_.front())];

@@ -284,6 +284,11 @@ DecodedRequest decode_request(const std::vector<std::uint8_t>& msg) {
     case Type::kRegister: return decoded(*h, r, RegisterRequest{}, "REGISTER (it carries a size and nothing else)");
     case Type::kFree: return decoded(*h, r, FreeRequest{}, "FREE");
     case Type::kStart: return decoded(*h, r, StartRequest{}, "START");
+    case Type::kRun: {
+      StartRequest run;
+      run.run = true;
+      return decoded(*h, r, run, "RUN");
+    }
     case Type::kWait: return decoded(*h, r, WaitRequest{0, true}, "WAIT");
     case Type::kTest: return decoded(*h, r, WaitRequest{0, false}, "TEST");
     case Type::kStatus: return decoded(*h, r, StatusRequest{}, "STATUS");

@@ -36,6 +36,7 @@ enum class Type : std::uint16_t {
   kStatusReply,
   kError,            // code, message
   kOk,
+  kRun,              // exchange request -> kDone once it finished here: START and WAIT in one
 };
 
 enum class Kind : std::uint8_t { kAlltoall = 1, kAlltoallv = 2, kBarrier = 3 };
@@ -177,8 +178,11 @@ struct Block {
 };
 
 struct StartRequest {
-  static constexpr Type kType = Type::kStart;
   Kind kind = Kind::kAlltoall;
+  // RUN instead of START: no STARTED reply, DONE when it finished (issue 14: a blocking
+  // collective costs one round trip to the daemon, not two).
+  bool run = false;
+  Type type() const { return run ? Type::kRun : Type::kStart; }
   // Schedule and sync in the one notation of aapc/sched/spec.hpp ("auto", "tree+sender-all").
   std::string spec = "auto";
   std::uint32_t timeout_ms = 0;  // 0: derived from the exchange's size (engine.hpp, default_timeout)

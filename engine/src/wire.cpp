@@ -268,10 +268,10 @@ Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> t
       if ((h.flags & kFlagDummy) != 0) return drop(DropReason::kDummy);  // nothing is written for dummy traffic
       ParseContext::Expected e = ctx.expect_data(h.exchange, h.epoch, src_rank);
       if (e.status != DropReason::kOk) return drop(e.status);
-      if (e.block_len != h.block_len) return drop(DropReason::kUnexpectedBlock);
+      if (!e.early && e.block_len != h.block_len) return drop(DropReason::kUnexpectedBlock);
       if (e.chunk != h.chunk) return drop(DropReason::kBadOffset);
       out.offset = static_cast<std::uint64_t>(h.seq) * h.chunk;
-      if (out.offset + h.payload_len > e.block_len) return drop(DropReason::kBadOffset);  // implied, kept as a guard
+      if (out.offset + h.payload_len > h.block_len) return drop(DropReason::kBadOffset);  // implied, kept as a guard
       break;
     }
     case FrameType::kNack: {

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "aapc/sched/algorithms.hpp"
@@ -223,4 +224,56 @@ TEST_CASE("auto picks the calibrated schedule and sync variant, and verified pla
   Topology deep = Topology::from_spec(spec);
   CHECK(auto_choice(deep, 48 * 1024 - 1).algorithm.algorithm == Algorithm::kPairwiseEc);
   CHECK(auto_choice(deep, 48 * 1024).algorithm.algorithm == Algorithm::kTree);
+}
+
+namespace {
+
+// Who each node has heard from, transitively, when it finishes barrier `s`: a token carries
+// what its emitter knew when it emitted it (the rounds before), rounds run in order.
+std::vector<std::set<int>> barrier_knowledge(const Schedule& s) {
+  const auto n = static_cast<std::size_t>(s.machines);
+  std::vector<std::set<int>> know(n);
+  for (std::size_t i = 0; i < n; ++i) know[i].insert(static_cast<int>(i));
+  std::size_t rounds = s.programs.empty() ? 0 : s.programs[0].rounds.size();
+  for (std::size_t r = 0; r < rounds; ++r) {
+    std::vector<std::set<int>> carried(s.syncs.size());
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::uint32_t id : s.programs[i].rounds[r].emits) carried[id] = know[i];
+    for (std::size_t i = 0; i < n; ++i)
+      if (r + 1 < rounds)
+        for (std::uint32_t id : s.programs[i].rounds[r + 1].waits) know[i].insert(carried[id].begin(), carried[id].end());
+  }
+  return know;
+}
+
+}  // namespace
+
+TEST_CASE("k-ary dissemination barriers: every node hears from every other, in ceil(log_k N) stages") {
+  for (int n = 2; n <= 40; ++n) {
+    for (int k = 2; k <= n + 1; ++k) {
+      INFO(n << " machines, radix " << k);
+      const Schedule s = barrier_schedule(n, k);
+      int stages = 0;
+      for (long reach = 1; reach < n; reach *= k) ++stages;
+      REQUIRE(s.programs.size() == static_cast<std::size_t>(n));
+      CHECK(s.programs[0].rounds.size() == static_cast<std::size_t>(stages + 1));
+      for (const auto& know : barrier_knowledge(s)) CHECK(know.size() == static_cast<std::size_t>(n));
+    }
+  }
+  CHECK(barrier_schedule(8, 8).syncs.size() == 8 * 7);  // one stage: every node to every other
+  CHECK(barrier_schedule(8, 2).syncs.size() == 3 * 8);
+  CHECK_THROWS_AS(barrier_schedule(8, 1), std::invalid_argument);
+  // The radix the daemons use: one stage up to a few dozen machines, then two.
+  CHECK(barrier_radix(8) == 8);
+  CHECK(barrier_radix(16) == 16);
+  CHECK(barrier_radix(64) == 8);
+}
+
+TEST_CASE("a barrier that loses a token does not reach everyone") {
+  Schedule s = barrier_schedule(8, 2);
+  // Node 2's first token (sync 2, to node 3) is gone, and node 3 no longer waits for it.
+  s.programs[3].rounds[1].waits.clear();
+  for (auto& r : s.programs[2].rounds) r.emits.erase(std::remove(r.emits.begin(), r.emits.end(), 2U), r.emits.end());
+  const auto know = barrier_knowledge(s);
+  CHECK(std::any_of(know.begin(), know.end(), [](const std::set<int>& k) { return k.size() < 8; }));
 }

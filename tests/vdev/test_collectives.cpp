@@ -118,7 +118,9 @@ TEST_CASE("finding 10: alltoall with other block sizes on one rank fails at once
       return r == 2 ? std::string("called alltoall with 8192-byte blocks, this rank 4096-byte blocks")
                     : std::string("rank 2 called alltoall with 4096-byte blocks, this rank 8192-byte blocks");
     });
-    CHECK(o.reports[0]->peer == 2);
+    // Rank 0 hears of it from rank 2, or from the rank that found it first (through its ABORT,
+    // which names rank 2: its blocks are eager, sent without a READY that would tell rank 0).
+    CHECK((o.reports[0]->peer == 2 || o.reports[0]->error.find("aborted by peer rank") != std::string::npos));
   }
 }
 
@@ -167,10 +169,14 @@ TEST_CASE("finding 10: another schedule on one rank, and alltoallv counts that d
     auto o = wait(fabric, all_ranks(4), 1, Ms(20'000));
     CHECK(o.took < Ms(1'000));
     REQUIRE(o.all);
-    INFO(o.reports[1]->error);
-    CHECK(o.reports[1]->code == Errc::kInvalidArgument);
-    CHECK_THAT(o.reports[1]->error, Catch::Contains("rank 0 expects a 100-byte block from this rank, which sends 200 bytes"));
-    for (int r : {0, 2, 3}) CHECK(o.reports[static_cast<std::size_t>(r)]->state == engine::ExchangeState::kFailed);
+    INFO("rank 0: " << o.reports[0]->error << "; rank 1: " << o.reports[1]->error);
+    CHECK(o.reports[0]->code == Errc::kInvalidArgument);
+    CHECK_THAT(o.reports[0]->error, Catch::Contains("rank 1 sends a 200-byte block to this rank, which expects 100 bytes"));
+    // The 200 bytes are eager (issue 14): sent, without waiting for rank 0's READY, by a rank
+    // that may have every block of its own by the time rank 0's READY says what it expects. It
+    // then names the mismatch too, or it has finished (as ranks 2 and 3 may have).
+    if (o.reports[1]->state == engine::ExchangeState::kFailed)
+      CHECK_THAT(o.reports[1]->error, Catch::Contains("rank 0 expects a 100-byte block from this rank, which sends 200 bytes"));
   }
 }
 

@@ -27,7 +27,10 @@ std::uint16_t be16(const std::uint8_t* p) { return static_cast<std::uint16_t>((p
 // every timer period (500 us) and together starved the nodes that were sending.
 TEST_CASE("an engine that waits sleeps until its earliest deadline, not the timer period") {
   auto opts = test::nodes(3);
-  opts.tune = [](engine::EngineConfig& c) { c.rto = std::chrono::milliseconds(40); };
+  opts.tune = [](engine::EngineConfig& c) {
+    c.rto = std::chrono::milliseconds(40);
+    c.eager_frames = 0;  // the blocks wait for READY (eager ones would be sent at once)
+  };
   test::Fabric fabric(opts);
   fabric.unplug(2);  // rank 2 never acknowledges our READY: a retransmission is due
   Topology t = single_switch_topology(3);

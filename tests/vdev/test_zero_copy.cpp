@@ -66,8 +66,9 @@ TEST_CASE("zero copy over net_ring at MTU 1500 and 9000: byte-exact, data frames
     const std::uint64_t attached = run_some(fabric, id, "MTU " + std::to_string(mtu));
     fabric.settle();
     // Every frame attached to a send buffer went through the switch as a chained frame with
-    // an external last segment, and the engines counted them.
-    CHECK(attached > 4 * 3 * 2 * ((256 * 1024) / fabric.engine(0).chunk()));
+    // an external last segment, and the engines counted them. (Eager blocks, of a few frames,
+    // go from the exchange's own copy, issue 14: the 256 KiB blocks are attached.)
+    CHECK(attached >= 4 * 3 * 2 * ((256 * 1024) / fabric.engine(0).chunk()));
     CHECK(fabric.switched_external() == attached);
     CHECK(zero_copy_frames(fabric) == attached);
   }

@@ -171,6 +171,9 @@ class Client {
   // and still agree.
   Result<Request> start(const Buffer& send, Buffer& recv, StartMessage& message);
   Result<Request> send_start(const StartMessage& message);
+  Result<void> check_blocks(const Buffer& send, const Buffer& recv, StartMessage& message) const;
+  // START and WAIT in one request (RUN): a blocking collective.
+  Result<Stats> run(const StartMessage& message);
   std::shared_ptr<Connection> conn_;
 };
 

@@ -65,7 +65,19 @@ struct EngineConfig {
   // slower than the copy at 1,456-byte payloads (MTU 1500: the second mbuf and the free
   // callback cost more than copying what is in cache anyway), 11% faster at 8,956 (MTU 9000).
   std::size_t zero_copy_min = 4096;
+  // Issue 14: blocks of at most this many frames are eager: sent at once, without waiting for
+  // the receiver's READY (a round trip), and a receiver that has not started the exchange yet
+  // keeps their frames (up to early_data_bytes in all) for its start. Larger blocks wait for
+  // READY, so that a receiver never holds more than that. Every node of a cluster must use
+  // the same value: a receiver sends READY only for the blocks it does not take as eager.
+  std::uint32_t eager_frames = 8;
+  std::size_t early_data_bytes = 4U << 20;
 };
+
+// Whether a block of `len` bytes in `chunk`-byte frames is eager (EngineConfig::eager_frames).
+inline bool eager_block(std::uint64_t len, std::uint32_t chunk, const EngineConfig& config) {
+  return len > 0 && frame_count(len, chunk) <= config.eager_frames;
+}
 
 struct SendBlock {
   const std::uint8_t* data = nullptr;
@@ -170,18 +182,28 @@ struct EngineCounters {
   std::uint64_t alloc_failures = 0;   // no mbuf available
   std::uint64_t zero_copy_frames = 0; // sent with the payload not copied (SendBlock::region)
   std::uint64_t early_frames = 0;     // READY/SYNC kept for an exchange not started yet
+  std::uint64_t early_data_frames = 0;   // eager DATA kept for an exchange not started yet
+  std::uint64_t early_data_dropped = 0;  // eager DATA not kept: early_data_bytes were full
   std::array<std::uint64_t, kDropReasons> drops{};
 };
 
 class Exchange;
 class EngineLink;
 
-// READY and SYNC frames for an exchange not started yet here, kept for its start.
+// A DATA frame of an eager block that came before its exchange started here (issue 14).
+struct EarlyData {
+  Header h;
+  Rank src = -1;
+  std::vector<std::uint8_t> payload;
+};
+
+// READY, SYNC and eager DATA frames for an exchange not started yet here, kept for its start.
 struct EarlyFrames {
   std::vector<bool> ready_from;           // by rank
   std::vector<std::uint64_t> ready_len;   // by rank: the block its READY expects from us
   std::vector<std::uint32_t> syncs;
   std::vector<std::vector<std::uint8_t>> descriptor;  // by rank: the last one it sent (or empty)
+  std::vector<EarlyData> data;
   Clock::time_point seen;
 };
 
@@ -248,11 +270,18 @@ class Engine final : private ParseContext {
   void receive(Clock::time_point now);
   void handle(const Parsed& f, Clock::time_point now);
   void keep_early(const Parsed& f, Clock::time_point now);
+  void keep_early_data(const Parsed& f, Clock::time_point now);
+  EarlyFrames& early_entry(std::uint32_t id, Clock::time_point now);
+  static constexpr std::size_t kMaxEarly = 64;  // exchanges not started yet whose frames we keep
+  // Whether frames of exchange `id`, not started here, may be kept for its start.
+  bool may_keep_early(std::uint32_t id) const;
   void timers(Clock::time_point now);
   void transmit(Clock::time_point now);
   // kOk when `epoch` is the sender's current one (learned or moved forward here), else why
   // the frame must be dropped (kStaleEpoch, kFutureEpoch).
   DropReason note_epoch(Rank src, std::uint32_t epoch);
+  // A dropped frame is of its sender's current incarnation (the epoch we know it by).
+  bool alive_epoch(const Parsed& f) const;
   Exchange* find(std::uint32_t id) const;
 
 
@@ -281,7 +310,8 @@ class Engine final : private ParseContext {
   };
   std::vector<AbortedBy> aborted_by_;
   std::map<std::uint32_t, std::unique_ptr<Exchange>> exchanges_;  // running and lingering
-  // The poll loop looks only at these: running, or finished and not yet reported. Reported
+  // The poll loop looks only at these: running, settling (Exchange::settling), or finished and
+  // not yet reported. Reported
   // exchanges linger (they answer late frames) in `lingering_`, oldest first, until erased;
   // a benchmark leaves thousands of them, which the loop must not walk.
   std::vector<Exchange*> active_;
@@ -290,6 +320,7 @@ class Engine final : private ParseContext {
   // a sender whose ACKs were all lost still polls, and learns that its block arrived.
   std::deque<std::uint32_t> done_ids_;
   std::map<std::uint32_t, EarlyFrames> early_;
+  std::size_t early_data_bytes_ = 0;  // payload bytes kept in early_
   std::vector<ExchangeReport> finished_;
   std::uint32_t last_started_ = 0;
   bool started_any_ = false;

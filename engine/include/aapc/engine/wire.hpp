@@ -187,6 +187,10 @@ class ParseContext {
     DropReason status = DropReason::kNotLive;  // kOk when the block exists
     std::uint64_t block_len = 0;
     std::uint16_t chunk = 0;
+    // Issue 14: the exchange has not started here, and its eager frames are kept for its
+    // start: the frame is checked against its own block length, which the exchange checks
+    // against the posted one when it starts.
+    bool early = false;
   };
   virtual Expected expect_data(std::uint32_t exchange, std::uint32_t epoch, Rank src) const = 0;
 };

@@ -50,7 +50,10 @@ std::string format_plan_spec(const AlgorithmSpec& algorithm, const SyncSpec& syn
 // Throws std::invalid_argument like parse_plan_spec().
 Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block_bytes);
 
-// A dissemination barrier made of tokens only: ceil(log2 N) rounds without data.
-Schedule barrier_schedule(int machines);
+// A dissemination barrier made of tokens only: ceil(log_radix N) rounds without data, each node
+// sending radix - 1 tokens per round. Throws std::invalid_argument for a radix below 2.
+Schedule barrier_schedule(int machines, int radix = 2);
+// The radix that costs the barrier of `machines` the least (the model in choice.cpp).
+int barrier_radix(int machines);
 
 }  // namespace aapc::sched

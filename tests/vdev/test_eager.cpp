@@ -1,0 +1,142 @@
+// Issue 14: small exchanges without round trips. Blocks of a few frames are eager: sent at
+// once, without waiting for the receiver's READY; a receiver that has not started the exchange
+// yet keeps their frames for its start; and a rank is done once every block is in and every
+// round has run, while what it sent still waits for acknowledgements (it settles, resending
+// from its own copy).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/choice.hpp"
+#include "aapc/sched/generate.hpp"
+#include "checks.hpp"
+#include "fabric.hpp"
+
+using namespace aapc;
+using namespace aapc::sched;
+using Ms = std::chrono::milliseconds;
+
+namespace {
+
+// One rank's side of an alltoall of `block`-byte blocks: its buffers (the pattern out, 0xEE in).
+struct Side {
+  std::vector<std::vector<std::uint8_t>> send, recv;
+  std::optional<engine::ExchangeReport> report;
+
+  bool byte_exact(int me, std::uint32_t id) const {
+    for (std::size_t src = 0; src < recv.size(); ++src)
+      for (std::uint64_t k = 0; k < recv[src].size(); ++k)
+        if (recv[src][k] != test::pattern(static_cast<int>(src), me, id, k)) return false;
+    return true;
+  }
+};
+
+void start_side(test::Fabric& fabric, const Schedule& s, int me, std::uint32_t id, std::uint64_t block, Side& side) {
+  const auto n = static_cast<std::size_t>(s.machines);
+  side.send.assign(n, std::vector<std::uint8_t>(block));
+  side.recv.assign(n, std::vector<std::uint8_t>(block, 0xEE));
+  auto spec = engine::exchange_spec(s, me, id);
+  for (std::size_t p = 0; p < n; ++p) {
+    for (std::uint64_t k = 0; k < block; ++k) side.send[p][k] = test::pattern(me, static_cast<int>(p), id, k);
+    spec.send[p] = {side.send[p].data(), block};
+    spec.recv[p] = {side.recv[p].data(), block};
+  }
+  REQUIRE(fabric.engine(me).start(std::move(spec)));
+}
+
+// Steps the fabric until `until` holds, collecting the reports of exchange `id`.
+bool run_sides(test::Fabric& fabric, std::vector<Side>& sides, std::uint32_t id, const std::function<bool()>& until, Ms deadline) {
+  return fabric.run_until(
+      [&] {
+        for (int r = 0; r < fabric.size(); ++r)
+          for (auto& rep : fabric.engine(r).take_finished())
+            if (rep.id == id) sides[static_cast<std::size_t>(r)].report = rep;
+        return until();
+      },
+      deadline);
+}
+
+}  // namespace
+
+TEST_CASE("issue 14: eager blocks that reach a rank before it starts are kept, and nothing is resent") {
+  const int n = 4;
+  Schedule s = make_schedule(single_switch_topology(n), {Algorithm::kSyncShuffle, 0});
+  for (std::uint64_t block : {std::uint64_t{8}, std::uint64_t{1024}, std::uint64_t{5000}}) {
+    INFO(block << "-byte blocks");
+    test::Fabric fabric(test::nodes(n));
+    std::vector<Side> sides(n);
+    for (int me = 0; me < n - 1; ++me) start_side(fabric, s, me, 1, block, sides[static_cast<std::size_t>(me)]);
+    fabric.settle(Ms(5));  // their blocks reach rank 3, which has not started
+    const auto kept = fabric.engine(n - 1).counters().early_data_frames;
+    CHECK(kept == static_cast<std::uint64_t>(n - 1) * engine::frame_count(block, fabric.engine(0).chunk()));
+    start_side(fabric, s, n - 1, 1, block, sides[n - 1]);
+    REQUIRE(run_sides(fabric, sides, 1, [&] { return std::all_of(sides.begin(), sides.end(), [](const Side& d) { return d.report.has_value(); }); }, Ms(10'000)));
+    for (int me = 0; me < n; ++me) {
+      const auto& rep = *sides[static_cast<std::size_t>(me)].report;
+      INFO("rank " << me << ": " << rep.error);
+      CHECK(rep.state == engine::ExchangeState::kDone);
+      CHECK(sides[static_cast<std::size_t>(me)].byte_exact(me, 1));
+      // Kept, not dropped: nothing had to be sent again.
+      CHECK(rep.counters.retransmitted_frames == 0);
+    }
+  }
+}
+
+TEST_CASE("issue 14: a rank whose eager blocks are not yet acknowledged is done, and resends them from its own copy") {
+  const int n = 3;
+  Schedule s = make_schedule(single_switch_topology(n), {Algorithm::kRing, 0});
+  auto opts = test::nodes(n);
+  // Rank 2 keeps nothing that comes early: the blocks of ranks 0 and 1 to it are lost.
+  opts.tune = [](engine::EngineConfig& c) {
+    if (c.rank == 2) c.early_data_bytes = 0;
+  };
+  test::Fabric fabric(opts);
+  std::vector<Side> sides(n);
+  const std::uint64_t block = 3000;
+  for (int me = 0; me < 2; ++me) start_side(fabric, s, me, 1, block, sides[static_cast<std::size_t>(me)]);
+  fabric.settle(Ms(5));
+  start_side(fabric, s, 2, 1, block, sides[2]);
+  // Ranks 0 and 1 have everything once rank 2's blocks are in: done, while theirs to rank 2
+  // still wait for a poll (one RTO) to be sent again.
+  REQUIRE(run_sides(fabric, sides, 1, [&] { return sides[0].report && sides[1].report; }, Ms(10'000)));
+  CHECK_FALSE(sides[2].report.has_value());
+  for (int me = 0; me < 2; ++me) {
+    auto& side = sides[static_cast<std::size_t>(me)];
+    CHECK(side.report->state == engine::ExchangeState::kDone);
+    CHECK(side.byte_exact(me, 1));
+    // The caller may reuse its buffer once done: what rank 2 gets must not change.
+    for (auto& b : side.send) std::fill(b.begin(), b.end(), 0x5A);
+  }
+  REQUIRE(run_sides(fabric, sides, 1, [&] { return sides[2].report.has_value(); }, Ms(10'000)));
+  INFO(sides[2].report->error);
+  CHECK(sides[2].report->state == engine::ExchangeState::kDone);
+  CHECK(sides[2].byte_exact(2, 1));
+  fabric.settle();
+  for (int me = 0; me < 2; ++me) {
+    const auto rep = fabric.engine(me).report(1);
+    REQUIRE(rep);
+    CHECK(rep->counters.retransmitted_frames > 0);  // sent again, after the report
+  }
+  CHECK(fabric.engine(0).quiet());
+}
+
+TEST_CASE("issue 14: blocks larger than eager_frames still wait for READY") {
+  const int n = 3;
+  Schedule s = make_schedule(single_switch_topology(n), {Algorithm::kRing, 0});
+  test::Fabric fabric(test::nodes(n));
+  std::vector<Side> sides(n);
+  const std::uint64_t block = static_cast<std::uint64_t>(fabric.engine(0).config().eager_frames + 1) * fabric.engine(0).chunk();
+  for (int me = 0; me < 2; ++me) start_side(fabric, s, me, 1, block, sides[static_cast<std::size_t>(me)]);
+  fabric.settle(Ms(20));
+  // Rank 2 has not started: its READY has not gone, and no data came (not even to be dropped).
+  CHECK(fabric.engine(2).counters().early_data_frames == 0);
+  CHECK(fabric.engine(2).counters().drops[static_cast<std::size_t>(engine::DropReason::kNotLive)] == 0);
+  start_side(fabric, s, 2, 1, block, sides[2]);
+  REQUIRE(run_sides(fabric, sides, 1, [&] { return std::all_of(sides.begin(), sides.end(), [](const Side& d) { return d.report.has_value(); }); }, Ms(10'000)));
+  for (int me = 0; me < n; ++me) CHECK(sides[static_cast<std::size_t>(me)].byte_exact(me, 1));
+}
