@@ -69,3 +69,15 @@ TEST_CASE("an engine refuses a combining schedule whose blocks differ in size") 
   CHECK_THROWS_WITH(test::run_exchange(fabric, planned(t, "bruck", "none"), 1, 16, std::chrono::milliseconds(5'000), &sizes),
                     Catch::Contains("needs every block to be 16 bytes"));
 }
+
+TEST_CASE("an engine refuses combining steps that would send a block it does not hold yet") {
+  test::Fabric fabric(test::nodes(8));
+  Topology t = single_switch_topology(8);
+  Schedule s = planned(t, "bruck", "none");
+  // Rank 0 forwards, at step 0, a block that reaches it only at step 0 (from rank 7).
+  const CombinePiece forwarded = s.combine[0][0].recv.front();
+  s.combine[0][0].send.push_back(forwarded);
+  CHECK_THROWS_WITH(test::run_exchange(fabric, s, 1, 8, std::chrono::milliseconds(5'000)), Catch::Contains("does not hold then"));
+  // The same steps as planned run.
+  expect_ok(test::run_exchange(fabric, planned(t, "bruck", "none"), 2, 8), "bruck after a refused start");
+}
