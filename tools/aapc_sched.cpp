@@ -154,6 +154,36 @@ void print_programs(const Topology& t, const Schedule& s) {
   }
 }
 
+// A combining schedule's steps: what each message gathers (Bruck's index algorithm, the
+// hypercube of Sur/Jin/Panda), the blocks named origin->dest.
+void print_combine(const Topology& t, const Schedule& s) {
+  std::cout << "\nsteps (to: the blocks of the message, origin->dest; a step starts once the previous step's message is here):\n";
+  for (Rank i = 0; i < s.machines; ++i) {
+    std::cout << t.machine(i).name << ":\n";
+    const auto& steps = s.combine[static_cast<std::size_t>(i)];
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+      std::vector<std::string> pieces;
+      for (const CombinePiece& piece : steps[k].send) pieces.push_back(t.machine(piece.origin).name + "->" + t.machine(piece.dest).name);
+      std::cout << "  " << std::setw(3) << k << ": to " << t.machine(steps[k].to).name << " " << pieces.size() << " blocks: " << join(pieces, " ")
+                << "\n";
+    }
+  }
+}
+
+Json combine_json(const Topology& t, const Schedule& s) {
+  Json nodes = Json::array();
+  for (Rank i = 0; i < s.machines; ++i) {
+    Json steps = Json::array();
+    for (const CombineStep& step : s.combine[static_cast<std::size_t>(i)]) {
+      Json pieces = Json::array();
+      for (const CombinePiece& piece : step.send) pieces.push_back(Json::array({t.machine(piece.origin).name, t.machine(piece.dest).name}));
+      steps.push_back({{"to", t.machine(step.to).name}, {"from", t.machine(step.from).name}, {"send", pieces}});
+    }
+    nodes.push_back({{"machine", t.machine(i).name}, {"steps", steps}});
+  }
+  return nodes;
+}
+
 void print_sync_stats(const Schedule& s) {
   const SyncStats& st = s.sync_stats;
   std::cout << "\nsync " << s.sync.name() << ":\n";
@@ -182,6 +212,7 @@ Json schedule_json(const Topology& t, const Schedule& s, std::int64_t load) {
   j["packet_level"] = s.packet_level;
   j["contention_free"] = s.contention_free;
   j["sync"] = s.sync.name();
+  if (s.combining()) j["combine"] = combine_json(t, s);
   if (s.sync.kind != SyncKind::kNone) {
     const SyncStats& st = s.sync_stats;
     j["sync_stats"] = {{"contending_pairs", st.contending_pairs}, {"consecutive_pairs", st.consecutive_pairs}, {"tokens", st.tokens},
@@ -224,8 +255,9 @@ int cmd_show(const std::string& path, const std::string& algo, const std::string
     return 0;
   }
   std::cout << s.algorithm << " on " << t.source() << ": " << t.machine_count() << " machines, " << s.phases.size()
-            << (s.packet_level ? " packet slots" : " phases") << ", load " << model.load() << "\n\n";
+            << (s.packet_level ? " packet slots" : s.combining() ? " combining steps" : " phases") << ", load " << model.load() << "\n\n";
   print_phase_table(t, s);
+  if (s.combining()) print_combine(t, s);
   if (s.sync.kind != SyncKind::kNone) print_sync_stats(s);
   if (programs || s.sync.kind != SyncKind::kNone) print_programs(t, s);
   return 0;

@@ -66,6 +66,7 @@ ExchangeSpec Daemon::Impl::spec_of(const Prepared& p, std::uint32_t id) const {
   spec.token_slack = token_slack(slack_buffer, p.plan->phases.size(), pace_bps);
   spec.descriptor.kind = p.kind;
   spec.descriptor.block = p.block;
+  spec.combine_block = p.block;  // a combining schedule's blocks (alltoall only, plan())
   spec.bottleneck_load = std::max<std::uint64_t>(spec.bottleneck_load, static_cast<std::uint64_t>(model->load()));
   return spec;
 }
@@ -167,6 +168,9 @@ std::optional<std::string> Daemon::Impl::plan(const proto::StartRequest& m, Prep
   } catch (const std::exception& e) {
     return e.what();
   }
+  if (p.plan->combining() && m.kind != proto::Kind::kAlltoall)
+    return "schedule " + p.plan->algorithm + " combines blocks into one message per step and forwards them through other ranks, which needs " +
+           "blocks of one size on every rank: it runs alltoall, not alltoallv";
   p.rec.schedule = p.plan->algorithm;
   p.rec.sync = p.plan->sync.name();
   return std::nullopt;

@@ -48,6 +48,9 @@ ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32
   spec.recv.resize(static_cast<std::size_t>(schedule.machines));
   spec.descriptor.plan = schedule.algorithm + "+" + schedule.sync.name();
   spec.bottleneck_load = schedule.phases.size();
+  // A combining schedule's phases are its steps; the exchange sizes the deadline by its
+  // steps' messages (staging), so bottleneck_load stays the number of steps.
+  if (schedule.combining()) spec.combine = schedule.combine.at(static_cast<std::size_t>(me));
   return spec;
 }
 
@@ -161,6 +164,7 @@ Result<void> Engine::start(ExchangeSpec spec) {
   }
   for (const auto& [src, ids] : spec.program.on_receive)
     if (src < 0 || static_cast<std::size_t>(src) >= n || std::any_of(ids.begin(), ids.end(), bad_sync)) return invalid("on_receive is malformed");
+  if (auto why = combine_problem(spec, config_.rank)) return invalid(*why);
 
   const auto now = Clock::now();
   for (std::size_t r = 0; r < n; ++r) {

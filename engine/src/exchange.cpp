@@ -28,6 +28,7 @@ Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
   ready_from_.assign(n_, false);
   ready_out_.resize(n_);
   have_sync_.assign(spec_.sync_count, 0);
+  if (!spec_.combine.empty()) stage_combine();
   const Rank me = link_.rank();
   for (std::size_t r = 0; r < n_; ++r) {
     if (static_cast<Rank>(r) == me) continue;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -29,6 +30,10 @@ inline Rank lookup_rank(const std::vector<std::pair<std::uint32_t, Rank>>& sorte
   auto it = std::lower_bound(sorted.begin(), sorted.end(), id, [](const auto& e, std::uint32_t v) { return e.first < v; });
   return it != sorted.end() && it->first == id ? it->second : -1;
 }
+
+// Why `spec` cannot run on rank `me` as a combining exchange (ExchangeSpec::combine), or
+// nothing (also when it is none): the checks that keep staging in bounds (exchange_combine.cpp).
+std::optional<std::string> combine_problem(const ExchangeSpec& spec, Rank me);
 
 class Exchange {
  public:
@@ -183,8 +188,22 @@ class Exchange {
   // blocks still missing.
   void waited_on(std::vector<bool>& peers) const;
 
+  // A combining exchange (exchange_combine.cpp): each step's message out and in lives in
+  // staging; spec_.send/recv of the step partners point there, so that the rest of the
+  // exchange sends and receives it as one block per peer.
+  struct Staging {
+    std::vector<std::vector<std::uint8_t>> out, in;      // by step
+    std::vector<std::vector<const std::uint8_t*>> from;  // by step, by piece: where it is packed from
+    std::vector<RecvBlock> recv;                         // the caller's receive blocks, by source
+    std::vector<int> step_from;                          // by rank: the step whose message it sends us, or -1
+  };
+  void stage_combine();
+  void pack_step(std::size_t step);  // a round starts: its message is assembled
+  void unpack_from(Rank src);        // a step's message is complete: our blocks to the caller
+
   Link& link_;
   ExchangeSpec spec_;
+  std::optional<Staging> staging_;
   std::size_t n_;
   ExchangeState state_ = ExchangeState::kRunning;
   bool settling_ = false, reported_ = false;

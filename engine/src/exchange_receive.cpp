@@ -31,6 +31,7 @@ void Exchange::block_complete(Rank src, Clock::time_point now) {
   InBlock& in = in_[idx(src)];
   in.complete = true;
   --incomplete_blocks_;
+  if (staging_) unpack_from(src);
   link_.send_control(src, FrameType::kAck, spec_.id, 0, static_cast<std::uint32_t>(FrameType::kData), in.len);
   ++counters_.control_frames_sent;
   // Receiver-based tokens: emitted once the whole block is here.

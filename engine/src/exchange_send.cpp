@@ -49,6 +49,7 @@ void Exchange::start_round(Clock::time_point now) {
   link_.restart_pacing(now);
   streams_.clear();
   cursor_ = 0;
+  if (staging_) pack_step(round_);
   const std::uint32_t chunk = link_.chunk();
   for (const auto& send : round.sends) {
     if (send.dst == link_.rank()) {

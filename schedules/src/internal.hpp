@@ -8,8 +8,12 @@
 
 #include "aapc/sched/schedule.hpp"
 #include "aapc/sched/topology.hpp"
+#include "aapc/sched/verify.hpp"
 
 namespace aapc::sched::detail {
+
+// The checks of a combining schedule (verify_combine.cpp), added to `report`.
+void verify_combine(const Topology& topology, const Schedule& schedule, VerifyReport& report);
 
 // The messages of a schedule numbered 0.. in phase order.
 struct FlatMessages {

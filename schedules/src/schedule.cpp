@@ -58,6 +58,8 @@ constexpr AlgorithmName kAlgorithmNames[] = {
     {Algorithm::kLp, "lp"},
     {Algorithm::kSyncShuffle, "sync-shuffle"},
     {Algorithm::kGroupShuffle, "group-shuffle"},
+    {Algorithm::kBruck, "bruck"},
+    {Algorithm::kHypercube, "hypercube"},
 };
 
 }  // namespace
@@ -168,6 +170,8 @@ Schedule make_schedule(const Topology& topology, const AlgorithmSpec& spec) {
     case Algorithm::kSyncShuffle: s = sync_shuffle_schedule(p); break;
     case Algorithm::kGroupShuffle: s = group_shuffle_schedule(p, spec.group); break;
     case Algorithm::kTree: return tree_schedule(TreeModel(topology));
+    case Algorithm::kBruck: return bruck_schedule(p);
+    case Algorithm::kHypercube: return hypercube_schedule(p);
   }
   // The single-switch algorithms avoid contention only when every machine hangs off one
   // switch; on a tree of switches they are unscheduled baselines.

@@ -379,6 +379,15 @@ Schedule plan_sync(const Topology& topology, const Schedule& schedule, const Syn
     throw std::invalid_argument("schedule is for " + std::to_string(schedule.machines) + " machines, topology has " +
                                 std::to_string(topology.machine_count()));
   if (spec.block < 1) throw std::invalid_argument("sync block size must be at least 1");
+  if (schedule.combining()) {
+    // Its local tokens are the algorithm itself (a step forwards what the previous one brought).
+    if (spec.kind != SyncKind::kNone)
+      throw std::invalid_argument(schedule.algorithm + " combines blocks in steps that already wait for each other; sync variant '" + spec.name() +
+                                  "' orders phases and applies only to phased schedules (use --sync none)");
+    Schedule s = schedule;
+    s.sync = spec;
+    return s;
+  }
   if (spec.kind == SyncKind::kNone) {
     Schedule s = schedule;
     s.sync = spec;

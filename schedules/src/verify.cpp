@@ -48,6 +48,10 @@ class Verifier {
       return report_;
     }
     report_.load = TreeModel(topo_).load();
+    if (s_.combining()) {
+      detail::verify_combine(topo_, s_, report_);
+      return report_;
+    }
     check_pairs();
     if (s_.contention_free) check_contention();
     if (s_.algorithm == "tree" && report_.phases != report_.load)

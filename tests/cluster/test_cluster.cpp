@@ -159,6 +159,19 @@ TEST_CASE("every schedule is byte-exact on the 8-machine one-switch and two-swit
   CHECK(nothing_left());
 }
 
+TEST_CASE("issue 14: the combining schedules are byte-exact on one switch and on three levels") {
+  for (const char* topo : {"8-one-switch", "12-three-level"}) {
+    Cluster c(topo);
+    const bool eight = std::string(topo) == "8-one-switch";
+    for (const char* schedule : {"bruck", "hypercube"}) {
+      if (!eight && std::string(schedule) == "hypercube") continue;  // 12 is no power of two
+      for (std::size_t block : {std::size_t{8}, std::size_t{3000}})
+        require_all_ok(everywhere(exchange(block, schedule, "auto", 3)), std::string(topo) + " " + schedule + " " + std::to_string(block));
+    }
+  }
+  CHECK(nothing_left());
+}
+
 namespace {
 
 // The original lengths of the frames of a pcap file (the daemons capture 64 bytes of each).

@@ -248,6 +248,7 @@ ExchangeRun run_exchange(Fabric& fabric, const sched::Schedule& schedule, std::u
   std::vector<bool> done(static_cast<std::size_t>(n), false);
   for (int me = 0; me < n; ++me) {
     auto spec = engine::exchange_spec(schedule, me, id);
+    spec.combine_block = block;  // read by combining schedules only
     auto& s = send[static_cast<std::size_t>(me)];
     auto& r = recv[static_cast<std::size_t>(me)];
     s.resize(static_cast<std::size_t>(n));

@@ -316,14 +316,14 @@ bool received(const Buffer& recv, int me, std::size_t block) {
 }
 
 // Both ranks' alltoall of 2 x 64 bytes at once, from clients x (rank 0) and y (rank 1).
-std::pair<Result<Stats>, Result<Stats>> alltoall_both(Client& x, Buffer& sx, Buffer& rx, Client& y, Buffer& sy, Buffer& ry) {
+std::pair<Result<Stats>, Result<Stats>> alltoall_both(Client& x, Buffer& sx, Buffer& rx, Client& y, Buffer& sy, Buffer& ry, const Options& o = {}) {
   fill(sx, 0, 64);
   fill(sy, 1, 64);
   std::memset(rx.data(), 0, rx.size());
   std::memset(ry.data(), 0, ry.size());
   Result<Stats> other = Error(Errc::kInternal, "not run");
-  std::thread t([&] { other = y.alltoall(sy, ry, 64); });
-  auto mine = x.alltoall(sx, rx, 64);
+  std::thread t([&] { other = y.alltoall(sy, ry, 64, o); });
+  auto mine = x.alltoall(sx, rx, 64, o);
   t.join();
   return {mine, other};
 }
@@ -381,6 +381,30 @@ TEST_CASE("issue 15 finding 2: while one client holds the rank, another's collec
   REQUIRE(ok_q);
   CHECK(received(rb, 0, 64));
   CHECK(received(rq, 1, 64));
+}
+
+TEST_CASE("issue 14: aapcd runs alltoall with the combining schedules, and refuses them for alltoallv") {
+  DaemonPair pair;
+  Client a = Client::connect(pair.d[0]->socket), p = Client::connect(pair.d[1]->socket);
+  Buffer sa = a.allocate(128), ra = a.allocate(128), sp = p.allocate(128), rp = p.allocate(128);
+  for (const char* schedule : {"bruck", "hypercube"}) {
+    INFO(schedule);
+    Options o;
+    o.schedule = schedule;
+    auto [ok_a, ok_p] = alltoall_both(a, sa, ra, p, sp, rp, o);
+    REQUIRE(ok_a);
+    REQUIRE(ok_p);
+    CHECK(ok_a->schedule == schedule);
+    CHECK(received(ra, 0, 64));
+    CHECK(received(rp, 1, 64));
+  }
+  Options bruck;
+  bruck.schedule = "bruck";
+  bruck.timeout = 2000ms;
+  auto v = a.alltoallv(sa, {64, 64}, {0, 64}, ra, {64, 64}, {0, 64}, bruck);
+  REQUIRE(!v);
+  CHECK(v.error().code() == Errc::kInvalidArgument);
+  CHECK_THAT(v.error().message(), Catch::Contains("it runs alltoall, not alltoallv"));
 }
 
 TEST_CASE("issue 15 finding 3: send and receive blocks in the same memory are refused") {

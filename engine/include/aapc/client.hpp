@@ -34,7 +34,8 @@ namespace aapc {
 struct Options {
   // "auto" (chosen from the topology and the block size), "tree", "sync-shuffle",
   // "group-shuffle" (w = group), "pairwise", "ring", "linear", "pairwise-ec", "pairwise-xor",
-  // "lp".
+  // "lp", and for alltoall with tiny blocks the combining "bruck" (any number of ranks) and
+  // "hypercube" (a power of two).
   std::string schedule = "auto";
   int group = 4;
   // "auto", or one of "none", "dummy", "sender-all", "sender-partial:BS", "receiver-all",

@@ -121,6 +121,14 @@ struct ExchangeSpec {
   // Leads add up on a bottleneck link used in every phase; spread over the schedule's phases,
   // one switch buffer of them does no harm (token_slack), and holding a token costs a wake-up.
   Clock::duration token_slack{0};
+  // A combining schedule (sched::Schedule::combine): this node's steps, one per program round,
+  // and the size of every block (an alltoall's). The exchange then keeps its own staging
+  // memory: round k packs step k's pieces (from `send`, or from what earlier steps brought)
+  // into one message to the step's partner, and the pieces for this node are copied into
+  // `recv` as their message arrives. Every send and recv block but our own must then be
+  // `combine_block` bytes. exchange_spec() fills in the steps.
+  std::vector<sched::CombineStep> combine;
+  std::uint64_t combine_block = 0;
 };
 
 // One switch buffer (the smallest of the topology's) spread over `phases` hand-overs, at the

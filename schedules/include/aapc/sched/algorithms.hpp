@@ -22,6 +22,8 @@ enum class Algorithm : std::uint8_t {
   kSyncShuffle,   // Tam/Wang Alg. 2: one round, packet-level interleave of all destinations
   kGroupShuffle,  // Tam/Wang Alg. 3: rounds of w edge-coloured partners, interleaved
   kTree,          // Faraj/Yuan contention-free phases for any tree
+  kBruck,         // Bruck et al. 1997 index algorithm: ceil(log2 p) combining steps, any p
+  kHypercube,     // Sur/Jin/Panda 3.2.1 hypercube combining: log2 p steps; p a power of two
 };
 
 struct AlgorithmSpec {
@@ -29,7 +31,7 @@ struct AlgorithmSpec {
   int group = 4;  // w for group-shuffle
 
   // "tree", "linear", "ring", "pairwise", "pairwise-xor", "pairwise-ec", "lp",
-  // "sync-shuffle", "group-shuffle" or "group-shuffle:W".
+  // "sync-shuffle", "group-shuffle" or "group-shuffle:W", "bruck", "hypercube".
   static std::optional<AlgorithmSpec> parse(std::string_view text);
   std::string name() const;
   static std::vector<std::string> names();
@@ -47,6 +49,12 @@ Schedule pairwise_ec_schedule(int p);
 Schedule lp_schedule(int p);
 Schedule sync_shuffle_schedule(int p);
 Schedule group_shuffle_schedule(int p, int w);
+
+// Combining schedules for tiny blocks (Schedule::combine): few messages, each block forwarded
+// through intermediate nodes. hypercube_schedule throws std::invalid_argument unless p is a
+// power of two.
+Schedule bruck_schedule(int p);
+Schedule hypercube_schedule(int p);
 
 // Tam/Wang Fig. 1: the partner of `me` in colour `round` of a proper edge colouring of K_p
 // (p-1 colours for even p, p for odd p); -1 when `me` is idle in that colour (odd p only).

@@ -93,6 +93,28 @@ struct SyncSpec {
   static std::vector<std::string> names();
 };
 
+// Combining schedules (Bruck's index algorithm, Sur/Jin/Panda's hypercube): a block no longer
+// travels straight from its origin to its destination; each step gathers the blocks that
+// cross one "dimension" into one message to one partner, which forwards them at later steps.
+//
+// One original block origin -> dest, as a piece of a step's message.
+struct CombinePiece {
+  Rank origin = -1;
+  Rank dest = -1;
+  friend bool operator==(const CombinePiece&, const CombinePiece&) = default;
+};
+
+// One step of a node: one message out to `to` and one in from `from`. `send` lists the pieces
+// of the message in order (block k of the message is send[k]); `recv` lists what arrives from
+// `from`, in its order. Each piece sent is the node's own block or one received at an earlier
+// step; a piece received whose dest is the node is delivered there.
+struct CombineStep {
+  Rank to = -1;
+  Rank from = -1;
+  std::vector<CombinePiece> send;
+  std::vector<CombinePiece> recv;
+};
+
 // How many synchronisations a plan needed, before and after removing redundant ones.
 struct SyncStats {
   std::int64_t contending_pairs = 0;  // the paper's dependence graph: contending pairs to order
@@ -117,8 +139,14 @@ struct Schedule {
   SyncSpec sync;
   std::vector<Sync> syncs;
   SyncStats sync_stats;
+  // Combining schedules only (empty for the others): every node's steps, by rank. Program
+  // round k sends step k's message; round k > 0 waits for a local token emitted when step
+  // k-1's message has arrived, so that a step starts only once what it forwards is there.
+  // `phases` then holds the messages of each step (node -> partner), not the blocks.
+  std::vector<std::vector<CombineStep>> combine;
 
   std::size_t message_count() const;
+  bool combining() const { return !combine.empty(); }
 };
 
 // Programs of one destination per round, in phase order: what every phased algorithm runs.

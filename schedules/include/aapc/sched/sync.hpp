@@ -18,7 +18,8 @@ namespace aapc::sched {
 // far show that its ordering already holds (a redundant synchronisation), so the plan costs
 // about O(|M|^3) instead of the paper's O(|M|^6).
 //
-// Throws std::invalid_argument for a packet-level schedule with a sync other than none.
+// Throws std::invalid_argument for a packet-level or combining schedule with a sync other than
+// none (a combining schedule keeps its own local tokens).
 Schedule plan_sync(const Topology& topology, const Schedule& schedule, const SyncSpec& spec);
 
 }  // namespace aapc::sched

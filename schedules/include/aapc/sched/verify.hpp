@@ -32,6 +32,10 @@ struct VerifyReport {
 //   of different phases (of different blocks, for the partial variants) as the variant
 //   promises: sender-based tokens order the end of a send before the next start, receiver
 //   and barrier ones the end of a receipt.
+// A combining schedule (Schedule::combine) is checked instead for: one distinct partner out and
+// in per step, each message sent being the one its partner expects; every node sending only
+// blocks it holds (its own, or received at an earlier step); every block reaching its
+// destination exactly once; and programs whose round k waits for step k-1's message.
 VerifyReport verify(const Topology& topology, const Schedule& schedule);
 
 }  // namespace aapc::sched
