@@ -62,7 +62,7 @@ Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
       if (!round.dummy && send.dst >= 0 && idx(send.dst) < n_ && out_of_[idx(send.dst)] >= 0) out_[static_cast<std::size_t>(out_of_[idx(send.dst)])].phase = send.phase;
   if (spec_.dummy_len == 0)
     for (const auto& b : out_) spec_.dummy_len = std::max(spec_.dummy_len, b.len);
-  copy_eager_blocks();
+  if (spec_.combine.empty()) copy_eager_blocks();  // a combining exchange's messages are its own already
   counters_.rounds.resize(spec_.program.rounds.size());
   descriptor_ = encode_descriptor(spec_.descriptor, std::min<std::size_t>(chunk, kMaxDescriptor));
   soft_deadline_ = spec_.timeout.count() <= 0;
