@@ -213,3 +213,19 @@ TEST_CASE("issue 15 finding 3: send and receive ranges that share a byte are fou
     if (found) CHECK((found->send.begin < found->recv.end && found->recv.begin < found->send.end));
   }
 }
+
+TEST_CASE("RUN is START and WAIT in one request: the same payload, its own type") {
+  proto::StartRequest m{.kind = proto::Kind::kAlltoall, .send_buffer = 1, .recv_buffer = 2, .block = 8, .sends = {}, .recvs = {}};
+  m.run = true;
+  const auto msg = proto::message(m, 7);
+  CHECK(proto::header_of(msg)->type == static_cast<std::uint16_t>(proto::Type::kRun));
+  const auto d = proto::decode_request(msg);
+  REQUIRE(d.request);
+  const auto* back = std::get_if<proto::StartRequest>(&*d.request);
+  REQUIRE(back != nullptr);
+  CHECK(*back == m);
+  m.run = false;
+  const auto start = proto::decode_request(proto::message(m, 8));
+  REQUIRE(start.request);
+  CHECK_FALSE(std::get<proto::StartRequest>(*start.request).run);
+}
