@@ -192,17 +192,27 @@ TEST_CASE("auto picks the calibrated schedule and sync variant, and verified pla
   Topology one = load_topology(aapc::test::topology_path("8-one-switch"));
   Topology two = load_topology(aapc::test::topology_path("8-two-switch"));
   Topology three = load_topology(aapc::test::topology_path("12-three-level"));
-  for (std::uint64_t b : {std::uint64_t{1}, std::uint64_t{4096}, std::uint64_t{1} << 20, kAnyBlockSize}) {
+  for (std::uint64_t b : {std::uint64_t{359}, std::uint64_t{4096}, std::uint64_t{1} << 20, kAnyBlockSize}) {
     Choice c = auto_choice(one, b);
     CHECK(c.algorithm.algorithm == Algorithm::kSyncShuffle);
     CHECK(c.sync.kind == SyncKind::kNone);
   }
+  // Tiny blocks, where half the cluster's blocks fit one frame (MTU 1500 less 68 bytes):
+  // Bruck's combining exchange, on any topology and any number of machines.
+  for (auto [t, last_tiny] : {std::pair{&one, std::uint64_t{358}}, std::pair{&three, std::uint64_t{238}}}) {
+    for (std::uint64_t b : {std::uint64_t{1}, std::uint64_t{8}, last_tiny}) {
+      Choice c = auto_choice(*t, b);
+      CHECK(c.algorithm.algorithm == Algorithm::kBruck);
+      CHECK(verify(*t, plan_sync(*t, make_schedule(*t, c.algorithm), c.sync)).ok());
+    }
+  }
+  CHECK(auto_choice(three, 239).algorithm.algorithm == Algorithm::kPairwiseEc);
   // Trees: below three switch buffers (64 KiB each here) over the bottleneck load, the
   // pairwise exchange without tokens; from there, the tree's phases with sender-based tokens.
   // 8-two-switch: load 16, so blocks below 12 KiB; 12-three-level: load 36, up to 5,461 bytes.
   for (auto [t, last_small] : {std::pair{&two, std::uint64_t{12287}}, std::pair{&three, std::uint64_t{5461}}}) {
     INFO(t->name());
-    for (std::uint64_t b : {std::uint64_t{1}, std::uint64_t{1024}, std::uint64_t{4096}, last_small}) {
+    for (std::uint64_t b : {std::uint64_t{1024}, std::uint64_t{4096}, last_small}) {
       Choice c = auto_choice(*t, b);
       CHECK(c.algorithm.algorithm == Algorithm::kPairwiseEc);
       CHECK(c.sync.kind == SyncKind::kNone);
