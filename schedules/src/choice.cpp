@@ -154,10 +154,12 @@ Schedule barrier_schedule(int machines, int radix) {
 
 int barrier_radix(int machines) {
   // A stage costs a one-way latency L (wire, switches, a wake-up) plus k - 1 tokens sent one
-  // after the other, each c: ceil(log_k N) * (L + (k - 1) c), minimised over k. On the emulated
-  // clusters L is 100-300 us and a token's turn 5-15 us (issue 14): L = 16 c. On 8 machines
-  // that is one stage of 7 tokens instead of three of one each.
-  constexpr std::int64_t kLatencyInTokens = 16;
+  // after the other, each c: ceil(log_k N) * (L + (k - 1) c), minimised over k. Measured on
+  // 8-one-switch (aapc run --size 8, 1,000 barriers each, medians; 2026-11-23): radix 2 (3
+  // stages, 3 tokens a node) 0.82 ms, radix 3 (2 stages) 0.89-0.91, radix 8 (one stage of 7)
+  // 1.00. A token, with its acknowledgement, costs the emulated cluster's two cores about what
+  // a hop costs (c = 0.12 ms, L = 0.15 ms fitted), so L = c.
+  constexpr std::int64_t kLatencyInTokens = 1;
   int best = 2;
   std::int64_t best_cost = INT64_MAX;
   for (int k = 2; k <= std::max(2, machines); ++k) {
