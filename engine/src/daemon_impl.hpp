@@ -6,6 +6,7 @@
 //   daemon_admission.cpp who may connect: credentials and groups, limits per uid, HELLO's timeout
 //   daemon_requests.cpp  the requests about buffers and results: HELLO, REGISTER, FREE, WAIT/TEST
 //   daemon_session.cpp   START: blocks checked, schedule chosen and cached, the session's join
+//   daemon_sparse.cpp    alltoallv: the counts agreed first, then CGM for sparse patterns
 //   daemon_status.cpp    STATUS: the state and counters as JSON
 #pragma once
 
@@ -27,6 +28,7 @@
 #include "aapc/nic/eth_port.hpp"
 #include "aapc/nic/fault.hpp"
 #include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/alltomany.hpp"
 #include "aapc/sched/topology.hpp"
 #include "aapc/sched/tree.hpp"
 #include "mapping.hpp"
@@ -78,6 +80,21 @@ struct Prepared {
   Collective kind = Collective::kUnspecified;  // with the block, what the ranks agree on
   std::uint64_t block = 0;
   ExchangeRecord rec;
+  // An alltoallv whose schedule waits for the counts of every rank (daemon_sparse.cpp); `plan`
+  // is the dense one until then (it sizes the join's deadline).
+  bool counts_first = false;
+  std::string spec;  // the START's "ALGORITHM[+SYNC]"
+};
+
+// An alltoallv's counts exchange running: every rank sends its row of sizes (its send sizes,
+// then its receive sizes, 2n u64 in this host's byte order: the cluster runs one build) to
+// every rank, so that all hold the same matrix; then exchange `id` runs with the schedule the
+// matrix calls for.
+struct Counting {
+  Prepared p;
+  std::uint32_t id = 0;                // the client's exchange, started once the counts are in
+  std::vector<std::uint64_t> row;      // ours
+  std::vector<std::uint64_t> table;    // rank r's row at r * 2n
 };
 
 // Setup errors: std::runtime_error with the reason, for aapcd's main to print.
@@ -106,6 +123,8 @@ struct Daemon::Impl {
   std::map<std::uint32_t, ExchangeRecord> exchanges;
   std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;  // by "algorithm+sync"
   std::uint32_t next_id = 1;
+  std::map<std::uint32_t, Counting> counting;  // by the counts exchange's id
+  sched::SparsePlanCache sparse_plans{16};
   bool joined = false;                // the cluster agreed on ids for the current session
   std::deque<Prepared> waiting_join;  // STARTs until it has
   std::uint64_t pace_bps = 0;
@@ -166,11 +185,19 @@ struct Daemon::Impl {
   std::optional<std::string> overlapping_blocks(const proto::StartRequest& m, const Mapping& send, const Mapping& recv) const;
   std::optional<std::string> plan(const proto::StartRequest& m, Prepared& p);
 
+  // daemon_sparse.cpp
+  static bool counts_first(const std::string& spec);
+  void launch_counted(Prepared p);
+  bool counted(const ExchangeReport& rep);
+  std::optional<std::string> plan_counted(Counting& k);
+  void fail_exchange(std::uint32_t id, Errc code, const std::string& why);
+
   // daemon_status.cpp
   void status(ClientState& c, std::uint32_t request);
 
   // daemon.cpp
   void collect_finished();
+  void finished(const ExchangeReport& rep);
   void service(int timeout_ms);
   void shut_down();
 };

@@ -159,6 +159,23 @@ TEST_CASE("every schedule is byte-exact on the 8-machine one-switch and two-swit
   CHECK(nothing_left());
 }
 
+TEST_CASE("issue 14: sparse alltoallv (Figure 7, 3 of N destinations) byte-exact; auto runs CGM, with tokens on a tree") {
+  for (const char* topo : {"8-one-switch", "12-three-level"}) {
+    Cluster c(topo);
+    for (const char* schedule : {"auto", "cgm", "gm", "tree"}) {
+      auto procs = everywhere({kTools + "/aapc", "run", "--sparse", "3", "--size", "5000", "--iters", "2", "--warmup", "0", "--check", "--schedule", schedule});
+      require_all_ok(procs, std::string(topo) + " sparse " + schedule);
+      const std::string out = procs[0].output();
+      INFO(out);
+      CHECK_THAT(out, Catch::Contains("every byte as sent"));
+      if (std::string(schedule) == "tree") continue;
+      CHECK_THAT(out, Catch::Contains(std::string(schedule) == "gm" ? "5000 B blocks, gm: " : "5000 B blocks, cgm: "));
+      CHECK_THAT(out, Catch::Contains(std::string(topo) == "8-one-switch" ? "0 tokens" : "+ sender-all"));
+    }
+  }
+  CHECK(nothing_left());
+}
+
 namespace {
 
 // The original lengths of the frames of a pcap file (the daemons capture 64 bytes of each).

@@ -1,0 +1,137 @@
+// alltoallv with Ranka/Wang/Fox's all-to-many decomposition (issue 14, item 3). Each daemon
+// knows only its own rank's send and receive sizes; the schedule of a sparse pattern depends
+// on all of them. So an alltoallv that may run sparse (schedule "auto", "cgm", "gm", "sparse")
+// first runs a small internal exchange, every rank's row of sizes to every rank, on the next
+// exchange id; the client's exchange takes the id after it. Both ids are used up on every rank
+// whatever happens, as every collective's is. With the whole matrix, every rank checks it
+// (what i sends j against what j expects from i) and decides the same: CGM's partial
+// permutations (sched::sparse_verdict) or the dense schedule with empty blocks skipped.
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+
+#include "aapc/sched/choice.hpp"
+#include "daemon_impl.hpp"
+
+namespace aapc::engine {
+
+bool Daemon::Impl::counts_first(const std::string& spec) {
+  const std::string algorithm = sched::read_spec(spec).algorithm;
+  return algorithm == "auto" || sched::forced_sparse_algorithm(algorithm).has_value();
+}
+
+// Starts the counts exchange and answers START with the id the client's exchange will have.
+void Daemon::Impl::launch_counted(Prepared p) {
+  ClientState& c = clients[p.client];
+  const std::uint32_t counts_id = next_id, id = next_id + 1;
+  next_id += 2;  // both used up, started or not
+  const auto n = static_cast<std::size_t>(topo.machine_count());
+  Counting& k = counting[counts_id];
+  k.id = id;
+  k.row.resize(2 * n);
+  for (std::size_t r = 0; r < n; ++r) {
+    k.row[r] = p.send[r].len;
+    k.row[n + r] = p.recv[r].len;
+  }
+  k.table.assign(2 * n * n, 0);
+  const std::uint64_t bytes = 2 * n * sizeof(std::uint64_t);
+  const sched::Choice choice = sched::auto_choice(*model, bytes);
+  auto plan = schedule(choice.algorithm, choice.sync);
+  ExchangeSpec spec = exchange_spec(*plan, rank, counts_id);
+  for (std::size_t r = 0; r < n; ++r) {
+    spec.send[r] = {reinterpret_cast<const std::uint8_t*>(k.row.data()), bytes, nullptr};
+    spec.recv[r] = {reinterpret_cast<std::uint8_t*>(k.table.data() + r * 2 * n), bytes};
+  }
+  spec.timeout = std::chrono::milliseconds(p.timeout_ms);
+  spec.token_slack = token_slack(slack_buffer, plan->phases.size(), pace_bps);
+  spec.descriptor.kind = Collective::kAlltoallv;
+  spec.descriptor.plan = "counts:" + spec.descriptor.plan;
+  auto started = engine->start(std::move(spec));
+  if (!started) {
+    counting.erase(counts_id);
+    engine->abort_unstarted(id, "rank " + std::to_string(rank) + " could not start the exchange of alltoallv counts");
+    return reply_error(c.fd, p.request, started.error().code(), started.error().message());
+  }
+  p.rec.cpu_ns = cpu_now();
+  exchanges[id] = p.rec;
+  c.exchanges.insert(id);
+  c.started = true;
+  proto::send_message(c.fd, proto::message(proto::StartedReply{id, p.rec.schedule, p.rec.sync}, p.request));
+  k.p = std::move(p);
+}
+
+// When `rep` is a counts exchange: the client's exchange starts with the schedule its matrix
+// calls for, or fails with why. False for every other exchange.
+bool Daemon::Impl::counted(const ExchangeReport& rep) {
+  auto it = counting.find(rep.id);
+  if (it == counting.end()) return false;
+  Counting k = std::move(it->second);
+  counting.erase(it);
+  auto ex = exchanges.find(k.id);
+  if (ex == exchanges.end() || clients.count(k.p.client) == 0) {
+    engine->abort_unstarted(k.id, "the client of rank " + std::to_string(rank) + " went away");
+    return true;
+  }
+  if (rep.state != ExchangeState::kDone) {
+    engine->abort_unstarted(k.id, "the exchange of alltoallv counts failed at rank " + std::to_string(rank));
+    fail_exchange(k.id, rep.code, "alltoallv: the exchange of counts before it failed: " + rep.error);
+    return true;
+  }
+  if (auto why = plan_counted(k)) {
+    fail_exchange(k.id, Errc::kInvalidArgument, *why);
+    return true;
+  }
+  ex->second.schedule = k.p.rec.schedule;
+  ex->second.sync = k.p.rec.sync;
+  auto started = engine->start(spec_of(k.p, k.id));
+  if (!started) fail_exchange(k.id, started.error().code(), started.error().message());
+  return true;
+}
+
+// The schedule of the agreed matrix, or why there is none. The same on every rank: the matrix
+// and the spec are (a spec that differs is found by the exchange's descriptor).
+std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
+  const auto n = static_cast<std::size_t>(topo.machine_count());
+  std::vector<std::vector<std::uint64_t>> send(n), recv(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    const std::uint64_t* row = k.table.data() + r * 2 * n;
+    send[r].assign(row, row + n);
+    recv[r].assign(row + n, row + 2 * n);
+  }
+  if (const std::string m = sched::sizes_mismatch(send, recv); !m.empty()) return "alltoallv counts disagree: " + m;
+  try {
+    const sched::SpecText spec = sched::read_spec(k.p.spec);
+    const auto forced = sched::forced_sparse_algorithm(spec.algorithm);
+    const sched::SparsePattern pattern = sched::SparsePattern::from_sizes(send);
+    const sched::SparseVerdict verdict = sched::sparse_verdict(pattern);
+    auto dense = k.p.plan;  // the dense schedule for any block size (plan())
+    if (!forced && !verdict.sparse) {
+      k.p.rec.schedule = dense->algorithm;
+      k.p.rec.sync = dense->sync.name();
+      return std::nullopt;
+    }
+    std::optional<sched::SyncSpec> sync;
+    if (!spec.sync.empty() && spec.sync != "auto") sync = sched::parse_plan_spec("auto+" + spec.sync).sync;
+    k.p.plan = sparse_plans.get(topo, pattern, forced.value_or("cgm"), sync);
+    const auto& s = *k.p.plan;
+    k.p.rec.schedule = s.algorithm + ": " + std::to_string(s.phases.size()) + " phases, " + std::to_string(s.syncs.size()) +
+                       " tokens (dense " + dense->algorithm + ": " + std::to_string(dense->phases.size()) + " phases, " +
+                       std::to_string(dense->syncs.size()) + " tokens; " + verdict.reason + ")";
+    k.p.rec.sync = s.sync.name();
+  } catch (const std::exception& e) {
+    return std::string("alltoallv: ") + e.what();
+  }
+  return std::nullopt;
+}
+
+// The client's exchange `id`, never started, fails with `why`.
+void Daemon::Impl::fail_exchange(std::uint32_t id, Errc code, const std::string& why) {
+  ExchangeReport rep;
+  rep.id = id;
+  rep.state = ExchangeState::kFailed;
+  rep.code = code;
+  rep.error = why;
+  finished(rep);
+}
+
+}  // namespace aapc::engine

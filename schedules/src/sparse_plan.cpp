@@ -1,0 +1,134 @@
+// alltoallv on the wire: when a pattern runs as Ranka/Wang/Fox's partial permutations, the
+// check of the ranks' sizes against each other, and the planned schedules kept by pattern.
+#include <algorithm>
+#include <stdexcept>
+
+#include "aapc/sched/alltomany.hpp"
+#include "aapc/sched/sync.hpp"
+
+namespace aapc::sched {
+namespace {
+
+std::size_t idx(int x) { return static_cast<std::size_t>(x); }
+
+std::uint64_t fnv(std::uint64_t h, std::uint64_t v) {
+  for (int b = 0; b < 8; ++b) {
+    h ^= (v >> (8 * b)) & 0xFF;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+std::uint64_t pattern_hash(const SparsePattern& p, const std::string& key) {
+  std::uint64_t h = 14695981039346656037ULL;
+  h = fnv(h, static_cast<std::uint64_t>(p.n));
+  for (const auto& row : p.dsts) {
+    h = fnv(h, row.size());
+    for (Rank j : row) h = fnv(h, static_cast<std::uint64_t>(j));
+  }
+  for (char c : key) h = fnv(h, static_cast<unsigned char>(c));
+  return h;
+}
+
+}  // namespace
+
+int sparse_degree(const SparsePattern& pattern) {
+  std::vector<int> in(idx(pattern.n), 0);
+  int best = 0;
+  for (int i = 0; i < pattern.n; ++i) {
+    int out = 0;
+    for (Rank j : pattern.dsts[idx(i)]) {
+      if (j == i) continue;
+      ++out;
+      best = std::max(best, ++in[idx(j)]);
+    }
+    best = std::max(best, out);
+  }
+  return best;
+}
+
+// The dense schedule runs every phase of the topology whatever the pattern: n-1 rounds (or the
+// tree's load, |Mu| x |Mv| phases of the bottleneck, each handing tokens on), empty blocks skipped
+// but the hand-overs kept. CGM runs about d permutations (d: the largest in- or out-degree), each
+// a partial permutation. It wins when d is well below the dense phase count; at d near n-1 CGM's
+// greedy packing needs more permutations than the n-1 of a perfect dense schedule (Ranka/Wang/Fox
+// Table 2: CGM within a few permutations of d) and its phases are no shorter.
+// The line: at most half the other ranks, d <= (n-1)/2. Measured (docs/sparse.md).
+SparseVerdict sparse_verdict(const SparsePattern& pattern) {
+  SparseVerdict v;
+  v.degree = sparse_degree(pattern);
+  const int others = pattern.n - 1;
+  if (v.degree == 0) {
+    v.reason = "no messages between ranks";
+  } else if (2 * v.degree <= others) {
+    v.sparse = true;
+    v.reason = "sparse: at most " + std::to_string(v.degree) + " peers per rank of " + std::to_string(others);
+  } else {
+    v.reason = "dense: up to " + std::to_string(v.degree) + " peers per rank of " + std::to_string(others);
+  }
+  return v;
+}
+
+std::string sizes_mismatch(const std::vector<std::vector<std::uint64_t>>& send, const std::vector<std::vector<std::uint64_t>>& recv) {
+  const std::size_t n = send.size();
+  if (recv.size() != n) return "the send and receive matrices have " + std::to_string(n) + " and " + std::to_string(recv.size()) + " rows";
+  for (std::size_t j = 0; j < n; ++j) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (send[i].size() != n || recv[j].size() != n) return "a row of sizes does not have " + std::to_string(n) + " entries";
+      if (i == j || send[i][j] == recv[j][i]) continue;
+      return "rank " + std::to_string(i) + " sends rank " + std::to_string(j) + " " + std::to_string(send[i][j]) + " bytes; rank " +
+             std::to_string(j) + " expects " + std::to_string(recv[j][i]) + " bytes from rank " + std::to_string(i);
+    }
+  }
+  return {};
+}
+
+std::optional<std::string> forced_sparse_algorithm(std::string_view algorithm) {
+  if (algorithm == "cgm" || algorithm == "sparse") return "cgm";
+  if (algorithm == "gm") return "gm";
+  return std::nullopt;
+}
+
+Schedule planned_sparse(const Topology& topology, const SparsePattern& pattern, const std::string& algorithm,
+                        const std::optional<SyncSpec>& sync) {
+  if (pattern.n != topology.machine_count())
+    throw std::invalid_argument("a pattern of " + std::to_string(pattern.n) + " ranks on " + std::to_string(topology.machine_count()) + " machines");
+  Schedule s = sparse_schedule(pattern, algorithm);
+  s.contention_free = topology.single_switch();
+  const SyncSpec given = sync ? *sync : topology.single_switch() ? SyncSpec{} : SyncSpec{SyncKind::kSenderAll, 1};
+  return plan_sync(topology, s, given);
+}
+
+PatternBound pattern_bound(const Topology& topology, const SparsePattern& pattern, std::uint64_t block, std::uint64_t rate_bps) {
+  std::vector<std::int64_t> crossing(idx(topology.directed_edge_count()), 0);
+  for (int i = 0; i < pattern.n; ++i)
+    for (Rank j : pattern.dsts[idx(i)])
+      if (j != i)
+        for (int e : topology.path_between(i, j)) ++crossing[idx(e)];
+  PatternBound b;
+  for (int e = 0; e < topology.directed_edge_count(); ++e) {
+    const std::uint64_t rate = rate_bps != 0 ? rate_bps : topology.links()[idx(e / 2)].rate_bps;
+    const double t = static_cast<double>(crossing[idx(e)]) * static_cast<double>(block) * 8 / static_cast<double>(rate);
+    if (crossing[idx(e)] > 0 && t > b.seconds) b = {e, crossing[idx(e)], t};
+  }
+  return b;
+}
+
+std::shared_ptr<const Schedule> SparsePlanCache::get(const Topology& topology, const SparsePattern& pattern, const std::string& algorithm,
+                                                     const std::optional<SyncSpec>& sync) {
+  const std::string key = algorithm + "+" + (sync ? sync->name() : "default");
+  const std::uint64_t h = pattern_hash(pattern, key);
+  for (const Entry& e : entries_) {
+    if (e.hash == h && e.key == key && e.dsts == pattern.dsts) {
+      ++hits_;
+      return e.schedule;
+    }
+  }
+  auto s = std::make_shared<const Schedule>(planned_sparse(topology, pattern, algorithm, sync));
+  if (capacity_ == 0) return s;
+  if (entries_.size() >= capacity_) entries_.pop_front();
+  entries_.push_back({h, pattern.dsts, key, s});
+  return s;
+}
+
+}  // namespace aapc::sched
