@@ -86,15 +86,16 @@ struct Prepared {
   std::string spec;  // the START's "ALGORITHM[+SYNC]"
 };
 
-// An alltoallv's counts exchange running: every rank sends its row of sizes (its send sizes,
-// then its receive sizes, 2n u64 in this host's byte order: the cluster runs one build) to
-// every rank, so that all hold the same matrix; then exchange `id` runs with the schedule the
-// matrix calls for.
+// An alltoallv's counts exchange running: every rank sends every rank j, as u64 words in this
+// host's byte order (the cluster runs one build), the size it sends j and the bitmap of the
+// ranks it sends to; so each rank checks what it is sent against what it expects, and all hold
+// the same pattern. Then exchange `id` runs with the schedule the pattern calls for.
 struct Counting {
   Prepared p;
-  std::uint32_t id = 0;                // the client's exchange, started once the counts are in
-  std::vector<std::uint64_t> row;      // ours
-  std::vector<std::uint64_t> table;    // rank r's row at r * 2n
+  std::uint32_t id = 0;              // the client's exchange, started once the counts are in
+  std::size_t words = 0;             // per block: 1 + the bitmap's
+  std::vector<std::uint64_t> out;    // block j at j * words
+  std::vector<std::uint64_t> in;     // block from rank i at i * words
 };
 
 // Setup errors: std::runtime_error with the reason, for aapcd's main to print.

@@ -30,7 +30,56 @@ std::uint64_t pattern_hash(const SparsePattern& p, const std::string& key) {
   return h;
 }
 
+struct Routed {
+  Message m;
+  std::vector<int> edges;  // directed edges of its path
+  std::int64_t key = 0;    // the largest remaining load among them
+};
+
 }  // namespace
+
+// Greedy list scheduling: each permutation takes, most loaded path first, every message whose
+// edges are all still free in it. A message's machine uplink and downlink are on its path, so
+// a permutation stays partial; a busiest edge carries a message in every permutation until its
+// load runs out, which is what holds the count near the bound.
+Permutations link_masking(const Topology& topology, const SparsePattern& pattern) {
+  std::vector<Routed> left;
+  std::vector<std::int64_t> load(idx(topology.directed_edge_count()), 0);
+  for (int i = 0; i < pattern.n; ++i)
+    for (Rank j : pattern.dsts[idx(i)])
+      if (j != i) {
+        left.push_back({{i, j}, topology.path_between(i, j), 0});
+        for (int e : left.back().edges) ++load[idx(e)];
+      }
+  Permutations perms;
+  std::vector<std::uint8_t> used(load.size());
+  while (!left.empty()) {
+    for (Routed& r : left) {
+      r.key = 0;
+      for (int e : r.edges) r.key = std::max(r.key, load[idx(e)]);
+    }
+    std::stable_sort(left.begin(), left.end(), [](const Routed& a, const Routed& b) { return a.key > b.key; });
+    std::fill(used.begin(), used.end(), 0);
+    Phase perm;
+    std::vector<Routed> later;
+    for (Routed& r : left) {
+      const bool free = std::none_of(r.edges.begin(), r.edges.end(), [&](int e) { return used[idx(e)] != 0; });
+      if (!free) {
+        later.push_back(std::move(r));
+        continue;
+      }
+      for (int e : r.edges) {
+        used[idx(e)] = 1;
+        --load[idx(e)];
+      }
+      perm.push_back(r.m);
+    }
+    std::sort(perm.begin(), perm.end(), [](const Message& a, const Message& b) { return a.src < b.src; });
+    perms.push_back(std::move(perm));
+    left = std::move(later);
+  }
+  return perms;
+}
 
 int sparse_degree(const SparsePattern& pattern) {
   std::vector<int> in(idx(pattern.n), 0);
@@ -69,23 +118,19 @@ SparseVerdict sparse_verdict(const SparsePattern& pattern) {
   return v;
 }
 
-std::string sizes_mismatch(const std::vector<std::vector<std::uint64_t>>& send, const std::vector<std::vector<std::uint64_t>>& recv) {
-  const std::size_t n = send.size();
-  if (recv.size() != n) return "the send and receive matrices have " + std::to_string(n) + " and " + std::to_string(recv.size()) + " rows";
-  for (std::size_t j = 0; j < n; ++j) {
-    for (std::size_t i = 0; i < n; ++i) {
-      if (send[i].size() != n || recv[j].size() != n) return "a row of sizes does not have " + std::to_string(n) + " entries";
-      if (i == j || send[i][j] == recv[j][i]) continue;
-      return "rank " + std::to_string(i) + " sends rank " + std::to_string(j) + " " + std::to_string(send[i][j]) + " bytes; rank " +
-             std::to_string(j) + " expects " + std::to_string(recv[j][i]) + " bytes from rank " + std::to_string(i);
-    }
+std::string column_mismatch(Rank me, const std::vector<std::uint64_t>& sent, const std::vector<std::uint64_t>& expected) {
+  if (sent.size() != expected.size())
+    return std::to_string(sent.size()) + " sizes sent to rank " + std::to_string(me) + ", " + std::to_string(expected.size()) + " expected";
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    if (static_cast<Rank>(i) == me || sent[i] == expected[i]) continue;
+    return "rank " + std::to_string(i) + " sends rank " + std::to_string(me) + " " + std::to_string(sent[i]) + " bytes; rank " + std::to_string(me) +
+           " expects " + std::to_string(expected[i]) + " bytes from rank " + std::to_string(i);
   }
   return {};
 }
 
 std::optional<std::string> forced_sparse_algorithm(std::string_view algorithm) {
-  if (algorithm == "cgm" || algorithm == "sparse") return "cgm";
-  if (algorithm == "gm") return "gm";
+  if (algorithm == "cgm" || algorithm == "gm" || algorithm == "cgm-links" || algorithm == "sparse") return std::string(algorithm);
   return std::nullopt;
 }
 
@@ -93,8 +138,17 @@ Schedule planned_sparse(const Topology& topology, const SparsePattern& pattern, 
                         const std::optional<SyncSpec>& sync) {
   if (pattern.n != topology.machine_count())
     throw std::invalid_argument("a pattern of " + std::to_string(pattern.n) + " ranks on " + std::to_string(topology.machine_count()) + " machines");
-  Schedule s = sparse_schedule(pattern, algorithm);
-  s.contention_free = topology.single_switch();
+  const std::string name = algorithm != "sparse" ? algorithm : topology.single_switch() ? "cgm" : "cgm-links";
+  Schedule s;
+  if (name == "cgm-links") {
+    s.algorithm = name;
+    s.machines = pattern.n;
+    s.phases = link_masking(topology, pattern);
+    s.programs = programs_from_phases(pattern.n, s.phases);
+  } else {
+    s = sparse_schedule(pattern, name);
+  }
+  s.contention_free = topology.single_switch() || name == "cgm-links";
   const SyncSpec given = sync ? *sync : topology.single_switch() ? SyncSpec{} : SyncSpec{SyncKind::kSenderAll, 1};
   return plan_sync(topology, s, given);
 }

@@ -135,23 +135,24 @@ TEST_CASE("the sparse rule: CGM at most half the other ranks as peers, self mess
   CHECK_THAT(sparse_verdict(self).reason, Catch::Contains("3 peers per rank of 7"));
 }
 
-TEST_CASE("alltoallv sizes: a rank's send size against its peer's receive size, named with both") {
-  std::vector<std::vector<std::uint64_t>> send(4, std::vector<std::uint64_t>(4, 10)), recv = send;
-  CHECK(sizes_mismatch(send, recv).empty());
-  send[2][2] = 99;  // to self: the engine copies min(send, recv), nothing to agree on
-  CHECK(sizes_mismatch(send, recv).empty());
-  send[1][0] = 200;
-  send[3][2] = 7;
-  CHECK(sizes_mismatch(send, recv) == "rank 1 sends rank 0 200 bytes; rank 0 expects 10 bytes from rank 1");
-  send[1][0] = 10;
-  CHECK(sizes_mismatch(send, recv) == "rank 3 sends rank 2 7 bytes; rank 2 expects 10 bytes from rank 3");
-  recv[2].pop_back();
-  CHECK_THAT(sizes_mismatch(send, recv), Catch::Contains("does not have 4 entries"));
+TEST_CASE("alltoallv sizes: what each rank sends this one against what this one expects, named with both") {
+  std::vector<std::uint64_t> sent(4, 10), expected(4, 10);
+  CHECK(column_mismatch(2, sent, expected).empty());
+  sent[2] = 99;  // from self: the engine copies min(send, recv), nothing to agree on
+  CHECK(column_mismatch(2, sent, expected).empty());
+  sent[1] = 200;
+  sent[3] = 7;
+  CHECK(column_mismatch(2, sent, expected) == "rank 1 sends rank 2 200 bytes; rank 2 expects 10 bytes from rank 1");
+  sent[1] = 10;
+  CHECK(column_mismatch(2, sent, expected) == "rank 3 sends rank 2 7 bytes; rank 2 expects 10 bytes from rank 3");
+  expected.pop_back();
+  CHECK_THAT(column_mismatch(2, sent, expected), Catch::Contains("4 sizes sent to rank 2, 3 expected"));
 }
 
 TEST_CASE("schedule names that force the all-to-many decomposition") {
   CHECK(forced_sparse_algorithm("cgm") == std::optional<std::string>("cgm"));
-  CHECK(forced_sparse_algorithm("sparse") == std::optional<std::string>("cgm"));
+  CHECK(forced_sparse_algorithm("sparse") == std::optional<std::string>("sparse"));
+  CHECK(forced_sparse_algorithm("cgm-links") == std::optional<std::string>("cgm-links"));
   CHECK(forced_sparse_algorithm("gm") == std::optional<std::string>("gm"));
   CHECK_FALSE(forced_sparse_algorithm("auto"));
   CHECK_FALSE(forced_sparse_algorithm("tree"));
@@ -204,4 +205,25 @@ TEST_CASE("planned sparse schedules are kept by pattern, at most the capacity") 
   CHECK(cache.size() == 2);
   CHECK(cache.get(t, ring_of(12, 2), "cgm") != a);  // evicted, planned anew
   CHECK(cache.hits() == 1);
+}
+
+TEST_CASE("link masking: contention-free partial permutations, about as many as the busiest edge's messages") {
+  std::mt19937_64 rng(14);
+  for (const char* name : {"12-three-level", "64-two-level", "64-three-level", "8-two-switch"}) {
+    const Topology t = load_topology(aapc::test::topology_path(name));
+    for (int d : {2, 4, 8}) {
+      SparsePattern p = SparsePattern::figure7(t.machine_count(), d, rng);
+      for (int i = 0; i < p.n; ++i) std::erase(p.dsts[static_cast<std::size_t>(i)], i);
+      const Permutations perms = link_masking(t, p);
+      INFO(name << " d=" << d << ": " << perms.size() << " permutations");
+      CHECK(check_permutations(p, perms).empty());
+      const PatternBound b = pattern_bound(t, p, 1);
+      CHECK(static_cast<std::int64_t>(perms.size()) >= b.messages);
+      CHECK(static_cast<double>(perms.size()) <= 1.25 * static_cast<double>(b.messages) + 1);
+      const Schedule s = planned_sparse(t, p, "sparse");
+      CHECK(s.algorithm == "cgm-links");
+      CHECK(s.contention_free);
+      CHECK(verify_sparse(t, p, s));  // with the contention check of every phase
+    }
+  }
 }

@@ -64,19 +64,27 @@ struct SparseVerdict {
 };
 SparseVerdict sparse_verdict(const SparsePattern& pattern);
 
-// Every rank's send sizes (send[i][j]: what i sends j) against every rank's receive sizes
-// (recv[j][i]: what j expects from i): the first pair that disagrees, by receiver then sender,
-// named with both sizes; empty when they all agree. Every rank that holds both matrices finds
-// the same one.
-std::string sizes_mismatch(const std::vector<std::vector<std::uint64_t>>& send, const std::vector<std::vector<std::uint64_t>>& recv);
+// What rank `me` is sent (sent[i]: the size rank i sends it) against what it expects
+// (expected[i]), self excluded: the first source that disagrees, named with both sizes; empty
+// when they agree.
+std::string column_mismatch(Rank me, const std::vector<std::uint64_t>& sent, const std::vector<std::uint64_t>& expected);
 
-// The all-to-many algorithm a schedule spec's algorithm part forces: "cgm" and "sparse" give
-// "cgm", "gm" gives "gm"; nullopt for every other (dense) name.
+// Compact Global Masking extended from senders and receivers to every link of a tree: partial
+// permutations in which no two messages share a directed edge (contention-free phases, as the
+// tree's dense phases are), packed greedily with the messages on the most loaded links first, so
+// that their number approaches the busiest edge's message count (the pattern's bound) rather than
+// the degree. On one switch it is a CGM ordered by load.
+Permutations link_masking(const Topology& topology, const SparsePattern& pattern);
+
+// The all-to-many algorithm a schedule spec's algorithm part forces: "cgm", "gm", "cgm-links", or
+// "sparse" (planned_sparse's choice); nullopt for every other (dense) name.
 std::optional<std::string> forced_sparse_algorithm(std::string_view algorithm);
 
-// sparse_schedule() planned for `topology`: on one switch partial permutations are
-// contention-free and run without tokens; on a tree of switches two messages of a permutation
-// may share a link, so the permutations get `sync` (default: sender-based tokens, plan_sync).
+// The all-to-many schedule `algorithm` ("cgm", "gm", "lp", "cgm-links", or "sparse": cgm on one
+// switch, cgm-links on a tree) planned for `topology`: on one switch partial permutations are
+// contention-free and run without tokens; on a tree of switches the phases get `sync` (default:
+// sender-based tokens, plan_sync): between CGM's phases, whose messages may share a link, and
+// between cgm-links's, which do not but would drift into each other.
 Schedule planned_sparse(const Topology& topology, const SparsePattern& pattern, const std::string& algorithm,
                         const std::optional<SyncSpec>& sync = std::nullopt);
 
