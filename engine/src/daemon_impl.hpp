@@ -187,7 +187,7 @@ struct Daemon::Impl {
   std::optional<std::string> plan(const proto::StartRequest& m, Prepared& p);
 
   // daemon_sparse.cpp
-  static bool counts_first(const std::string& spec);
+  bool counts_first(const std::string& spec) const;
   void launch_counted(Prepared p);
   bool counted(const ExchangeReport& rep);
   std::optional<std::string> plan_counted(Counting& k);

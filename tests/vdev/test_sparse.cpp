@@ -46,6 +46,14 @@ std::string ring_port(const std::string& name, rte_ring* rx, rte_ring* tx) {
   return full;
 }
 
+const char* const kOneSwitch =
+    "graph \"two\" {\n  edge [rate=\"100Mbit\"];\n  n0 [mac=\"02:00:00:00:00:01\"];\n  n1 [mac=\"02:00:00:00:00:02\"];\n"
+    "  s0 [buffer=\"64K\"];\n  s0 -- n0;\n  s0 -- n1;\n}\n";
+// The same two machines on two switches: a tree, where `auto` agrees on the counts.
+const char* const kTwoSwitches =
+    "graph \"two-tree\" {\n  edge [rate=\"100Mbit\"];\n  n0 [mac=\"02:00:00:00:00:01\"];\n  n1 [mac=\"02:00:00:00:00:02\"];\n"
+    "  s0 [buffer=\"64K\"];\n  s1 [buffer=\"64K\"];\n  s0 -- n0;\n  s0 -- s1;\n  s1 -- n1;\n}\n";
+
 // Daemons of ranks 0 and 1 serving in threads, each on its own socket.
 struct Pair {
   fs::path dir;
@@ -54,14 +62,13 @@ struct Pair {
   std::atomic<bool> stop[2]{false, false};
   std::thread thread[2];
 
-  Pair() {
+  explicit Pair(const char* dot = kOneSwitch) {
     test::start_eal();
     spdlog::set_level(spdlog::level::warn);
     char tmpl[] = "/tmp/aapc-sparse-XXXXXX";
     dir = ::mkdtemp(tmpl);
     ::chmod(dir.c_str(), 0755);
-    std::ofstream(dir / "two.dot") << "graph \"two\" {\n  edge [rate=\"100Mbit\"];\n  n0 [mac=\"02:00:00:00:00:01\"];\n"
-                                       "  n1 [mac=\"02:00:00:00:00:02\"];\n  s0 [buffer=\"64K\"];\n  s0 -- n0;\n  s0 -- n1;\n}\n";
+    std::ofstream(dir / "two.dot") << dot;
     const std::string base = "sp" + std::to_string(g_pairs++);
     rte_ring* to[2] = {ring(base + "to0"), ring(base + "to1")};
     for (int i = 0; i < 2; ++i) {
@@ -153,23 +160,48 @@ TEST_CASE("issue 14: an alltoallv agrees on the counts first, runs CGM when forc
   CHECK(ra->bytes_sent == 3000);
   CHECK(rb->bytes_received == 3000);
 
-  auto [da, db] = both(a, b);  // auto: one peer of one is not sparse
+  // A forced all-to-many schedule uses two ids, the counts' and the exchange's; auto on one
+  // switch runs the dense schedule at once, with one id.
+  auto [ca, cb] = both(a, b, cgm);
+  REQUIRE(ca);
+  CHECK(ca->exchange == ra->exchange + 2);
+  auto [da, db] = both(a, b);
   REQUIRE(da);
   REQUIRE(db);
+  CHECK(da->exchange == ca->exchange + 1);
   CHECK(da->schedule == "sync-shuffle");
   CHECK(received(a, 0));
   CHECK(received(b, 1));
 }
 
+TEST_CASE("issue 14: on a tree, auto agrees on the counts first and runs a dense pattern with the dense schedule") {
+  Pair pair(kTwoSwitches);
+  Side a(pair.socket[0]), b(pair.socket[1]);
+  a.send_counts = {100, 3000};
+  a.recv_counts = {100, 2000};
+  b.send_counts = {2000, 100};
+  b.recv_counts = {3000, 100};
+  auto [ra, rb] = both(a, b);
+  REQUIRE(ra);
+  REQUIRE(rb);
+  CHECK(ra->schedule == "tree");  // one peer of one: dense
+  CHECK(received(a, 0));
+  CHECK(received(b, 1));
+  auto [sa, sb] = both(a, b);
+  REQUIRE(sa);
+  CHECK(sa->exchange == ra->exchange + 2);
+}
+
 TEST_CASE("issue 14: alltoallv counts that disagree fail on every rank, naming both ranks and sizes; the next collective runs") {
-  Pair pair;
+  const bool tree = GENERATE(false, true);
+  Pair pair(tree ? kTwoSwitches : kOneSwitch);
   Side a(pair.socket[0]), b(pair.socket[1]);
   a.send_counts = {100, 3000};
   a.recv_counts = {100, 200};
   b.send_counts = {200, 100};
   b.recv_counts = {1000, 100};  // rank 1 expects 1,000 bytes where rank 0 sends 3,000
-  for (const char* schedule : {"auto", "cgm"}) {
-    INFO(schedule);
+  for (const char* schedule : {tree ? "auto" : "sparse", "cgm"}) {
+    INFO(schedule << (tree ? " on a tree" : " on one switch"));
     Options o;
     o.schedule = schedule;
     const auto t0 = std::chrono::steady_clock::now();
@@ -195,14 +227,15 @@ TEST_CASE("issue 14: an alltoallv whose counts exchange finds its peer gone fail
   Pair pair;
   Side a(pair.socket[0]), b(pair.socket[1]);
   a.send_counts = b.send_counts = a.recv_counts = b.recv_counts = {64, 64};
-  auto [ra, rb] = both(a, b);
+  Options sparse;
+  sparse.schedule = "sparse";
+  auto [ra, rb] = both(a, b, sparse);
   REQUIRE(ra);
   REQUIRE(rb);
   pair.stop_daemon(1);
-  Options o;
-  o.timeout = 5000ms;
+  sparse.timeout = 5000ms;
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = a.alltoallv(o);
+  auto r = a.alltoallv(sparse);
   REQUIRE(!r);
   INFO(r.error().message());
   CHECK_THAT(r.error().message(), Catch::Contains("exchange of counts before it failed"));
