@@ -86,16 +86,19 @@ struct Prepared {
   std::string spec;  // the START's "ALGORITHM[+SYNC]"
 };
 
-// An alltoallv's counts exchange running: every rank sends every rank j, as u64 words in this
-// host's byte order (the cluster runs one build), the size it sends j and the bitmap of the
-// ranks it sends to; so each rank checks what it is sent against what it expects, and all hold
-// the same pattern. Then exchange `id` runs with the schedule the pattern calls for.
+// An alltoallv's agreement on its pattern (daemon_sparse.cpp): every rank's row of sizes (n send
+// sizes, then n receive sizes, u64 in this host's byte order: the cluster runs one build) is
+// gathered at rank 0, which checks them against each other and broadcasts the verdict (empty, or
+// what disagrees) and every rank's bitmap of destinations. Then exchange `id` runs with the
+// schedule the pattern calls for.
 struct Counting {
   Prepared p;
-  std::uint32_t id = 0;              // the client's exchange, started once the counts are in
-  std::size_t words = 0;             // per block: 1 + the bitmap's
-  std::vector<std::uint64_t> out;    // block j at j * words
-  std::vector<std::uint64_t> in;     // block from rank i at i * words
+  std::uint32_t broadcast_id = 0, id = 0;
+  bool gathered = false;               // the gather is done; the broadcast runs
+  std::size_t words = 0;               // of one bitmap row
+  std::vector<std::uint64_t> row;      // ours
+  std::vector<std::uint64_t> rows;     // rank 0's: rank r's row at r * 2n
+  std::vector<std::uint64_t> verdict;  // the text's length, its kVerdictWords words, then the bitmaps
 };
 
 // Setup errors: std::runtime_error with the reason, for aapcd's main to print.
@@ -124,7 +127,8 @@ struct Daemon::Impl {
   std::map<std::uint32_t, ExchangeRecord> exchanges;
   std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;  // by "algorithm+sync"
   std::uint32_t next_id = 1;
-  std::map<std::uint32_t, Counting> counting;  // by the counts exchange's id
+  std::map<std::uint32_t, Counting> counting;  // by the id of its gather or broadcast running
+  std::shared_ptr<const sched::Schedule> gather_plan, broadcast_plan;  // to and from rank 0
   sched::SparsePlanCache sparse_plans{16};
   bool joined = false;                // the cluster agreed on ids for the current session
   std::deque<Prepared> waiting_join;  // STARTs until it has
@@ -189,6 +193,8 @@ struct Daemon::Impl {
   // daemon_sparse.cpp
   bool counts_first(const std::string& spec) const;
   void launch_counted(Prepared p);
+  Result<void> start_counts(Counting& k, std::uint32_t id, bool broadcast);
+  void judge_counts(Counting& k) const;
   bool counted(const ExchangeReport& rep);
   std::optional<std::string> plan_counted(Counting& k);
   void fail_exchange(std::uint32_t id, Errc code, const std::string& why);

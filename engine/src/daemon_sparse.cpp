@@ -1,26 +1,33 @@
 // alltoallv with Ranka/Wang/Fox's all-to-many decomposition (issue 14, item 3). Each daemon
 // knows only its own rank's send and receive sizes; the schedule of a sparse pattern depends
-// on all of them. So an alltoallv that may run sparse (schedule "auto", "cgm", "gm",
-// "cgm-links", "sparse") first runs a small internal exchange on the next exchange id: every
-// rank sends each rank the size of its block for it and the bitmap of its destinations
-// (Counting); the client's exchange takes the id after it. Both ids are used up on every rank
-// whatever happens, as every collective's is. Each rank checks the sizes it is sent against
-// those it expects (a rank that finds a difference fails and tells the others with ABORT), and
-// all decide the same from the same bitmaps: all-to-many permutations (sched::sparse_verdict)
-// or the dense schedule with empty blocks skipped.
+// on all of them. So an alltoallv that may run sparse (schedule "auto" on a tree of switches,
+// "cgm", "gm", "cgm-links", "sparse") first agrees on the pattern with two small exchanges of
+// its own on the next two exchange ids: every rank's sizes gathered at rank 0, which checks them
+// against each other, then rank 0's verdict and every rank's destinations broadcast (Counting).
+// The client's exchange takes the id after them. All three ids are used up on every rank
+// whatever happens, as every collective's is; a rank that fails a step tells the others with
+// ABORT for the ids it will not start. All ranks decide the same from the same bitmaps:
+// all-to-many permutations (sched::sparse_verdict) or the dense schedule, empty blocks skipped.
 //
-// Why personalised blocks of 8 + n/8 bytes rather than every rank's whole row of sizes to every
-// rank (2n x 8 bytes): an allgather done as an alltoall carries load x row over the bottleneck,
-// and at 64 machines (load 448, 25 Mbit/s) the 1 KiB rows took 390 ms, more than half the
-// sparse exchange itself (650 ms).
+// Why gather and broadcast, 2(n-1) messages, rather than an alltoall of the counts (n(n-1)):
+// on this 2-core box a 16-byte alltoall of 64 machines takes 160 ms, and the counts as an
+// alltoall (1 KiB rows to everyone, then 16-byte personalised blocks) cost 390 and 200 ms
+// against the sparse exchange's 650 (docs/sparse.md).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "aapc/sched/choice.hpp"
 #include "daemon_impl.hpp"
 
 namespace aapc::engine {
+namespace {
+
+constexpr std::size_t kVerdictWords = 48;  // room for the text of a disagreement (384 bytes)
+constexpr sched::Rank kRoot = 0;
+
+}  // namespace
 
 // On one switch `auto` skips the counts: the synchronous shuffle with empty blocks skipped runs
 // a sparse pattern as fast as CGM (8-one-switch, 64 KiB, 3 and 4 of 8 destinations: 17.5 and
@@ -30,70 +37,114 @@ bool Daemon::Impl::counts_first(const std::string& spec) const {
   return (algorithm == "auto" && !topo.single_switch()) || sched::forced_sparse_algorithm(algorithm).has_value();
 }
 
-// Starts the counts exchange and answers START with the id the client's exchange will have.
+// Starts the gather and answers START with the id the client's exchange will have.
 void Daemon::Impl::launch_counted(Prepared p) {
   ClientState& c = clients[p.client];
-  const std::uint32_t counts_id = next_id, id = next_id + 1;
-  next_id += 2;  // both used up, started or not
+  const std::uint32_t gather_id = next_id;
+  next_id += 3;  // gather, broadcast, exchange: all used up, started or not
   const auto n = static_cast<std::size_t>(topo.machine_count());
-  Counting& k = counting[counts_id];
-  k.id = id;
-  k.words = 1 + (n + 63) / 64;
-  k.out.assign(n * k.words, 0);
-  k.in.assign(n * k.words, 0);
-  for (std::size_t j = 0; j < n; ++j) {
-    k.out[j * k.words] = p.send[j].len;
-    if (p.send[j].len > 0 && j != static_cast<std::size_t>(rank))
-      for (std::size_t b = 0; b < n; ++b) k.out[b * k.words + 1 + j / 64] |= std::uint64_t{1} << (j % 64);
-  }
-  const std::uint64_t bytes = k.words * sizeof(std::uint64_t);
-  // What `auto` runs for blocks this small, so that the counts gain from every improvement of
-  // small exchanges. (The synchronous shuffle instead of auto's pairwise exchange made no
-  // difference at 64 machines: 16-byte exchanges took 170 and 159 ms, docs/sparse.md.)
-  const sched::Choice choice = sched::auto_choice(*model, bytes);
-  auto plan = schedule(choice.algorithm, choice.sync);
-  ExchangeSpec spec = exchange_spec(*plan, rank, counts_id);
+  Counting& k = counting[gather_id];
+  k.broadcast_id = gather_id + 1;
+  k.id = gather_id + 2;
+  k.words = (n + 63) / 64;
+  k.row.resize(2 * n);
   for (std::size_t r = 0; r < n; ++r) {
-    spec.send[r] = {reinterpret_cast<const std::uint8_t*>(k.out.data() + r * k.words), bytes, nullptr};
-    spec.recv[r] = {reinterpret_cast<std::uint8_t*>(k.in.data() + r * k.words), bytes};
+    k.row[r] = p.send[r].len;
+    k.row[n + r] = p.recv[r].len;
   }
-  spec.timeout = std::chrono::milliseconds(p.timeout_ms);
-  spec.token_slack = token_slack(slack_buffer, plan->phases.size(), pace_bps);
-  spec.descriptor.kind = Collective::kAlltoallv;
-  spec.descriptor.plan = "counts:" + spec.descriptor.plan;
-  auto started = engine->start(std::move(spec));
+  k.verdict.assign(1 + kVerdictWords + n * k.words, 0);
+  if (rank == kRoot) k.rows.assign(2 * n * n, 0);
+  auto started = start_counts(k, gather_id, false);
   if (!started) {
-    counting.erase(counts_id);
-    engine->abort_unstarted(id, "rank " + std::to_string(rank) + " could not start the exchange of alltoallv counts");
+    const std::string why = "rank " + std::to_string(rank) + " could not start the agreement on alltoallv counts";
+    engine->abort_unstarted(k.broadcast_id, why);
+    engine->abort_unstarted(k.id, why);
+    counting.erase(gather_id);
     return reply_error(c.fd, p.request, started.error().code(), started.error().message());
   }
   p.rec.cpu_ns = cpu_now();
-  exchanges[id] = p.rec;
-  c.exchanges.insert(id);
+  exchanges[k.id] = p.rec;
+  c.exchanges.insert(k.id);
   c.started = true;
-  proto::send_message(c.fd, proto::message(proto::StartedReply{id, p.rec.schedule, p.rec.sync}, p.request));
+  proto::send_message(c.fd, proto::message(proto::StartedReply{k.id, p.rec.schedule, p.rec.sync}, p.request));
   k.p = std::move(p);
 }
 
-// When `rep` is a counts exchange: the client's exchange starts with the schedule its pattern
-// calls for, or fails with why (and the peers are told). False for every other exchange.
+// Starts the gather (rows to rank 0) or the broadcast (rank 0's verdict to all) of `k` as `id`.
+Result<void> Daemon::Impl::start_counts(Counting& k, std::uint32_t id, bool broadcast) {
+  const int n = topo.machine_count();
+  if (!gather_plan) {
+    gather_plan = std::make_shared<const sched::Schedule>(sched::gather_schedule(n, kRoot));
+    broadcast_plan = std::make_shared<const sched::Schedule>(sched::broadcast_schedule(n, kRoot));
+  }
+  const sched::Schedule& plan = broadcast ? *broadcast_plan : *gather_plan;
+  ExchangeSpec spec = exchange_spec(plan, rank, id);
+  const auto words = broadcast ? k.verdict.size() : k.row.size();
+  const std::uint64_t bytes = words * sizeof(std::uint64_t);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {
+    const bool to = broadcast ? rank == kRoot : r == static_cast<std::size_t>(kRoot);
+    const bool from = broadcast ? r == static_cast<std::size_t>(kRoot) && rank != kRoot : rank == kRoot;
+    if (to) spec.send[r] = {reinterpret_cast<const std::uint8_t*>(broadcast ? k.verdict.data() : k.row.data()), bytes, nullptr};
+    if (from) spec.recv[r] = {reinterpret_cast<std::uint8_t*>(broadcast ? k.verdict.data() : k.rows.data() + r * words), bytes};
+  }
+  spec.timeout = std::chrono::milliseconds(k.p.timeout_ms);
+  spec.descriptor.kind = Collective::kAlltoallv;
+  spec.descriptor.plan = "counts:" + spec.descriptor.plan;
+  return engine->start(std::move(spec));
+}
+
+// Rank 0, all rows in: the verdict (what disagrees, or nothing) and every rank's destinations.
+void Daemon::Impl::judge_counts(Counting& k) const {
+  const auto n = static_cast<std::size_t>(topo.machine_count());
+  std::vector<std::vector<std::uint64_t>> send(n), recv(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    const std::uint64_t* row = k.rows.data() + r * 2 * n;
+    send[r].assign(row, row + n);
+    recv[r].assign(row + n, row + 2 * n);
+    for (std::size_t j = 0; j < n; ++j)
+      if (send[r][j] > 0 && j != r) k.verdict[1 + kVerdictWords + r * k.words + j / 64] |= std::uint64_t{1} << (j % 64);
+  }
+  std::string text = sched::sizes_mismatch(send, recv);
+  if (!text.empty()) text = "alltoallv counts disagree: " + text;
+  text.resize(std::min(text.size(), kVerdictWords * sizeof(std::uint64_t)));
+  k.verdict[0] = text.size();
+  std::memcpy(k.verdict.data() + 1, text.data(), text.size());
+}
+
+// When `rep` is a step of an agreement: the next step, or the client's exchange with the
+// schedule its pattern calls for, or a failure with why (the peers told). False for every other
+// exchange.
 bool Daemon::Impl::counted(const ExchangeReport& rep) {
   auto it = counting.find(rep.id);
   if (it == counting.end()) return false;
   Counting k = std::move(it->second);
   counting.erase(it);
   auto ex = exchanges.find(k.id);
+  auto give_up = [&](const std::string& why) {
+    if (!k.gathered) engine->abort_unstarted(k.broadcast_id, why);
+    engine->abort_unstarted(k.id, why);
+  };
   if (ex == exchanges.end() || clients.count(k.p.client) == 0) {
-    engine->abort_unstarted(k.id, "the client of rank " + std::to_string(rank) + " went away");
+    give_up("the client of rank " + std::to_string(rank) + " went away");
     return true;
   }
   if (rep.state != ExchangeState::kDone) {
-    engine->abort_unstarted(k.id, "the exchange of alltoallv counts failed at rank " + std::to_string(rank));
-    fail_exchange(k.id, rep.code, "alltoallv: the exchange of counts before it failed: " + rep.error);
+    give_up("the agreement on alltoallv counts failed at rank " + std::to_string(rank));
+    fail_exchange(k.id, rep.code, "alltoallv: the agreement on counts before it failed: " + rep.error);
+    return true;
+  }
+  if (!k.gathered) {
+    k.gathered = true;
+    if (rank == kRoot) judge_counts(k);
+    if (auto started = start_counts(k, k.broadcast_id, true); !started) {
+      engine->abort_unstarted(k.id, started.error().message());
+      fail_exchange(k.id, started.error().code(), started.error().message());
+      return true;
+    }
+    counting[k.broadcast_id] = std::move(k);
     return true;
   }
   if (auto why = plan_counted(k)) {
-    engine->abort_unstarted(k.id, *why);
     fail_exchange(k.id, Errc::kInvalidArgument, *why);
     return true;
   }
@@ -104,22 +155,20 @@ bool Daemon::Impl::counted(const ExchangeReport& rep) {
   return true;
 }
 
-// The schedule of the agreed pattern, or why there is none. The same on every rank: the
-// bitmaps and the spec are (a spec that differs is found by the exchange's descriptor).
+// The schedule of the agreed pattern, or why there is none: the same on every rank, which all
+// hold the same verdict (and a spec that differs is found by the exchange's descriptor).
 std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
   const auto n = static_cast<std::size_t>(topo.machine_count());
-  std::vector<std::uint64_t> sent(n), expected(n);
+  const std::size_t length = std::min<std::size_t>(k.verdict[0], kVerdictWords * sizeof(std::uint64_t));
+  if (length > 0) return std::string(reinterpret_cast<const char*>(k.verdict.data() + 1), length);
   sched::SparsePattern pattern;
   pattern.n = static_cast<int>(n);
   pattern.dsts.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint64_t* block = k.in.data() + i * k.words;
-    sent[i] = block[0];
-    expected[i] = k.p.recv[i].len;
+    const std::uint64_t* bits = k.verdict.data() + 1 + kVerdictWords + i * k.words;
     for (std::size_t j = 0; j < n; ++j)
-      if ((block[1 + j / 64] >> (j % 64) & 1) != 0 && j != i) pattern.dsts[i].push_back(static_cast<sched::Rank>(j));
+      if ((bits[j / 64] >> (j % 64) & 1) != 0 && j != i) pattern.dsts[i].push_back(static_cast<sched::Rank>(j));
   }
-  if (const std::string m = sched::column_mismatch(rank, sent, expected); !m.empty()) return "alltoallv counts disagree: " + m;
   try {
     const sched::SpecText spec = sched::read_spec(k.p.spec);
     const auto forced = sched::forced_sparse_algorithm(spec.algorithm);

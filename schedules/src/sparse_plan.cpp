@@ -118,15 +118,45 @@ SparseVerdict sparse_verdict(const SparsePattern& pattern) {
   return v;
 }
 
-std::string column_mismatch(Rank me, const std::vector<std::uint64_t>& sent, const std::vector<std::uint64_t>& expected) {
-  if (sent.size() != expected.size())
-    return std::to_string(sent.size()) + " sizes sent to rank " + std::to_string(me) + ", " + std::to_string(expected.size()) + " expected";
-  for (std::size_t i = 0; i < sent.size(); ++i) {
-    if (static_cast<Rank>(i) == me || sent[i] == expected[i]) continue;
-    return "rank " + std::to_string(i) + " sends rank " + std::to_string(me) + " " + std::to_string(sent[i]) + " bytes; rank " + std::to_string(me) +
-           " expects " + std::to_string(expected[i]) + " bytes from rank " + std::to_string(i);
+std::string sizes_mismatch(const std::vector<std::vector<std::uint64_t>>& send, const std::vector<std::vector<std::uint64_t>>& recv) {
+  const std::size_t n = send.size();
+  if (recv.size() != n) return "the send and receive matrices have " + std::to_string(n) + " and " + std::to_string(recv.size()) + " rows";
+  for (std::size_t j = 0; j < n; ++j) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (send[i].size() != n || recv[j].size() != n) return "a row of sizes does not have " + std::to_string(n) + " entries";
+      if (i == j || send[i][j] == recv[j][i]) continue;
+      return "rank " + std::to_string(i) + " sends rank " + std::to_string(j) + " " + std::to_string(send[i][j]) + " bytes; rank " +
+             std::to_string(j) + " expects " + std::to_string(recv[j][i]) + " bytes from rank " + std::to_string(i);
+    }
   }
   return {};
+}
+
+Schedule gather_schedule(int machines, Rank root) {
+  Schedule s;
+  s.algorithm = "gather";
+  s.machines = machines;
+  for (Rank i = 0; i < machines; ++i)
+    if (i != root) s.phases.push_back({{i, root}});
+  s.programs = programs_from_phases(machines, s.phases);
+  return s;
+}
+
+Schedule broadcast_schedule(int machines, Rank root) {
+  Schedule s;
+  s.algorithm = "broadcast";
+  s.machines = machines;
+  s.packet_level = true;
+  s.programs.resize(idx(machines));
+  for (Rank i = 0; i < machines; ++i) s.programs[idx(i)].rank = i;
+  Round round;
+  for (Rank j = 0; j < machines; ++j) {
+    if (j == root) continue;
+    round.sends.push_back({j, static_cast<int>(s.phases.size())});
+    s.phases.push_back({{root, j}});
+  }
+  if (!round.sends.empty()) s.programs[idx(root)].rounds.push_back(std::move(round));
+  return s;
 }
 
 std::optional<std::string> forced_sparse_algorithm(std::string_view algorithm) {

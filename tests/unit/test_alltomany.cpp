@@ -135,18 +135,32 @@ TEST_CASE("the sparse rule: CGM at most half the other ranks as peers, self mess
   CHECK_THAT(sparse_verdict(self).reason, Catch::Contains("3 peers per rank of 7"));
 }
 
-TEST_CASE("alltoallv sizes: what each rank sends this one against what this one expects, named with both") {
-  std::vector<std::uint64_t> sent(4, 10), expected(4, 10);
-  CHECK(column_mismatch(2, sent, expected).empty());
-  sent[2] = 99;  // from self: the engine copies min(send, recv), nothing to agree on
-  CHECK(column_mismatch(2, sent, expected).empty());
-  sent[1] = 200;
-  sent[3] = 7;
-  CHECK(column_mismatch(2, sent, expected) == "rank 1 sends rank 2 200 bytes; rank 2 expects 10 bytes from rank 1");
-  sent[1] = 10;
-  CHECK(column_mismatch(2, sent, expected) == "rank 3 sends rank 2 7 bytes; rank 2 expects 10 bytes from rank 3");
-  expected.pop_back();
-  CHECK_THAT(column_mismatch(2, sent, expected), Catch::Contains("4 sizes sent to rank 2, 3 expected"));
+TEST_CASE("alltoallv sizes: a rank's send size against its peer's receive size, named with both") {
+  std::vector<std::vector<std::uint64_t>> send(4, std::vector<std::uint64_t>(4, 10)), recv = send;
+  CHECK(sizes_mismatch(send, recv).empty());
+  send[2][2] = 99;  // to self: the engine copies min(send, recv), nothing to agree on
+  CHECK(sizes_mismatch(send, recv).empty());
+  send[1][0] = 200;
+  send[3][2] = 7;
+  CHECK(sizes_mismatch(send, recv) == "rank 1 sends rank 0 200 bytes; rank 0 expects 10 bytes from rank 1");
+  send[1][0] = 10;
+  CHECK(sizes_mismatch(send, recv) == "rank 3 sends rank 2 7 bytes; rank 2 expects 10 bytes from rank 3");
+  recv[2].pop_back();
+  CHECK_THAT(sizes_mismatch(send, recv), Catch::Contains("does not have 4 entries"));
+}
+
+TEST_CASE("gather and broadcast: one block to the root from each rank, one from the root to each") {
+  const Schedule g = gather_schedule(5, 0), b = broadcast_schedule(5, 0);
+  CHECK(g.message_count() == 4);
+  CHECK(b.message_count() == 4);
+  CHECK(g.programs[0].rounds.empty());
+  for (int i = 1; i < 5; ++i) {
+    REQUIRE(g.programs[static_cast<std::size_t>(i)].rounds.size() == 1);
+    CHECK(g.programs[static_cast<std::size_t>(i)].rounds[0].sends[0].dst == 0);
+    CHECK(b.programs[static_cast<std::size_t>(i)].rounds.empty());
+  }
+  REQUIRE(b.programs[0].rounds.size() == 1);
+  CHECK(b.programs[0].rounds[0].sends.size() == 4);
 }
 
 TEST_CASE("schedule names that force the all-to-many decomposition") {

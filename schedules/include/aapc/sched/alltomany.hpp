@@ -64,10 +64,16 @@ struct SparseVerdict {
 };
 SparseVerdict sparse_verdict(const SparsePattern& pattern);
 
-// What rank `me` is sent (sent[i]: the size rank i sends it) against what it expects
-// (expected[i]), self excluded: the first source that disagrees, named with both sizes; empty
-// when they agree.
-std::string column_mismatch(Rank me, const std::vector<std::uint64_t>& sent, const std::vector<std::uint64_t>& expected);
+// Every rank's send sizes (send[i][j]: what i sends j) against every rank's receive sizes
+// (recv[j][i]: what j expects from i), self excluded: the first pair that disagrees, by receiver
+// then sender, named with both sizes; empty when they all agree.
+std::string sizes_mismatch(const std::vector<std::vector<std::uint64_t>>& send, const std::vector<std::vector<std::uint64_t>>& recv);
+
+// One block from every rank to `root` (in rank order, one round each), and one from `root` to
+// every rank (one round, interleaved): how the daemons agree on an alltoallv's pattern with 2(n-1)
+// messages instead of n(n-1).
+Schedule gather_schedule(int machines, Rank root);
+Schedule broadcast_schedule(int machines, Rank root);
 
 // Compact Global Masking extended from senders and receivers to every link of a tree: partial
 // permutations in which no two messages share a directed edge (contention-free phases, as the
