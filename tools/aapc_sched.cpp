@@ -294,17 +294,18 @@ int cmd_sparse(const std::string& path, int degree, std::uint64_t seed, const st
   std::mt19937_64 rng(seed);
   SparsePattern p = SparsePattern::figure7(t.machine_count(), std::min(degree, t.machine_count()), rng);
   for (int i = 0; i < p.n; ++i) std::erase(p.dsts[static_cast<std::size_t>(i)], i);  // copies, not messages (as the daemon sees it)
-  const SparseVerdict v = sparse_verdict(p);
   const Schedule cgm = planned_sparse(t, p, "sparse");
   const TreeModel model(t);
   const Choice dense_choice = auto_choice(model, kAnyBlockSize);
   const Schedule dense = plan_sync(t, make_schedule(t, dense_choice.algorithm), dense_choice.sync);
+  const SparseVerdict v = sparse_verdict(t, p, dense.phases.size());
   const PatternBound b = pattern_bound(t, p, *block, bps);
   std::size_t messages = 0;
   for (int i = 0; i < p.n; ++i)
     for (Rank j : p.dsts[static_cast<std::size_t>(i)]) messages += j != i ? 1 : 0;
   std::cout << t.name() << ": Figure 7 pattern, " << degree << " destinations per rank (seed " << seed << "), " << messages
-            << " messages between ranks, largest degree " << v.degree << "; auto: " << v.reason << "\n";
+            << " messages between ranks, largest degree " << v.degree << "; auto"
+            << (t.single_switch() ? " on one switch: dense without agreeing on counts" : ": " + v.reason) << "\n";
   std::cout << "  " << cgm.algorithm << " " << cgm.phases.size() << " phases, " << cgm.syncs.size() << " tokens (" << cgm.sync.name() << ")\n";
   std::cout << "  dense " << dense.algorithm << ": " << dense.phases.size() << " phases, " << dense.syncs.size() << " tokens (" << dense.sync.name()
             << ")\n";

@@ -172,8 +172,8 @@ std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
   try {
     const sched::SpecText spec = sched::read_spec(k.p.spec);
     const auto forced = sched::forced_sparse_algorithm(spec.algorithm);
-    const sched::SparseVerdict verdict = sched::sparse_verdict(pattern);
     auto dense = k.p.plan;  // the dense schedule for any block size (plan())
+    const sched::SparseVerdict verdict = sched::sparse_verdict(topo, pattern, dense->phases.size());
     if (!forced && !verdict.sparse) {
       k.p.rec.schedule = dense->algorithm;
       k.p.rec.sync = dense->sync.name();

@@ -116,23 +116,26 @@ bool verify_sparse(const Topology& t, const SparsePattern& p, const Schedule& s)
 
 }  // namespace
 
-TEST_CASE("the sparse rule: CGM at most half the other ranks as peers, self messages not counted") {
-  CHECK(sparse_verdict(ring_of(8, 3)).sparse);   // 3 of 7
-  CHECK_FALSE(sparse_verdict(ring_of(8, 4)).sparse);  // 4 of 7
-  CHECK(sparse_verdict(ring_of(64, 4)).sparse);
-  CHECK(sparse_verdict(ring_of(64, 31)).sparse);
-  CHECK_FALSE(sparse_verdict(ring_of(64, 32)).sparse);
-  CHECK_FALSE(sparse_verdict(ring_of(8, 0)).sparse);  // nothing to send: the dense path
-  // One rank receiving from everyone makes the pattern dense whatever the rest does.
+TEST_CASE("the sparse rule: link masking's phases at most three quarters of the dense schedule's, self messages not counted") {
+  const Topology two = load_topology(aapc::test::topology_path("8-two-switch"));    // load 16
+  const Topology big = load_topology(aapc::test::topology_path("64-two-level"));    // load 448
+  CHECK(sparse_verdict(two, ring_of(8, 3), 16).sparse);
+  CHECK(sparse_verdict(big, ring_of(64, 4), 448).sparse);
+  CHECK(sparse_verdict(big, ring_of(64, 31), 448).sparse);
+  CHECK_FALSE(sparse_verdict(two, ring_of(8, 7), 16).sparse);  // the full pattern: at least the load
+  CHECK_FALSE(sparse_verdict(big, ring_of(64, 63), 448).sparse);
+  CHECK_FALSE(sparse_verdict(two, ring_of(8, 0), 16).sparse);  // nothing to send: the dense path
+  CHECK_FALSE(sparse_verdict(two, ring_of(8, 3), 6).sparse);   // the line: 3/4 of the dense phases
+  // One rank receiving from everyone: 7 phases of 16 still wins.
   SparsePattern hot = ring_of(8, 1);
   for (int i = 2; i < 8; ++i) hot.dsts[static_cast<std::size_t>(i)].insert(hot.dsts[static_cast<std::size_t>(i)].begin(), 0);
   CHECK(sparse_degree(hot) == 7);
-  CHECK_FALSE(sparse_verdict(hot).sparse);
+  CHECK(sparse_verdict(two, hot, 16).sparse);
   // Self messages are copies, not messages.
   SparsePattern self = ring_of(8, 3);
   for (int i = 0; i < 8; ++i) self.dsts[static_cast<std::size_t>(i)].push_back(i);
   CHECK(sparse_degree(self) == 3);
-  CHECK_THAT(sparse_verdict(self).reason, Catch::Contains("3 peers per rank of 7"));
+  CHECK_THAT(sparse_verdict(two, self, 16).reason, Catch::Contains("up to 3 peers per rank"));
 }
 
 TEST_CASE("alltoallv sizes: a rank's send size against its peer's receive size, named with both") {

@@ -54,15 +54,16 @@ Schedule sparse_schedule(const SparsePattern& pattern, const std::string& algori
 // permutations approaches (Ranka/Wang/Fox section 4: about d for Figure 7's patterns).
 int sparse_degree(const SparsePattern& pattern);
 
-// Whether an alltoallv of `pattern` runs as all-to-many permutations (CGM) instead of the dense
-// schedule with empty blocks skipped; the same on every rank for the same pattern. The rule and
-// the measurements behind it: sparse_plan.cpp.
+// Whether an alltoallv of `pattern` on `topology` runs as all-to-many permutations (link
+// masking, planned_sparse's "sparse") instead of the dense schedule of `dense_phases` phases with
+// empty blocks skipped; the same on every rank for the same pattern. The rule and the
+// measurements behind it: sparse_plan.cpp.
 struct SparseVerdict {
   bool sparse = false;
   int degree = 0;  // sparse_degree()
   std::string reason;
 };
-SparseVerdict sparse_verdict(const SparsePattern& pattern);
+SparseVerdict sparse_verdict(const Topology& topology, const SparsePattern& pattern, std::size_t dense_phases);
 
 // Every rank's send sizes (send[i][j]: what i sends j) against every rank's receive sizes
 // (recv[j][i]: what j expects from i), self excluded: the first pair that disagrees, by receiver
