@@ -40,6 +40,7 @@ Daemon::Impl::~Impl() {
 void Daemon::Impl::collect_finished() {
   for (auto& rep : engine->take_finished())
     if (!counted(rep)) finished(rep);
+  launch_waiting();
   joins();
   unmapper.reap();
 }

@@ -128,6 +128,9 @@ struct Daemon::Impl {
   std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;  // by "algorithm+sync"
   std::uint32_t next_id = 1;
   std::map<std::uint32_t, Counting> counting;  // by the id of its gather or broadcast running
+  // Ids must grow at the engine: collectives started while an alltoallv agrees on its pattern
+  // wait until its exchange has started.
+  std::deque<Prepared> waiting_counts;
   std::shared_ptr<const sched::Schedule> gather_plan, broadcast_plan;  // to and from rank 0
   sched::SparsePlanCache sparse_plans{16};
   bool joined = false;                // the cluster agreed on ids for the current session
@@ -198,6 +201,7 @@ struct Daemon::Impl {
   bool counted(const ExchangeReport& rep);
   std::optional<std::string> plan_counted(Counting& k);
   void fail_exchange(std::uint32_t id, Errc code, const std::string& why);
+  void launch_waiting();
 
   // daemon_status.cpp
   void status(ClientState& c, std::uint32_t request);

@@ -193,6 +193,15 @@ std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
   return std::nullopt;
 }
 
+// The collectives that waited for an agreement, in order, until one agrees in turn.
+void Daemon::Impl::launch_waiting() {
+  while (counting.empty() && !waiting_counts.empty()) {
+    Prepared p = std::move(waiting_counts.front());
+    waiting_counts.pop_front();
+    if (clients.count(p.client) != 0) launch(std::move(p));
+  }
+}
+
 // The client's exchange `id`, never started, fails with `why`.
 void Daemon::Impl::fail_exchange(std::uint32_t id, Errc code, const std::string& why) {
   ExchangeReport rep;

@@ -241,3 +241,57 @@ TEST_CASE("issue 14: an alltoallv whose counts exchange finds its peer gone fail
   CHECK_THAT(r.error().message(), Catch::Contains("rank 1"));
   CHECK(std::chrono::steady_clock::now() - t0 < 6s);
 }
+
+TEST_CASE("issue 14: a collective started while an alltoallv agrees on its pattern waits for it: ids still grow at the engine") {
+  Pair pair;
+  Side a(pair.socket[0]), b(pair.socket[1]);
+  a.send_counts = {100, 3000};
+  a.recv_counts = {100, 0};
+  b.send_counts = {0, 100};
+  b.recv_counts = {3000, 100};
+  fill(a, 0);
+  fill(b, 1);
+  Options cgm;
+  cgm.schedule = "cgm";
+  Buffer as = a.client.allocate(128), ar = a.client.allocate(128), bs = b.client.allocate(128), br = b.client.allocate(128);
+  std::memset(as.data(), 7, as.size());
+  std::memset(bs.data(), 9, bs.size());
+  // Each rank starts the alltoallv, then at once an alltoall, then waits for both.
+  auto run = [](Side& s, Buffer& send, Buffer& recv, const Options& o) {
+    auto v = s.client.start_alltoallv(s.send, s.send_counts, s.displs, s.recv, s.recv_counts, s.displs, o);
+    auto t = s.client.start_alltoall(send, recv, 64);
+    REQUIRE(v);
+    REQUIRE(t);
+    return std::make_pair(v->wait(), t->wait());
+  };
+  std::pair<Result<Stats>, Result<Stats>> other{Error(Errc::kInternal, "not run"), Error(Errc::kInternal, "not run")};
+  std::thread t([&] { other = run(b, bs, br, cgm); });
+  auto mine = run(a, as, ar, cgm);
+  t.join();
+  for (auto* r : {&mine.first, &mine.second, &other.first, &other.second}) {
+    INFO((*r ? std::string("ok") : r->error().message()));
+    CHECK(*r);
+  }
+  CHECK(received(a, 0));
+  CHECK(received(b, 1));
+  CHECK(ar.data()[64] == 9);
+  CHECK(br.data()[0] == 7);
+  if (mine.first && mine.second) CHECK(mine.second->exchange == mine.first->exchange + 1);
+}
+
+TEST_CASE("issue 14: an all-to-many schedule with a sync variant that does not exist is refused at once") {
+  Pair pair;
+  Side a(pair.socket[0]);
+  a.send_counts = a.recv_counts = {64, 64};
+  Options o;
+  o.schedule = "cgm";
+  o.sync = "sideways";
+  auto r = a.alltoallv(o);
+  REQUIRE(!r);
+  CHECK(r.error().code() == Errc::kInvalidArgument);
+  CHECK_THAT(r.error().message(), Catch::Contains("unknown sync variant 'sideways'"));
+  o.sync = "auto";
+  auto all = a.client.alltoall(a.send, a.recv, 64, o);
+  REQUIRE(!all);
+  CHECK_THAT(all.error().message(), Catch::Contains("an alltoall is dense"));
+}
