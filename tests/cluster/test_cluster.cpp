@@ -235,6 +235,10 @@ TEST_CASE("1% loss injected in every daemon: still byte-exact") {
   INFO(out);
   CHECK(out.find("retransmissions 0") == std::string::npos);  // the loss was there and recovered
   require_all_ok(everywhere(exchange(20'000, "sync-shuffle", "auto", 2)), "sync-shuffle at 1% loss");
+  // Issue 14: the agreement on an alltoallv's pattern (gather, broadcast) recovers like any exchange.
+  auto sparse = everywhere({kTools + "/aapc", "run", "--sparse", "3", "--size", "20000", "--iters", "3", "--warmup", "0", "--check"});
+  require_all_ok(sparse, "sparse alltoallv at 1% loss");
+  CHECK_THAT(sparse[0].output(), Catch::Contains("cgm-links: "));
 }
 
 TEST_CASE("20% loss per port direction: tree and sync-shuffle stay byte-exact (issue 15)") {
