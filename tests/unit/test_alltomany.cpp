@@ -124,6 +124,7 @@ TEST_CASE("the sparse rule: link masking's phases at most three quarters of the 
   CHECK(sparse_verdict(big, ring_of(64, 31), 448).sparse);
   CHECK_FALSE(sparse_verdict(two, ring_of(8, 7), 16).sparse);  // the full pattern: at least the load
   CHECK_FALSE(sparse_verdict(big, ring_of(64, 63), 448).sparse);
+  CHECK_THAT(sparse_verdict(big, ring_of(64, 63), 448).reason, Catch::Contains("at least 448 contention-free phases"));  // not planned
   CHECK_FALSE(sparse_verdict(two, ring_of(8, 0), 16).sparse);  // nothing to send: the dense path
   CHECK_FALSE(sparse_verdict(two, ring_of(8, 3), 6).sparse);   // the line: 3/4 of the dense phases
   // One rank receiving from everyone: 7 phases of 16 still wins.
