@@ -151,7 +151,10 @@ bool Daemon::Impl::counted(const ExchangeReport& rep) {
   ex->second.schedule = k.p.rec.schedule;
   ex->second.sync = k.p.rec.sync;
   auto started = engine->start(spec_of(k.p, k.id));
-  if (!started) fail_exchange(k.id, started.error().code(), started.error().message());
+  if (!started) {
+    engine->abort_unstarted(k.id, started.error().message());
+    fail_exchange(k.id, started.error().code(), started.error().message());
+  }
   return true;
 }
 
