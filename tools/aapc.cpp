@@ -1,6 +1,7 @@
 // aapc: run exchanges through the local aapcd, or show its state.
 //
 //   aapc run --size 64K --schedule tree --iters 20 --check
+//   aapc run --size 64K --sparse 4 --check      (alltoallv: 4 destinations per rank, Figure 7)
 //   aapc status
 //
 // Run it on every node at once (aapc-emu run does that for an emulated cluster; on a real
@@ -16,6 +17,7 @@
 #include <sstream>
 
 #include "aapc/client.hpp"
+#include "aapc/sched/alltomany.hpp"
 #include "aapc/sched/topology.hpp"
 #include "pattern.h"
 
@@ -35,19 +37,104 @@ std::string human_bytes(std::uint64_t b) {
   return o.str();
 }
 
-double median(std::vector<double> v) {
+struct RunArgs {
+  std::string size = "64K";
+  aapc::Options options;
+  int iters = 20, warmup = 2;
+  bool check = false, json = false;
+  int sparse = 0;  // > 0: an alltoallv with this many destinations per rank (Figure 7)
+  std::uint64_t seed = 14;
+};
+
+// The blocks of one rank: by peer, its length (0 or the block) at offset peer x block.
+struct Blocks {
+  std::vector<std::size_t> send, recv, displs;
+  std::size_t messages = 0;  // between ranks, over the whole cluster
+};
+
+// Every rank `block` bytes to each peer (alltoall), or to its Figure 7 destinations (--sparse).
+Blocks blocks_of(const RunArgs& a, int me, int n, std::size_t block) {
+  Blocks b;
+  const auto un = static_cast<std::size_t>(n);
+  b.displs.resize(un);
+  for (std::size_t d = 0; d < un; ++d) b.displs[d] = d * block;
+  if (a.sparse <= 0) {
+    b.send.assign(un, block);
+    b.recv.assign(un, block);
+    b.messages = un * (un - 1);
+    return b;
+  }
+  std::mt19937_64 rng(a.seed);
+  const auto pattern = aapc::sched::SparsePattern::figure7(n, std::min(a.sparse, n), rng);
+  b.send.assign(un, 0);
+  b.recv.assign(un, 0);
+  for (int i = 0; i < n; ++i)
+    for (int j : pattern.dsts[static_cast<std::size_t>(i)]) {
+      if (i == me) b.send[static_cast<std::size_t>(j)] = block;
+      if (j == me) b.recv[static_cast<std::size_t>(i)] = block;
+      if (i != j) ++b.messages;
+    }
+  return b;
+}
+
+// What the timed exchanges gave.
+struct Tally {
+  std::string schedule, sync;
+  std::vector<double> times;   // exchange + barrier (the papers' measure)
+  std::vector<double> inside;  // the exchange alone, as its daemon timed it (Stats::seconds)
+  // Issue 14, what each part of a tiny exchange costs: the exchange alone and the barrier
+  // alone, as this client saw them.
+  std::vector<double> exchanges, barriers;
+  std::uint64_t retransmissions = 0, bad = 0;
+};
+
+double median_of(std::vector<double> v) {
   if (v.empty()) return 0;
   auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
   std::nth_element(v.begin(), mid, v.end());
   return *mid;
 }
 
-struct RunArgs {
-  std::string size = "64K";
-  aapc::Options options;
-  int iters = 20, warmup = 2;
-  bool check = false, json = false;
-};
+// Rank 0's report: a table, or one JSON object.
+void report(aapc::Client& client, const RunArgs& a, const Blocks& blocks, std::uint64_t block, const Tally& t) {
+  const int n = client.size();
+  std::vector<double> sorted = t.times;
+  std::sort(sorted.begin(), sorted.end());
+  double mean = 0;
+  for (double x : sorted) mean += x;
+  mean /= static_cast<double>(sorted.size());
+  const double lo = sorted.front(), hi = sorted.back(), median = sorted[sorted.size() / 2];
+  const double bits = static_cast<double>(blocks.messages) * static_cast<double>(block) * 8;
+  const double aggregate = bits / mean, peak = client.info().peak_bps;
+  if (a.json) {
+    nlohmann::json j = {{"machines", n},         {"topology", client.info().topology}, {"block", block},       {"schedule", t.schedule},
+                        {"sync", t.sync},        {"iterations", a.iters},              {"seconds", mean},      {"seconds_min", lo},
+                        {"seconds_max", hi},     {"seconds_median", median},           {"aggregate_bps", aggregate},
+                        {"peak_bps", peak},      {"fraction_of_peak", aggregate / peak}, {"retransmissions", t.retransmissions},
+                        {"checked", a.check},    {"check_ok", t.bad == 0},             {"sparse", a.sparse},   {"messages", blocks.messages},
+                        {"daemon_seconds_median", median_of(t.inside)}, {"exchange_seconds_median", median_of(t.exchanges)},
+                        {"barrier_seconds_median", median_of(t.barriers)}};
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  std::cout << std::fixed << std::setprecision(2);
+  std::cout << "aapc run: " << n << " machines (" << client.info().topology << "), " << human_bytes(block) << " blocks, " << t.schedule
+            << (t.sync.empty() || t.sync == "none" ? "" : " + " + t.sync) << ", " << a.iters << " exchanges after " << a.warmup << " warm-up\n";
+  std::cout << "  time per exchange  " << mean * 1e3 << " ms (min " << lo * 1e3 << ", median " << median * 1e3 << ", max " << hi * 1e3 << ")\n";
+  std::cout << "  in rank 0's daemon " << median_of(t.inside) * 1e3 << " ms (median: the exchange alone, without the barrier"
+            << (a.sparse > 0 ? " and an alltoallv's counts" : "") << ")\n";
+  std::cout << "  medians at rank 0  exchange " << median_of(t.exchanges) * 1e3 << " ms, barrier " << median_of(t.barriers) * 1e3 << " ms\n";
+  if (a.sparse > 0) {
+    std::cout << "  pattern            alltoallv, " << a.sparse << " destinations per rank (Figure 7, seed " << a.seed << "), " << blocks.messages
+              << " messages; its bound: aapc-sched sparse TOPO -d " << a.sparse << "\n";
+    std::cout << "  aggregate          " << aggregate / 1e6 << " Mbit/s\n";
+  } else {
+    std::cout << "  aggregate          " << aggregate / 1e6 << " Mbit/s = " << std::setprecision(1) << aggregate / peak * 100
+              << "% of the physical limit, " << std::setprecision(2) << peak / 1e6 << " Mbit/s\n";
+  }
+  std::cout << "  retransmissions    " << t.retransmissions << "\n";
+  if (a.check) std::cout << "  check              " << (t.bad == 0 ? "every byte as sent" : "FAILED") << "\n";
+}
 
 int run(aapc::Client& client, const RunArgs& a) {
   auto block = aapc::sched::parse_bytes(a.size);
@@ -62,12 +149,12 @@ int run(aapc::Client& client, const RunArgs& a) {
     for (int d = 0; d < n; ++d)
       for (std::size_t k = 0; k < *block; ++k) send.data()[static_cast<std::size_t>(d) * *block + k] = pattern(me, d, iteration, k);
   };
-  std::string schedule, sync;
-  // Per timed exchange: exchange + barrier (the papers' measure), the exchange alone as the
-  // client saw it, the barrier alone, and the exchange as the daemon timed it (issue 14: what
-  // each part of a tiny exchange costs).
-  std::vector<double> times, exchanges, barriers, in_daemon;
-  std::uint64_t retransmissions = 0, bad = 0;
+  const Blocks blocks = blocks_of(a, me, n, *block);
+  auto exchange = [&]() {
+    if (a.sparse <= 0) return client.alltoall(send, recv, *block, a.options);
+    return client.alltoallv(send, blocks.send, blocks.displs, recv, blocks.recv, blocks.displs, a.options);
+  };
+  Tally t;
   fill(0);
   for (int it = -a.warmup; it < a.iters; ++it) {
     if (a.check) {
@@ -75,7 +162,7 @@ int run(aapc::Client& client, const RunArgs& a) {
       std::fill(recv.data(), recv.data() + total, 0xEE);
     }
     auto t0 = std::chrono::steady_clock::now();
-    auto r = client.alltoall(send, recv, *block, a.options);
+    auto r = exchange();
     if (!r) {
       std::cerr << "aapc: rank " << me << ": exchange failed: " << r.error().message() << "\n";
       return 1;
@@ -87,52 +174,24 @@ int run(aapc::Client& client, const RunArgs& a) {
       return 1;
     }
     auto t1 = std::chrono::steady_clock::now();
-    schedule = r->schedule;
-    sync = r->sync;
+    t.schedule = r->schedule;
+    t.sync = r->sync;
     if (it >= 0) {
-      times.push_back(std::chrono::duration<double>(t1 - t0).count());
-      exchanges.push_back(std::chrono::duration<double>(tx - t0).count());
-      barriers.push_back(std::chrono::duration<double>(t1 - tx).count());
-      in_daemon.push_back(r->seconds);
-      retransmissions += r->retransmissions;
+      t.times.push_back(std::chrono::duration<double>(t1 - t0).count());
+      t.inside.push_back(r->seconds);
+      t.exchanges.push_back(std::chrono::duration<double>(tx - t0).count());
+      t.barriers.push_back(std::chrono::duration<double>(t1 - tx).count());
+      t.retransmissions += r->retransmissions;
     }
     if (a.check) {
       for (int s = 0; s < n; ++s)
-        for (std::size_t k = 0; k < *block; ++k)
-          if (recv.data()[static_cast<std::size_t>(s) * *block + k] != pattern(s, me, it + a.warmup, k)) ++bad;
+        for (std::size_t k = 0; k < blocks.recv[static_cast<std::size_t>(s)]; ++k)
+          if (recv.data()[static_cast<std::size_t>(s) * *block + k] != pattern(s, me, it + a.warmup, k)) ++t.bad;
     }
   }
-  if (bad > 0) std::cerr << "aapc: rank " << me << ": CHECK FAILED: " << bad << " bytes differ from what their senders sent\n";
-  if (me != 0) return bad > 0 ? 1 : 0;
-
-  double mean = 0;
-  for (double t : times) mean += t;
-  mean /= static_cast<double>(times.size());
-  const double med = median(times);
-  double lo = *std::min_element(times.begin(), times.end()), hi = *std::max_element(times.begin(), times.end());
-  const double bits = static_cast<double>(n) * (n - 1) * static_cast<double>(*block) * 8;
-  const double aggregate = bits / mean, peak = client.info().peak_bps;
-  if (a.json) {
-    nlohmann::json j = {{"machines", n},         {"topology", client.info().topology}, {"block", *block},     {"schedule", schedule},
-                        {"sync", sync},          {"iterations", a.iters},              {"seconds", mean},      {"seconds_min", lo},
-                        {"seconds_max", hi},     {"seconds_median", med},
-                        {"exchange_seconds_median", median(exchanges)}, {"barrier_seconds_median", median(barriers)},
-                        {"daemon_seconds_median", median(in_daemon)},     {"aggregate_bps", aggregate},         {"peak_bps", peak},     {"fraction_of_peak", aggregate / peak},
-                        {"retransmissions", retransmissions}, {"checked", a.check},    {"check_ok", bad == 0}};
-    std::cout << j.dump() << "\n";
-  } else {
-    std::cout << std::fixed << std::setprecision(2);
-    std::cout << "aapc run: " << n << " machines (" << client.info().topology << "), " << human_bytes(*block) << " blocks, " << schedule
-              << (sync.empty() || sync == "none" ? "" : " + " + sync) << ", " << a.iters << " exchanges after " << a.warmup << " warm-up\n";
-    std::cout << "  time per exchange  " << mean * 1e3 << " ms (median " << med * 1e3 << ", min " << lo * 1e3 << ", max " << hi * 1e3 << ")\n";
-    std::cout << "  of which (medians) exchange " << median(exchanges) * 1e3 << " ms (" << median(in_daemon) * 1e3 << " in the daemon), barrier "
-              << median(barriers) * 1e3 << " ms\n";
-    std::cout << "  aggregate          " << aggregate / 1e6 << " Mbit/s = " << std::setprecision(1) << aggregate / peak * 100
-              << "% of the physical limit, " << std::setprecision(2) << peak / 1e6 << " Mbit/s\n";
-    std::cout << "  retransmissions    " << retransmissions << "\n";
-    if (a.check) std::cout << "  check              " << (bad == 0 ? "every byte as sent" : "FAILED") << "\n";
-  }
-  return bad > 0 ? 1 : 0;
+  if (t.bad > 0) std::cerr << "aapc: rank " << me << ": CHECK FAILED: " << t.bad << " bytes differ from what their senders sent\n";
+  if (me == 0) report(client, a, blocks, *block, t);
+  return t.bad > 0 ? 1 : 0;
 }
 
 }  // namespace
@@ -151,6 +210,9 @@ int main(int argc, char** argv) {
   runc->add_option("--iters,-n", a.iters, "timed exchanges")->check(CLI::PositiveNumber)->capture_default_str();
   runc->add_option("--warmup", a.warmup, "untimed exchanges first")->check(CLI::NonNegativeNumber)->capture_default_str();
   runc->add_flag("--check", a.check, "validate every received byte");
+  runc->add_option("--sparse", a.sparse, "run an alltoallv: every rank sends --size to D ranks (Ranka/Wang/Fox Figure 7 pattern)")
+      ->check(CLI::NonNegativeNumber);
+  runc->add_option("--seed", a.seed, "the --sparse pattern's seed (the same on every rank)")->capture_default_str();
   runc->add_flag("--json", a.json, "print one JSON object instead of a table");
   auto* statusc = app.add_subcommand("status", "the daemon's state and counters (JSON)");
   CLI11_PARSE(app, argc, argv);

@@ -16,6 +16,8 @@
 #include <sstream>
 
 #include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/alltomany.hpp"
+#include "aapc/sched/choice.hpp"
 #include "aapc/sched/dot.hpp"
 #include "aapc/sched/generate.hpp"
 #include "aapc/sched/sync.hpp"
@@ -310,6 +312,41 @@ int cmd_generate(int machines, int switches, const std::string& shape, std::uint
   return 0;
 }
 
+// An alltoallv of Figure 7's pattern: its CGM plan against the dense schedule, and its bound.
+int cmd_sparse(const std::string& path, int degree, std::uint64_t seed, const std::string& size, const std::string& rate) {
+  const Topology t = load_topology(path);
+  const auto block = parse_bytes(size);
+  if (!block) throw CLI::ValidationError("--size", "'" + size + "' is not a size like 64K");
+  std::uint64_t bps = 0;
+  if (!rate.empty()) {
+    const auto r = parse_rate(rate);
+    if (!r) throw CLI::ValidationError("--rate", "'" + rate + "' is not a rate like 25Mbit");
+    bps = *r;
+  }
+  std::mt19937_64 rng(seed);
+  SparsePattern p = SparsePattern::figure7(t.machine_count(), std::min(degree, t.machine_count()), rng);
+  for (int i = 0; i < p.n; ++i) std::erase(p.dsts[static_cast<std::size_t>(i)], i);  // copies, not messages (as the daemon sees it)
+  const Schedule cgm = planned_sparse(t, p, "sparse");
+  const TreeModel model(t);
+  const Choice dense_choice = auto_choice(model, kAnyBlockSize);
+  const Schedule dense = plan_sync(t, make_schedule(t, dense_choice.algorithm), dense_choice.sync);
+  const SparseVerdict v = sparse_verdict(t, p, dense.phases.size());
+  const PatternBound b = pattern_bound(t, p, *block, bps);
+  std::size_t messages = 0;
+  for (int i = 0; i < p.n; ++i)
+    for (Rank j : p.dsts[static_cast<std::size_t>(i)]) messages += j != i ? 1 : 0;
+  std::cout << t.name() << ": Figure 7 pattern, " << degree << " destinations per rank (seed " << seed << "), " << messages
+            << " messages between ranks, largest degree " << v.degree << "; auto"
+            << (t.single_switch() ? " on one switch: dense without agreeing on counts" : ": " + v.reason) << "\n";
+  std::cout << "  " << cgm.algorithm << " " << cgm.phases.size() << " phases, " << cgm.syncs.size() << " tokens (" << cgm.sync.name() << ")\n";
+  std::cout << "  dense " << dense.algorithm << ": " << dense.phases.size() << " phases, " << dense.syncs.size() << " tokens (" << dense.sync.name()
+            << ")\n";
+  if (b.edge >= 0)
+    std::cout << "  bound " << b.messages << " messages of " << *block << " bytes over " << t.edge_name(b.edge) << ": " << b.seconds * 1e3
+              << " ms at " << format_rate(bps != 0 ? bps : t.links()[static_cast<std::size_t>(b.edge / 2)].rate_bps) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -349,11 +386,21 @@ int main(int argc, char** argv) {
   gen->add_option("--seed", seed, "random seed")->capture_default_str();
   gen->add_option("--rate", rate, "link rate")->capture_default_str();
 
+  int degree = 4;
+  std::string size = "64K", sparse_rate;
+  auto* sparse = app.add_subcommand("sparse", "an alltoallv of Figure 7's pattern (as `aapc run --sparse D`): CGM against the dense schedule, and its bound");
+  sparse->add_option("TOPO", topo, "topology file or shipped name")->required();
+  sparse->add_option("--degree,-d", degree, "destinations per rank")->check(CLI::PositiveNumber)->capture_default_str();
+  sparse->add_option("--seed", seed, "the pattern's seed (aapc run --sparse: 14)")->capture_default_str();
+  sparse->add_option("--size", size, "block size")->capture_default_str();
+  sparse->add_option("--rate", sparse_rate, "every link at this rate (as aapc-emu --rate); default: the topology's");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (info->parsed()) return cmd_info(topo);
     if (show->parsed()) return cmd_show(topo, algo, sync, format, programs);
     if (ver->parsed()) return cmd_verify(topo, algo, sync);
+    if (sparse->parsed()) return cmd_sparse(topo, degree, sparse->count("--seed") != 0 ? seed : 14, size, sparse_rate);
     if (gen->parsed()) return cmd_generate(machines, switches, shape, seed, rate);
     return cmd_list();
   } catch (const CLI::Error& e) {

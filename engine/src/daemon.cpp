@@ -38,20 +38,25 @@ Daemon::Impl::~Impl() {
 
 // --- the loop -------------------------------------------------------------------------------
 void Daemon::Impl::collect_finished() {
-  for (auto& rep : engine->take_finished()) {
-    auto it = exchanges.find(rep.id);
-    if (it == exchanges.end()) continue;  // its client went away
-    if (rep.state == ExchangeState::kFailed) spdlog::warn("exchange {} failed: {}", rep.id, rep.error);
-    it->second.report = rep;
-    it->second.cpu_ns = cpu_now() - it->second.cpu_ns;
-    for (std::uint32_t request : it->second.waiters) send_done(it->second.client, request, rep.id, it->second);
-    if (!it->second.waiters.empty()) {
-      clients[it->second.client].exchanges.erase(rep.id);
-      exchanges.erase(it);
-    }
-  }
+  for (auto& rep : engine->take_finished())
+    if (!counted(rep)) finished(rep);
+  launch_waiting();
   joins();
   unmapper.reap();
+}
+
+// The client's exchange `rep.id` is over: its waiters are answered.
+void Daemon::Impl::finished(const ExchangeReport& rep) {
+  auto it = exchanges.find(rep.id);
+  if (it == exchanges.end()) return;  // its client went away
+  if (rep.state == ExchangeState::kFailed) spdlog::warn("exchange {} failed: {}", rep.id, rep.error);
+  it->second.report = rep;
+  it->second.cpu_ns = cpu_now() - it->second.cpu_ns;
+  for (std::uint32_t request : it->second.waiters) send_done(it->second.client, request, rep.id, it->second);
+  if (!it->second.waiters.empty()) {
+    clients[it->second.client].exchanges.erase(rep.id);
+    exchanges.erase(it);
+  }
 }
 
 void Daemon::Impl::service(int timeout_ms) {

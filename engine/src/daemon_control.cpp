@@ -156,6 +156,7 @@ void Daemon::Impl::drop_client(int fd) {
   spdlog::info("client pid {} disconnected", c.pid);
   clients.erase(it);
   for (auto w = waiting_join.begin(); w != waiting_join.end();) w = w->client == fd ? waiting_join.erase(w) : std::next(w);
+  for (auto w = waiting_counts.begin(); w != waiting_counts.end();) w = w->client == fd ? waiting_counts.erase(w) : std::next(w);
   if (was_in_session && std::none_of(clients.begin(), clients.end(), [](const auto& e) { return e.second.started; })) {
     // This node's part of the session is over: a peer may be waiting in the collective we
     // would have started next. The next session agrees on its ids anew.

@@ -6,6 +6,7 @@
 //   daemon_admission.cpp who may connect: credentials and groups, limits per uid, HELLO's timeout
 //   daemon_requests.cpp  the requests about buffers and results: HELLO, REGISTER, FREE, WAIT/TEST
 //   daemon_session.cpp   START: blocks checked, schedule chosen and cached, the session's join
+//   daemon_sparse.cpp    alltoallv: the counts agreed first, then CGM for sparse patterns
 //   daemon_status.cpp    STATUS: the state and counters as JSON
 #pragma once
 
@@ -27,6 +28,7 @@
 #include "aapc/nic/eth_port.hpp"
 #include "aapc/nic/fault.hpp"
 #include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/alltomany.hpp"
 #include "aapc/sched/topology.hpp"
 #include "aapc/sched/tree.hpp"
 #include "mapping.hpp"
@@ -79,6 +81,25 @@ struct Prepared {
   std::uint64_t block = 0;
   bool run = false;  // RUN: the reply is DONE when it finished, no STARTED
   ExchangeRecord rec;
+  // An alltoallv whose schedule waits for the counts of every rank (daemon_sparse.cpp); `plan`
+  // is the dense one until then (it sizes the join's deadline).
+  bool counts_first = false;
+  std::string spec;  // the START's "ALGORITHM[+SYNC]"
+};
+
+// An alltoallv's agreement on its pattern (daemon_sparse.cpp): every rank's row of sizes (n send
+// sizes, then n receive sizes, u64 in this host's byte order: the cluster runs one build) is
+// gathered at rank 0, which checks them against each other and broadcasts the verdict (empty, or
+// what disagrees) and every rank's bitmap of destinations. Then exchange `id` runs with the
+// schedule the pattern calls for.
+struct Counting {
+  Prepared p;
+  std::uint32_t broadcast_id = 0, id = 0;
+  bool gathered = false;               // the gather is done; the broadcast runs
+  std::size_t words = 0;               // of one bitmap row
+  std::vector<std::uint64_t> row;      // ours
+  std::vector<std::uint64_t> rows;     // rank 0's: rank r's row at r * 2n
+  std::vector<std::uint64_t> verdict;  // the text's length, its kVerdictWords words, then the bitmaps
 };
 
 // Setup errors: std::runtime_error with the reason, for aapcd's main to print.
@@ -107,6 +128,12 @@ struct Daemon::Impl {
   std::map<std::uint32_t, ExchangeRecord> exchanges;
   std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;  // by "algorithm+sync"
   std::uint32_t next_id = 1;
+  std::map<std::uint32_t, Counting> counting;  // by the id of its gather or broadcast running
+  // Ids must grow at the engine: collectives started while an alltoallv agrees on its pattern
+  // wait until its exchange has started.
+  std::deque<Prepared> waiting_counts;
+  std::shared_ptr<const sched::Schedule> gather_plan, broadcast_plan;  // to and from rank 0
+  sched::SparsePlanCache sparse_plans{16};
   bool joined = false;                // the cluster agreed on ids for the current session
   std::deque<Prepared> waiting_join;  // STARTs until it has
   std::uint64_t pace_bps = 0;
@@ -167,11 +194,22 @@ struct Daemon::Impl {
   std::optional<std::string> overlapping_blocks(const proto::StartRequest& m, const Mapping& send, const Mapping& recv) const;
   std::optional<std::string> plan(const proto::StartRequest& m, Prepared& p);
 
+  // daemon_sparse.cpp
+  bool counts_first(const std::string& spec) const;
+  void launch_counted(Prepared p);
+  Result<void> start_counts(Counting& k, std::uint32_t id, bool broadcast);
+  void judge_counts(Counting& k) const;
+  bool counted(const ExchangeReport& rep);
+  std::optional<std::string> plan_counted(Counting& k);
+  void fail_exchange(std::uint32_t id, Errc code, const std::string& why);
+  void launch_waiting();
+
   // daemon_status.cpp
   void status(ClientState& c, std::uint32_t request);
 
   // daemon.cpp
   void collect_finished();
+  void finished(const ExchangeReport& rep);
   void service(int timeout_ms);
   void shut_down();
 };

@@ -72,6 +72,8 @@ ExchangeSpec Daemon::Impl::spec_of(const Prepared& p, std::uint32_t id) const {
 }
 
 void Daemon::Impl::launch(Prepared p) {
+  if (!counting.empty()) return waiting_counts.push_back(std::move(p));
+  if (p.counts_first) return launch_counted(std::move(p));
   ClientState& c = clients[p.client];
   const std::uint32_t id = next_id;
   auto started = engine->start(spec_of(p, id));
@@ -163,8 +165,18 @@ std::optional<std::string> Daemon::Impl::overlapping_blocks(const proto::StartRe
 // so it gets the choice for large blocks.
 std::optional<std::string> Daemon::Impl::plan(const proto::StartRequest& m, Prepared& p) {
   try {
-    const sched::Choice choice = sched::choose(*model, m.spec, m.kind == proto::Kind::kAlltoall ? m.block : sched::kAnyBlockSize);
+    const bool sparse = sched::forced_sparse_algorithm(sched::read_spec(m.spec).algorithm).has_value();
+    if (sparse && m.kind != proto::Kind::kAlltoallv)
+      return "schedule '" + sched::read_spec(m.spec).algorithm + "' decomposes an alltoallv's pattern; an alltoall is dense";
+    if (const auto given = sched::read_spec(m.spec).sync; sparse && !given.empty()) (void)sched::parse_plan_spec("auto+" + given);  // throws
+    const sched::Choice choice = sched::choose(*model, sparse ? "auto" : m.spec, m.kind == proto::Kind::kAlltoall ? m.block : sched::kAnyBlockSize);
     p.plan = schedule(choice.algorithm, choice.sync);
+    if (m.kind == proto::Kind::kAlltoallv && counts_first(m.spec)) {
+      p.counts_first = true;  // the plan above only sizes the join's deadline
+      p.spec = m.spec;
+      p.rec.schedule = "alltoallv: agreeing on counts";
+      return std::nullopt;
+    }
   } catch (const std::exception& e) {
     return e.what();
   }

@@ -35,7 +35,9 @@ struct Options {
   // "auto" (chosen from the topology and the block size), "tree", "sync-shuffle",
   // "group-shuffle" (w = group), "pairwise", "ring", "linear", "pairwise-ec", "pairwise-xor",
   // "lp", and for alltoall with tiny blocks the combining "bruck" (any number of ranks) and
-  // "hypercube" (a power of two).
+  // "hypercube" (a power of two). For alltoallv also the all-to-many decompositions "sparse"
+  // (cgm on one switch, cgm-links on a tree), "cgm", "gm", "cgm-links": the daemons first agree
+  // on the pattern (docs/sparse.md), as `auto` does on a tree of switches.
   std::string schedule = "auto";
   int group = 4;
   // "auto", or one of "none", "dummy", "sender-all", "sender-partial:BS", "receiver-all",

@@ -1,0 +1,297 @@
+// Issue 14, item 3: an alltoallv that may run sparse first agrees on every rank's sizes through
+// the daemons' own small exchange. Two Daemons in this process, ranks 0 and 1 of two machines
+// on one switch, joined by a pair of rings; their clients run collectives from two threads.
+// (Sparse patterns of many ranks, byte by byte: the cluster suite.)
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_ring.h>
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "aapc/client.hpp"
+#include "aapc/engine/daemon.hpp"
+#include "fabric.hpp"
+
+using namespace aapc;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<int> g_pairs{0};
+
+rte_ring* ring(const std::string& name) {
+  rte_ring* r = rte_ring_create(name.c_str(), 1024, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
+  REQUIRE(r != nullptr);
+  return r;
+}
+
+std::string ring_port(const std::string& name, rte_ring* rx, rte_ring* tx) {
+  const int port = rte_eth_from_rings(name.c_str(), &rx, 1, &tx, 1, rte_socket_id());
+  REQUIRE(port >= 0);
+  char full[RTE_ETH_NAME_MAX_LEN];
+  rte_eth_dev_get_name_by_port(static_cast<std::uint16_t>(port), full);
+  return full;
+}
+
+const char* const kOneSwitch =
+    "graph \"two\" {\n  edge [rate=\"100Mbit\"];\n  n0 [mac=\"02:00:00:00:00:01\"];\n  n1 [mac=\"02:00:00:00:00:02\"];\n"
+    "  s0 [buffer=\"64K\"];\n  s0 -- n0;\n  s0 -- n1;\n}\n";
+// The same two machines on two switches: a tree, where `auto` agrees on the counts.
+const char* const kTwoSwitches =
+    "graph \"two-tree\" {\n  edge [rate=\"100Mbit\"];\n  n0 [mac=\"02:00:00:00:00:01\"];\n  n1 [mac=\"02:00:00:00:00:02\"];\n"
+    "  s0 [buffer=\"64K\"];\n  s1 [buffer=\"64K\"];\n  s0 -- n0;\n  s0 -- s1;\n  s1 -- n1;\n}\n";
+
+// Daemons of ranks 0 and 1 serving in threads, each on its own socket.
+struct Pair {
+  fs::path dir;
+  std::unique_ptr<engine::Daemon> daemon[2];
+  std::string socket[2];
+  std::atomic<bool> stop[2]{false, false};
+  std::thread thread[2];
+
+  explicit Pair(const char* dot = kOneSwitch) {
+    test::start_eal();
+    spdlog::set_level(spdlog::level::warn);
+    char tmpl[] = "/tmp/aapc-sparse-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    ::chmod(dir.c_str(), 0755);
+    std::ofstream(dir / "two.dot") << dot;
+    const std::string base = "sp" + std::to_string(g_pairs++);
+    rte_ring* to[2] = {ring(base + "to0"), ring(base + "to1")};
+    for (int i = 0; i < 2; ++i) {
+      engine::DaemonConfig cfg;
+      cfg.topology = (dir / "two.dot").string();
+      cfg.device = ring_port(base + "n" + std::to_string(i), to[i], to[1 - i]);
+      cfg.rank = i;
+      socket[i] = cfg.socket_path = (dir / ("aapcd" + std::to_string(i) + ".sock")).string();
+      cfg.socket_mode = 0666;
+      cfg.pace = "off";
+      cfg.peer_deadline = 300ms;
+      daemon[i] = engine::Daemon::create(cfg);
+      thread[i] = std::thread([this, i] { daemon[i]->run(stop[i]); });
+    }
+  }
+  void stop_daemon(int i) {
+    if (!thread[i].joinable()) return;
+    stop[i] = true;
+    thread[i].join();
+    daemon[i].reset();
+  }
+  ~Pair() {
+    stop_daemon(0);
+    stop_daemon(1);
+    fs::remove_all(dir);
+  }
+  Pair(const Pair&) = delete;
+  Pair& operator=(const Pair&) = delete;
+};
+
+// One rank's side: its client, buffers of 2 x 4 KiB, and its counts.
+struct Side {
+  Client client;
+  Buffer send, recv;
+  std::vector<std::size_t> send_counts, recv_counts, displs{0, 4096};
+  explicit Side(const std::string& socket) : client(Client::connect(socket)), send(client.allocate(8192)), recv(client.allocate(8192)) {}
+  Result<Stats> alltoallv(const Options& o) { return client.alltoallv(send, send_counts, displs, recv, recv_counts, displs, o); }
+};
+
+std::uint8_t byte_of(int src, int dst, std::size_t k) { return static_cast<std::uint8_t>(src * 31 + dst * 7 + k * 13); }
+
+void fill(Side& s, int me) {
+  for (int d = 0; d < 2; ++d)
+    for (std::size_t k = 0; k < 4096; ++k) s.send.data()[static_cast<std::size_t>(d) * 4096 + k] = byte_of(me, d, k);
+  std::memset(s.recv.data(), 0xEE, s.recv.size());
+}
+
+// Both ranks' alltoallv at once.
+std::pair<Result<Stats>, Result<Stats>> both(Side& a, Side& b, const Options& o = {}) {
+  fill(a, 0);
+  fill(b, 1);
+  Result<Stats> other = Error(Errc::kInternal, "not run");
+  std::thread t([&] { other = b.alltoallv(o); });
+  auto mine = a.alltoallv(o);
+  t.join();
+  return {mine, other};
+}
+
+// Rank `me` received its counts' bytes exactly, and nothing past them.
+bool received(const Side& s, int me) {
+  for (int src = 0; src < 2; ++src)
+    for (std::size_t k = 0; k < 4096; ++k) {
+      const std::uint8_t want = k < s.recv_counts[static_cast<std::size_t>(src)] ? byte_of(src, me, k) : 0xEE;
+      if (s.recv.data()[static_cast<std::size_t>(src) * 4096 + k] != want) return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("issue 14: an alltoallv agrees on the counts first, runs CGM when forced and the dense schedule under auto, byte-exact") {
+  Pair pair;
+  Side a(pair.socket[0]), b(pair.socket[1]);
+  // Rank 0 sends rank 1 3,000 bytes; rank 1 sends rank 0 nothing; both keep 100 for themselves.
+  a.send_counts = {100, 3000};
+  a.recv_counts = {100, 0};
+  b.send_counts = {0, 100};
+  b.recv_counts = {3000, 100};
+  Options cgm;
+  cgm.schedule = "cgm";
+  auto [ra, rb] = both(a, b, cgm);
+  REQUIRE(ra);
+  REQUIRE(rb);
+  CHECK(received(a, 0));
+  CHECK(received(b, 1));
+  INFO(ra->schedule);
+  CHECK_THAT(ra->schedule, Catch::StartsWith("cgm: 1 phases, 0 tokens (dense sync-shuffle"));
+  CHECK(ra->schedule == rb->schedule);
+  CHECK(ra->bytes_sent == 3000);
+  CHECK(rb->bytes_received == 3000);
+
+  // A forced all-to-many schedule uses three ids, the gather's and broadcast's of the counts and
+  // the exchange's; auto on one switch runs the dense schedule at once, with one id.
+  auto [ca, cb] = both(a, b, cgm);
+  REQUIRE(ca);
+  CHECK(ca->exchange == ra->exchange + 3);
+  auto [da, db] = both(a, b);
+  REQUIRE(da);
+  REQUIRE(db);
+  CHECK(da->exchange == ca->exchange + 1);
+  CHECK(da->schedule == "sync-shuffle");
+  CHECK(received(a, 0));
+  CHECK(received(b, 1));
+}
+
+TEST_CASE("issue 14: on a tree, auto agrees on the counts first and runs a dense pattern with the dense schedule") {
+  Pair pair(kTwoSwitches);
+  Side a(pair.socket[0]), b(pair.socket[1]);
+  a.send_counts = {100, 3000};
+  a.recv_counts = {100, 2000};
+  b.send_counts = {2000, 100};
+  b.recv_counts = {3000, 100};
+  auto [ra, rb] = both(a, b);
+  REQUIRE(ra);
+  REQUIRE(rb);
+  CHECK(ra->schedule == "tree");  // one peer of one: dense
+  CHECK(received(a, 0));
+  CHECK(received(b, 1));
+  auto [sa, sb] = both(a, b);
+  REQUIRE(sa);
+  CHECK(sa->exchange == ra->exchange + 3);
+}
+
+TEST_CASE("issue 14: alltoallv counts that disagree fail on every rank, naming both ranks and sizes; the next collective runs") {
+  const bool tree = GENERATE(false, true);
+  Pair pair(tree ? kTwoSwitches : kOneSwitch);
+  Side a(pair.socket[0]), b(pair.socket[1]);
+  a.send_counts = {100, 3000};
+  a.recv_counts = {100, 200};
+  b.send_counts = {200, 100};
+  b.recv_counts = {1000, 100};  // rank 1 expects 1,000 bytes where rank 0 sends 3,000
+  for (const char* schedule : {tree ? "auto" : "sparse", "cgm"}) {
+    INFO(schedule << (tree ? " on a tree" : " on one switch"));
+    Options o;
+    o.schedule = schedule;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto [ra, rb] = both(a, b, o);
+    CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+    // Rank 0 finds it among the gathered sizes, and every rank gets its verdict.
+    for (const auto* r : {&ra, &rb}) {
+      REQUIRE(!*r);
+      CHECK(r->error().code() == Errc::kInvalidArgument);
+      CHECK_THAT(r->error().message(), Catch::Contains("alltoallv counts disagree: rank 0 sends rank 1 3000 bytes; rank 1 expects 1000 bytes from rank 0"));
+    }
+  }
+  // The ids stayed in step: the same ranks go on with a matching alltoallv.
+  b.recv_counts = {3000, 100};
+  auto [ra, rb] = both(a, b);
+  REQUIRE(ra);
+  REQUIRE(rb);
+  CHECK(received(b, 1));
+}
+
+TEST_CASE("issue 14: an alltoallv whose counts exchange finds its peer gone fails, naming it, without hanging") {
+  Pair pair;
+  Side a(pair.socket[0]), b(pair.socket[1]);
+  a.send_counts = b.send_counts = a.recv_counts = b.recv_counts = {64, 64};
+  Options sparse;
+  sparse.schedule = "sparse";
+  auto [ra, rb] = both(a, b, sparse);
+  REQUIRE(ra);
+  REQUIRE(rb);
+  pair.stop_daemon(1);
+  sparse.timeout = 5000ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = a.alltoallv(sparse);
+  REQUIRE(!r);
+  INFO(r.error().message());
+  CHECK_THAT(r.error().message(), Catch::Contains("the agreement on counts before it failed"));
+  CHECK_THAT(r.error().message(), Catch::Contains("rank 1"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 6s);
+}
+
+TEST_CASE("issue 14: a collective started while an alltoallv agrees on its pattern waits for it: ids still grow at the engine") {
+  Pair pair;
+  Side a(pair.socket[0]), b(pair.socket[1]);
+  a.send_counts = {100, 3000};
+  a.recv_counts = {100, 0};
+  b.send_counts = {0, 100};
+  b.recv_counts = {3000, 100};
+  fill(a, 0);
+  fill(b, 1);
+  Options cgm;
+  cgm.schedule = "cgm";
+  Buffer as = a.client.allocate(128), ar = a.client.allocate(128), bs = b.client.allocate(128), br = b.client.allocate(128);
+  std::memset(as.data(), 7, as.size());
+  std::memset(bs.data(), 9, bs.size());
+  // Each rank starts the alltoallv, then at once an alltoall, then waits for both.
+  auto run = [](Side& s, Buffer& send, Buffer& recv, const Options& o) {
+    auto v = s.client.start_alltoallv(s.send, s.send_counts, s.displs, s.recv, s.recv_counts, s.displs, o);
+    auto t = s.client.start_alltoall(send, recv, 64);
+    REQUIRE(v);
+    REQUIRE(t);
+    return std::make_pair(v->wait(), t->wait());
+  };
+  std::pair<Result<Stats>, Result<Stats>> other{Error(Errc::kInternal, "not run"), Error(Errc::kInternal, "not run")};
+  std::thread t([&] { other = run(b, bs, br, cgm); });
+  auto mine = run(a, as, ar, cgm);
+  t.join();
+  for (auto* r : {&mine.first, &mine.second, &other.first, &other.second}) {
+    INFO((*r ? std::string("ok") : r->error().message()));
+    CHECK(*r);
+  }
+  CHECK(received(a, 0));
+  CHECK(received(b, 1));
+  CHECK(ar.data()[64] == 9);
+  CHECK(br.data()[0] == 7);
+  if (mine.first && mine.second) CHECK(mine.second->exchange == mine.first->exchange + 1);
+}
+
+TEST_CASE("issue 14: an all-to-many schedule with a sync variant that does not exist is refused at once") {
+  Pair pair;
+  Side a(pair.socket[0]);
+  a.send_counts = a.recv_counts = {64, 64};
+  Options o;
+  o.schedule = "cgm";
+  o.sync = "sideways";
+  auto r = a.alltoallv(o);
+  REQUIRE(!r);
+  CHECK(r.error().code() == Errc::kInvalidArgument);
+  CHECK_THAT(r.error().message(), Catch::Contains("unknown sync variant 'sideways'"));
+  o.sync = "auto";
+  auto all = a.client.alltoall(a.send, a.recv, 64, o);
+  REQUIRE(!all);
+  CHECK_THAT(all.error().message(), Catch::Contains("an alltoall is dense"));
+}
