@@ -275,6 +275,7 @@ bool Engine::poll() {
     next_timers_ = now + kTimerPeriod;
   }
   transmit(now);
+  link_->send_acks(now);
   link_->flush();
   for (auto it = active_.begin(); it != active_.end();) {
     Exchange* ex = *it;
@@ -321,6 +322,7 @@ Clock::time_point Engine::next_event(Clock::time_point now) const {
   // the timer period took more CPU than the nodes that were sending (README, "Scale").
   Clock::time_point due = joining_ && join_sending_ ? join_retry_ : Clock::time_point::max();
   if (!lingering_.empty()) due = std::min(due, lingering_.front().first);
+  due = std::min(due, link_->acks_due());
   due = std::min(due, link_->next_probe());
   Clock::time_point token = Clock::time_point::max();
   for (const Exchange* ex : active_) {
@@ -337,7 +339,7 @@ Clock::time_point Engine::next_event(Clock::time_point now) const {
 }
 
 bool Engine::quiet() const {
-  if (link_->queued() > 0) return false;
+  if (link_->queued() > 0 || link_->acks_due() != Clock::time_point::max()) return false;
   return std::none_of(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->running() || ex->settling(); });
 }
 

@@ -104,6 +104,19 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
     }
     return;
   }
+  if (f.h.type == FrameType::kAck && (f.h.flags & kFlagAckList) != 0) {
+    // Acknowledgements gathered by the peer (Link::ack_later), each for its own exchange.
+    bool used = false;
+    for (std::size_t i = 0; i < f.payload.size() / kAckEntryLen; ++i) {
+      const AckEntry e = ack_entry(f.payload, i);
+      Exchange* ex = find(e.exchange);
+      if (ex == nullptr || !ex->accept_epoch(src, f.h.epoch)) continue;
+      ex->on_acks(src, e, now);
+      used = true;
+    }
+    if (!used) link_->count_drop(DropReason::kNotLive);  // for exchanges gone from here, or a replay
+    return;
+  }
   if (auto& ab = aborted_by_[static_cast<std::size_t>(src)]; ab.active && later(f.h.exchange, ab.exchange)) ab.active = false;
   Exchange* ex = find(f.h.exchange);
   if (ex == nullptr && f.h.type == FrameType::kPoll && std::find(done_ids_.begin(), done_ids_.end(), f.h.exchange) != done_ids_.end()) {

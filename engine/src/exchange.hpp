@@ -73,6 +73,8 @@ class Exchange {
   // Frames for this exchange (already validated by parse()).
   void on_data(const Parsed& f, Clock::time_point now);
   void on_control(const Parsed& f, Clock::time_point now);
+  // One acknowledgement of a kFlagAckList ACK.
+  void on_acks(Rank src, const AckEntry& e, Clock::time_point now);
   // Epoch bookkeeping: false when the frame comes from another incarnation of the peer.
   bool accept_epoch(Rank src, std::uint32_t epoch);
   void peer_restarted(Rank src, Clock::time_point now);
@@ -172,6 +174,7 @@ class Exchange {
   bool retry(Pending& p, Clock::time_point now);
   void send_nack(Rank src, InBlock& in, Clock::time_point now);
   void on_nack(const Parsed& f, Clock::time_point now);
+  void on_ack(Rank src, FrameType acked, std::uint32_t seq, std::uint64_t block_len, Clock::time_point now);
   // Liveness of the peers waited on (timers()); false when the exchange failed.
   bool keepalive(Clock::time_point now);
   void send_data(OutBlock* block, Rank dst, std::uint32_t index, std::uint64_t len, int phase, std::uint8_t flags);

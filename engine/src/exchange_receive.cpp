@@ -32,8 +32,12 @@ void Exchange::block_complete(Rank src, Clock::time_point now) {
   in.complete = true;
   --incomplete_blocks_;
   if (staging_) unpack_from(src);
-  link_.send_control(src, FrameType::kAck, spec_.id, 0, static_cast<std::uint32_t>(FrameType::kData), in.len);
-  ++counters_.control_frames_sent;
+  if (in.eager) {
+    link_.ack_later(src, {spec_.id, FrameType::kData, 0, in.len}, now);  // its sender does not wait for it
+  } else {
+    link_.send_control(src, FrameType::kAck, spec_.id, 0, static_cast<std::uint32_t>(FrameType::kData), in.len);
+    ++counters_.control_frames_sent;
+  }
   // Receiver-based tokens: emitted once the whole block is here.
   if (const auto* ids = spec_.program.emits_on_receive(src))
     for (std::uint32_t id : *ids) emit(id, now);
@@ -92,6 +96,32 @@ void Exchange::on_nack(const Parsed& f, Clock::time_point now) {
   b.polls = 0;
 }
 
+void Exchange::on_ack(Rank src, FrameType acked, std::uint32_t seq, std::uint64_t block_len, Clock::time_point now) {
+  if (acked == FrameType::kData) {
+    int o = out_of_[idx(src)];
+    if (o >= 0 && out_[static_cast<std::size_t>(o)].len == block_len && !out_[static_cast<std::size_t>(o)].acked) {
+      out_[static_cast<std::size_t>(o)].acked = true;
+      --unacked_blocks_;
+      last_progress_ = now;
+    }
+  } else if (acked == FrameType::kReady) {
+    ready_acked(src);
+    last_progress_ = now;
+  } else if (acked == FrameType::kSync) {
+    auto it = syncs_out_.find(seq);
+    if (it != syncs_out_.end() && it->second.to == src) {
+      syncs_out_.erase(it);
+      --unacked_pending_;
+      last_progress_ = now;
+    }
+  }
+}
+
+void Exchange::on_acks(Rank src, const AckEntry& e, Clock::time_point now) {
+  on_ack(src, e.type, e.seq, e.block_len, now);
+  advance(now);
+}
+
 void Exchange::on_control(const Parsed& f, Clock::time_point now) {
   const Rank src = f.src_rank;
   ++counters_.control_frames_received;
@@ -113,30 +143,15 @@ void Exchange::on_control(const Parsed& f, Clock::time_point now) {
       }
       if (have_sync_[f.h.seq] == 0) last_progress_ = now;
       have_sync_[f.h.seq] = 1;
-      ack(src, FrameType::kSync, f.h.seq);
-      break;
-    case FrameType::kAck: {
-      auto acked = static_cast<FrameType>(f.h.aux);
-      if (acked == FrameType::kData) {
-        int o = out_of_[idx(src)];
-        if (o >= 0 && out_[static_cast<std::size_t>(o)].len == f.h.block_len && !out_[static_cast<std::size_t>(o)].acked) {
-          out_[static_cast<std::size_t>(o)].acked = true;
-          --unacked_blocks_;
-          last_progress_ = now;
-        }
-      } else if (acked == FrameType::kReady) {
-        ready_acked(src);
-        last_progress_ = now;
-      } else if (acked == FrameType::kSync) {
-        auto it = syncs_out_.find(f.h.seq);
-        if (it != syncs_out_.end() && it->second.to == src) {
-          syncs_out_.erase(it);
-          --unacked_pending_;
-          last_progress_ = now;
-        }
+      if (running()) {
+        link_.ack_later(src, {spec_.id, FrameType::kSync, f.h.seq, 0}, now);  // its emitter does not wait for it
+      } else {
+        ack(src, FrameType::kSync, f.h.seq);
       }
       break;
-    }
+    case FrameType::kAck:
+      on_ack(src, static_cast<FrameType>(f.h.aux), f.h.seq, f.h.block_len, now);
+      break;
     case FrameType::kNack:
       on_nack(f, now);
       break;

@@ -118,6 +118,43 @@ bool Link::send_control(Rank dst, FrameType type, std::uint32_t exchange, std::u
   return send_frame(dst, h, payload, len);
 }
 
+void Link::ack_later(Rank dst, const AckEntry& entry, Clock::time_point now) {
+  if (config_.ack_delay.count() <= 0) {
+    send_control(dst, FrameType::kAck, entry.exchange, entry.seq, static_cast<std::uint32_t>(entry.type), entry.block_len);
+    return;
+  }
+  if (acks_.empty()) acks_.resize(config_.peers.size());
+  auto& list = acks_[static_cast<std::size_t>(dst)];
+  list.push_back(entry);
+  ++counters_.acks_gathered;
+  acks_due_ = std::min(acks_due_, now + std::min(config_.ack_delay, config_.rto / 4));  // before any sender polls
+  if (list.size() * kAckEntryLen + kAckEntryLen > chunk_) send_acks(now, true);
+}
+
+void Link::send_acks(Clock::time_point now, bool all) {
+  if (acks_due_ == Clock::time_point::max() || (!all && now < acks_due_)) return;
+  std::vector<std::uint8_t> payload;
+  for (std::size_t r = 0; r < acks_.size(); ++r) {
+    auto& list = acks_[r];
+    if (list.empty()) continue;
+    payload.assign(list.size() * kAckEntryLen, 0);
+    for (std::size_t i = 0; i < list.size(); ++i) put_ack_entry(payload.data(), i, list[i]);
+    Header h;
+    h.type = FrameType::kAck;
+    h.flags = kFlagAckList;
+    h.exchange = list.back().exchange;
+    h.dst = static_cast<std::uint16_t>(r);
+    h.aux = static_cast<std::uint32_t>(FrameType::kAck);
+    h.chunk = static_cast<std::uint16_t>(chunk_);
+    h.payload_len = static_cast<std::uint16_t>(payload.size());
+    // No mbuf: they wait for the next try (the senders poll if it never comes).
+    if (!send_frame(static_cast<Rank>(r), h, payload.data(), payload.size())) return;
+    ++counters_.ack_lists_sent;
+    list.clear();
+  }
+  acks_due_ = Clock::time_point::max();
+}
+
 void Link::refill(Clock::time_point now) {
   if (config_.pace_bps == 0) return;
   double ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - pace_last_).count());

@@ -40,6 +40,9 @@ class Link {
                   const nic::ExternalRegion* region = nullptr);
   bool send_control(Rank dst, FrameType type, std::uint32_t exchange, std::uint32_t seq, std::uint32_t aux,
                     std::uint64_t block_len = 0, const std::uint8_t* payload = nullptr, std::size_t len = 0);
+  // Acknowledges an eager block or a token that its sender does not wait for: gathered with
+  // others to `dst` for up to config().ack_delay, then sent as one frame (EngineLink::send_acks).
+  void ack_later(Rank dst, const AckEntry& entry, Clock::time_point now);
   // A round starts: it may not open with the burst the bucket saved while the node waited.
   void restart_pacing(Clock::time_point now);
   // When the last frame handed to the port starts to leave it at the paced rate, that is when
@@ -63,6 +66,9 @@ class Link {
   ~Link();
 
   void refill(Clock::time_point now);  // pacing tokens earned since the last refill
+  // Sends the gathered acknowledgements once the oldest has waited ack_delay (all of them: one
+  // frame per peer), or at once with `all`.
+  void send_acks(Clock::time_point now, bool all = false);
   // A frame of our header and `len` payload bytes, copied or attached; nullptr when no mbuf
   // was to be had.
   rte_mbuf* build_copy(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len);
@@ -82,6 +88,8 @@ class Link {
   std::uint64_t tag_counter_ = 0;  // numbers the frames sealed with the cluster key (their nonces)
   std::vector<rte_mbuf*> txq_;
   EngineCounters counters_;
+  std::vector<std::vector<AckEntry>> acks_;  // by peer: gathered, not yet sent (ack_later)
+  Clock::time_point acks_due_ = Clock::time_point::max();  // when the oldest of them must go
   std::vector<Clock::time_point> last_heard_;
   std::vector<DeadPeer> dead_;
   // Pacing
@@ -114,6 +122,9 @@ class EngineLink final : public Link {
   Clock::time_point send_allowed_at() const;
   // Offers the queued frames to the port.
   void flush();
+
+  using Link::send_acks;
+  Clock::time_point acks_due() const { return acks_due_; }
 
   // Any valid frame of `peer` was received: it is alive.
   void heard_from(Rank peer, Clock::time_point now);

@@ -72,6 +72,20 @@ void put_nack_range(std::uint8_t* payload, std::uint32_t index, std::uint32_t fi
   put32(payload + 8 * index + 4, count);
 }
 
+void put_ack_entry(std::uint8_t* payload, std::size_t index, const AckEntry& e) {
+  std::uint8_t* p = payload + index * kAckEntryLen;
+  put32(p, e.exchange);
+  p[4] = static_cast<std::uint8_t>(e.type);
+  p[5] = p[6] = p[7] = 0;
+  put32(p + 8, e.seq);
+  put64(p + 12, e.block_len);
+}
+
+AckEntry ack_entry(std::span<const std::uint8_t> payload, std::size_t index) {
+  const std::uint8_t* p = payload.data() + index * kAckEntryLen;
+  return {get32(p), static_cast<FrameType>(p[4]), get32(p + 8), get64(p + 12)};
+}
+
 std::pair<std::uint32_t, std::uint32_t> nack_range(std::span<const std::uint8_t> payload, std::uint32_t index) {
   return {get32(payload.data() + 8 * index), get32(payload.data() + 8 * index + 4)};
 }
@@ -296,6 +310,14 @@ Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> t
       break;
     case FrameType::kAck:
       if (h.aux == 0 || h.aux >= kFrameTypes) return drop(DropReason::kBadLength);
+      if ((h.flags & kFlagAckList) != 0) {
+        if (h.payload_len == 0 || h.payload_len % kAckEntryLen != 0) return drop(DropReason::kBadLength);
+        for (std::size_t i = 0; i < h.payload_len / kAckEntryLen; ++i) {
+          const FrameType t = ack_entry(out.payload, i).type;
+          if (t != FrameType::kData && t != FrameType::kSync) return drop(DropReason::kBadLength);
+        }
+        break;
+      }
       if (h.payload_len != 0 && !descriptor_valid(out.payload)) return drop(DropReason::kBadLength);
       break;
     case FrameType::kAbort:

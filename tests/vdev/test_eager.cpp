@@ -140,3 +140,31 @@ TEST_CASE("issue 14: blocks larger than eager_frames still wait for READY") {
   REQUIRE(run_sides(fabric, sides, 1, [&] { return std::all_of(sides.begin(), sides.end(), [](const Side& d) { return d.report.has_value(); }); }, Ms(10'000)));
   for (int me = 0; me < n; ++me) CHECK(sides[static_cast<std::size_t>(me)].byte_exact(me, 1));
 }
+
+TEST_CASE("issue 14: acknowledgements of eager blocks and tokens are gathered, several in a frame, and every exchange settles") {
+  const int n = 4;
+  Topology t = single_switch_topology(n);
+  test::Fabric fabric(test::nodes(n));
+  std::uint32_t id = 1;
+  // Back to back, as a program calls them: tiny alltoalls, each followed by a barrier.
+  for (int i = 0; i < 10; ++i) {
+    test::expect_ok(test::run_exchange(fabric, make_schedule(t, {Algorithm::kSyncShuffle, 0}), id++, 64), "alltoall " + std::to_string(i));
+    test::expect_ok(test::run_exchange(fabric, barrier_schedule(n, 2), id++, 0), "barrier " + std::to_string(i));
+  }
+  fabric.settle(Ms(100));
+  std::uint64_t gathered = 0, lists = 0;
+  for (int r = 0; r < n; ++r) {
+    gathered += fabric.engine(r).counters().acks_gathered;
+    lists += fabric.engine(r).counters().ack_lists_sent;
+    CHECK(fabric.engine(r).quiet());  // every acknowledgement arrived: nothing settles any more
+    for (std::uint32_t x = 1; x < id; ++x) {
+      const auto rep = fabric.engine(r).report(x);
+      REQUIRE(rep);
+      CHECK(rep->counters.polls_sent == 0);  // none came so late that a sender asked
+    }
+  }
+  // Each rank acknowledges 3 blocks per alltoall and 2 tokens per barrier.
+  CHECK(gathered == static_cast<std::uint64_t>(n) * 10 * (3 + 2));
+  INFO("gathered " << gathered << ", lists " << lists);
+  CHECK(lists * 2 < gathered);
+}

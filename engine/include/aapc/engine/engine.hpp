@@ -71,6 +71,11 @@ struct EngineConfig {
   // READY, so that a receiver never holds more than that. Every node of a cluster must use
   // the same value: a receiver sends READY only for the blocks it does not take as eager.
   std::uint32_t eager_frames = 8;
+  // Acknowledgements of eager blocks and of tokens, which nobody waits for (the sender is done
+  // without them and only settles, Exchange::settling), are gathered per peer for this long
+  // and sent as one frame (kFlagAckList): tiny exchanges are bound by the frames they cost.
+  // At most a quarter of rto, so that no sender polls for them. 0: each goes at once.
+  std::chrono::microseconds ack_delay{5'000};
   std::size_t early_data_bytes = 4U << 20;
 };
 
@@ -192,6 +197,7 @@ struct EngineCounters {
   std::uint64_t early_frames = 0;     // READY/SYNC kept for an exchange not started yet
   std::uint64_t early_data_frames = 0;   // eager DATA kept for an exchange not started yet
   std::uint64_t early_data_dropped = 0;  // eager DATA not kept: early_data_bytes were full
+  std::uint64_t acks_gathered = 0, ack_lists_sent = 0;  // acknowledgements sent in kFlagAckList frames
   std::array<std::uint64_t, kDropReasons> drops{};
 };
 

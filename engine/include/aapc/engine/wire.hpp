@@ -89,7 +89,22 @@ enum Flags : std::uint8_t {
   kFlagRetransmit = 1,
   kFlagDummy = 2,  // Faraj/Yuan 'dummy' traffic: counted and dropped by the receiver
   kFlagLast = 4,   // the last frame of a block's first transmission
+  // ACK: its payload is a list of acknowledgements (AckEntry), of eager blocks and tokens
+  // whose senders do not wait for them (issue 14): gathered for a while, one frame for many.
+  kFlagAckList = 8,
 };
+
+// One acknowledgement in a kFlagAckList ACK: exchange (4), type acknowledged (1), 3 zero
+// bytes, seq (4: the sync id of a token), block length (8: of a block).
+struct AckEntry {
+  std::uint32_t exchange = 0;
+  FrameType type = FrameType::kData;
+  std::uint32_t seq = 0;
+  std::uint64_t block_len = 0;
+};
+inline constexpr std::size_t kAckEntryLen = 20;
+void put_ack_entry(std::uint8_t* payload, std::size_t index, const AckEntry& e);
+AckEntry ack_entry(std::span<const std::uint8_t> payload, std::size_t index);
 
 // Why a frame was dropped. Everything that is not kOk is counted per reason.
 enum class DropReason : std::uint8_t {
