@@ -64,6 +64,45 @@ bool Engine::alive_epoch(const Parsed& f) const {
   return f.src_rank >= 0 && peer_epoch_known_[static_cast<std::size_t>(f.src_rank)] && peer_epoch_[static_cast<std::size_t>(f.src_rank)] == f.h.epoch;
 }
 
+// Issue 15, finding 5: an ABORT counts only for the exchange it names, and only while that
+// exchange runs here. (One forged ABORT with a stale id used to fail every running exchange
+// from that id on, and the next two through aborted_by_.)
+void Engine::on_abort(const Parsed& f, Clock::time_point now) {
+  const Rank src = f.src_rank;
+  std::string reason = "aborted by peer rank " + std::to_string(src);
+  if (f.payload.size() > 0) reason += ": " + std::string(f.payload.begin(), f.payload.end());
+  Exchange* ex = find(f.h.exchange);
+  if (ex != nullptr && ex->running() && ex->accept_epoch(src, f.h.epoch)) {
+    // A collective called differently on some rank (a descriptor or block that differs) is
+    // the callers' error on every rank, whoever found it first: the others may hear of it
+    // only through this ABORT, now that eager blocks go without READY (issue 14).
+    const bool mismatch = f.h.aux == static_cast<std::uint32_t>(Errc::kInvalidArgument);
+    ex->fail(mismatch ? Errc::kInvalidArgument : Errc::kPeerAborted, reason, src, now, false);
+  } else if (ex != nullptr && ex->settling() && ex->accept_epoch(src, f.h.epoch)) {
+    ex->abandon(src);  // done here; that peer will acknowledge nothing more of it
+  } else if (ex == nullptr && (!started_any_ || later(f.h.exchange, last_started_))) {
+    // An exchange this node has not started yet, which the peer will never start
+    // (abort_unstarted): starting exactly that id fails at once, for a peer deadline.
+    aborted_by_[static_cast<std::size_t>(src)] = {f.h.exchange, now, reason, true};
+  } else {
+    link_->count_drop(DropReason::kNotLive);
+  }
+}
+
+// Acknowledgements gathered by the peer (Link::ack_later), each for its own exchange.
+void Engine::on_ack_list(const Parsed& f, Clock::time_point now) {
+  const Rank src = f.src_rank;
+  bool used = false;
+  for (std::size_t i = 0; i < f.payload.size() / kAckEntryLen; ++i) {
+    const AckEntry e = ack_entry(f.payload, i);
+    Exchange* ex = find(e.exchange);
+    if (ex == nullptr || !ex->accept_epoch(src, f.h.epoch)) continue;
+    ex->on_acks(src, e, now);
+    used = true;
+  }
+  if (!used) link_->count_drop(DropReason::kNotLive);  // for exchanges gone from here, or a replay
+}
+
 void Engine::handle(const Parsed& f, Clock::time_point now) {
   const Rank src = f.src_rank;
   if (f.h.type == FrameType::kPing) {
@@ -81,40 +120,11 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
     return;
   }
   if (f.h.type == FrameType::kAbort) {
-    // Issue 15, finding 5: an ABORT counts only for the exchange it names, and only while that
-    // exchange runs here. (One forged ABORT with a stale id used to fail every running
-    // exchange from that id on, and the next two through aborted_by_.)
-    std::string reason = "aborted by peer rank " + std::to_string(src);
-    if (f.payload.size() > 0) reason += ": " + std::string(f.payload.begin(), f.payload.end());
-    Exchange* ex = find(f.h.exchange);
-    if (ex != nullptr && ex->running() && ex->accept_epoch(src, f.h.epoch)) {
-      // A collective called differently on some rank (a descriptor or block that differs) is
-      // the callers' error on every rank, whoever found it first: the others may hear of it
-      // only through this ABORT, now that eager blocks go without READY (issue 14).
-      const bool mismatch = f.h.aux == static_cast<std::uint32_t>(Errc::kInvalidArgument);
-      ex->fail(mismatch ? Errc::kInvalidArgument : Errc::kPeerAborted, reason, src, now, false);
-    } else if (ex != nullptr && ex->settling() && ex->accept_epoch(src, f.h.epoch)) {
-      ex->abandon(src);  // done here; that peer will acknowledge nothing more of it
-    } else if (ex == nullptr && (!started_any_ || later(f.h.exchange, last_started_))) {
-      // An exchange this node has not started yet, which the peer will never start
-      // (abort_unstarted): starting exactly that id fails at once, for a peer deadline.
-      aborted_by_[static_cast<std::size_t>(src)] = {f.h.exchange, now, reason, true};
-    } else {
-      link_->count_drop(DropReason::kNotLive);
-    }
+    on_abort(f, now);
     return;
   }
   if (f.h.type == FrameType::kAck && (f.h.flags & kFlagAckList) != 0) {
-    // Acknowledgements gathered by the peer (Link::ack_later), each for its own exchange.
-    bool used = false;
-    for (std::size_t i = 0; i < f.payload.size() / kAckEntryLen; ++i) {
-      const AckEntry e = ack_entry(f.payload, i);
-      Exchange* ex = find(e.exchange);
-      if (ex == nullptr || !ex->accept_epoch(src, f.h.epoch)) continue;
-      ex->on_acks(src, e, now);
-      used = true;
-    }
-    if (!used) link_->count_drop(DropReason::kNotLive);  // for exchanges gone from here, or a replay
+    on_ack_list(f, now);
     return;
   }
   if (auto& ab = aborted_by_[static_cast<std::size_t>(src)]; ab.active && later(f.h.exchange, ab.exchange)) ab.active = false;

@@ -283,6 +283,8 @@ class Engine final : private ParseContext {
 
   void receive(Clock::time_point now);
   void handle(const Parsed& f, Clock::time_point now);
+  void on_abort(const Parsed& f, Clock::time_point now);
+  void on_ack_list(const Parsed& f, Clock::time_point now);
   void keep_early(const Parsed& f, Clock::time_point now);
   void keep_early_data(const Parsed& f, Clock::time_point now);
   EarlyFrames& early_entry(std::uint32_t id, Clock::time_point now);
