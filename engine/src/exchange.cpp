@@ -183,11 +183,18 @@ void Exchange::abandon(Rank peer) {
       ++it;
     }
   }
-  if (unacked_blocks_ == 0 && unacked_pending_ == 0) settling_ = false;
+  settle_check();
+}
+
+void Exchange::settle_check() {
+  if (settling_ && unacked_blocks_ == 0 && unacked_pending_ == 0) settling_ = false;
+  // Nothing is resent once every block is acknowledged: a lingering exchange (linger, 15 s)
+  // must not hold on to its copy (64 machines, 8 KiB blocks: 512 KiB an exchange).
+  if (unacked_blocks_ == 0 && !eager_copy_.empty()) std::vector<std::uint8_t>().swap(eager_copy_);
 }
 
 void Exchange::check_done(Clock::time_point now) {
-  if (settling_ && unacked_blocks_ == 0 && unacked_pending_ == 0) settling_ = false;
+  settle_check();
   if (!running() || round_ < spec_.program.rounds.size()) return;
   if (incomplete_blocks_ > 0 || !late_emits_.empty()) return;
   // Done here once every block is in and every round has run (issue 14): what still waits
@@ -213,6 +220,7 @@ void Exchange::fail(Errc code, const std::string& message, Rank peer, Clock::tim
   streams_.clear();
   resend_blocks_.clear();
   late_emits_.clear();
+  std::vector<std::uint8_t>().swap(eager_copy_);  // nothing is sent any more
   if (code == Errc::kPeerSilent && peer >= 0) link_.peer_silent(peer, message, now);
   // Tell everyone (best effort, no acknowledgement); a peer that aborted us already knows.
   if (tell && code != Errc::kPeerAborted) {

@@ -182,6 +182,9 @@ class Exchange {
   void check_done(Clock::time_point now);
   // Eager blocks go from a copy: the caller may reuse its buffer once the exchange is done here.
   void copy_eager_blocks();
+  // Ends settling once everything is acknowledged, and lets go of the eager copy once every
+  // block is.
+  void settle_check();
   // Resends unacknowledged READY and tokens, polls blocks sent (timers()); false when a peer
   // never answered.
   bool resend_due(Clock::time_point now);
