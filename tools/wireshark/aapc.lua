@@ -10,7 +10,7 @@
 --    0     2   magic 0xAA9C                   aapc.magic
 --    2     1   version (3; 4: tagged)         aapc.version
 --    3     1   type                           aapc.type (DATA 1 .. JOIN 9)
---    4     1   flags                          aapc.flags, aapc.flags.retransmit/.dummy/.last
+--    4     1   flags                          aapc.flags, aapc.flags.retransmit/.dummy/.last/.ack_list
 --    5     1   header length (44)             aapc.hdr_len
 --    6     2   phase (0xFFFF: none)           aapc.phase
 --    8     4   exchange id                    aapc.exchange
@@ -103,7 +103,7 @@ local errc_names = {
   [8] = "permission denied", [9] = "protocol error", [10] = "aborted", [11] = "internal error",
 }
 
-local FLAG_RETRANSMIT, FLAG_DUMMY, FLAG_LAST = 0x01, 0x02, 0x04
+local FLAG_RETRANSMIT, FLAG_DUMMY, FLAG_LAST, FLAG_ACK_LIST = 0x01, 0x02, 0x04, 0x08
 
 local f = {
   magic = ProtoField.uint16("aapc.magic", "Magic", base.HEX),
@@ -116,6 +116,8 @@ local f = {
     "Dummy traffic: counted and dropped by the receiver"),
   flag_last = ProtoField.bool("aapc.flags.last", "Last", 8, nil, FLAG_LAST,
     "The last frame of a block's first transmission"),
+  flag_ack_list = ProtoField.bool("aapc.flags.ack_list", "Ack list", 8, nil, FLAG_ACK_LIST,
+    "An ACK whose payload lists acknowledgements of eager blocks and tokens, 20 bytes each"),
   hdr_len = ProtoField.uint8("aapc.hdr_len", "Header length", base.DEC),
   phase = ProtoField.uint16("aapc.phase", "Phase", base.DEC, { [NO_PHASE] = "none" }),
   exchange = ProtoField.uint32("aapc.exchange", "Exchange id", base.DEC),
@@ -144,7 +146,7 @@ local f = {
   crc_bad = ProtoField.bool("aapc.crc_bad", "CRC32C bad"),
 }
 aapc.fields = {
-  f.magic, f.version, f.type, f.flags, f.flag_retransmit, f.flag_dummy, f.flag_last, f.hdr_len,
+  f.magic, f.version, f.type, f.flags, f.flag_retransmit, f.flag_dummy, f.flag_last, f.flag_ack_list, f.hdr_len,
   f.phase, f.exchange, f.epoch, f.src, f.dst, f.seq, f.block_len, f.payload_len, f.chunk, f.aux,
   f.crc, f.offset, f.ack_of, f.abort_code, f.abort_reason, f.nack_range, f.nack_first,
   f.nack_count, f.payload, f.tag, f.crc_computed, f.crc_ok, f.crc_bad,
@@ -188,6 +190,7 @@ local function flag_text(flags)
   if band(flags, FLAG_RETRANSMIT) ~= 0 then out[#out + 1] = "RETRANSMIT" end
   if band(flags, FLAG_DUMMY) ~= 0 then out[#out + 1] = "DUMMY" end
   if band(flags, FLAG_LAST) ~= 0 then out[#out + 1] = "LAST" end
+  if band(flags, FLAG_ACK_LIST) ~= 0 then out[#out + 1] = "ACK_LIST" end
   if #out == 0 then return "" end
   return " [" .. table.concat(out, ",") .. "]"
 end
@@ -261,6 +264,7 @@ function aapc.dissector(tvb, pinfo, tree)
   flags_item:add(f.flag_retransmit, tvb(4, 1))
   flags_item:add(f.flag_dummy, tvb(4, 1))
   flags_item:add(f.flag_last, tvb(4, 1))
+  flags_item:add(f.flag_ack_list, tvb(4, 1))
   item = root:add(f.hdr_len, tvb(5, 1))
   if hdr_len ~= HEADER_LEN then
     item:add_proto_expert_info(ex.malformed, string.format("bad header length %d (expected %d)", hdr_len, HEADER_LEN))

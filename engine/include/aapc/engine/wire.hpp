@@ -8,7 +8,7 @@
 //               Versions 1 and 2 had no payload in READY, SYNC and ACK (before issue 15,
 //               finding 10); their frames are dropped as bad_version
 //    3     1   type: DATA, SYNC, READY, NACK, ACK, ABORT, POLL, PING, JOIN
-//    4     1   flags: RETRANSMIT, DUMMY, LAST
+//    4     1   flags: RETRANSMIT, DUMMY, LAST, ACK_LIST (an ACK whose payload lists AckEntry)
 //    5     1   header length (44)
 //    6     2   phase (of DATA, for traces; 0xFFFF when none)
 //    8     4   exchange id
@@ -25,7 +25,8 @@
 //   40     4   CRC32C of header bytes 0..39, then the payload (this field itself skipped)
 //   44     n   payload (payload length bytes): DATA bytes, NACK ranges, ABORT reason; for
 //               READY and SYNC the sender's exchange descriptor (descriptor.hpp), for their
-//               ACKs the receiver's once its exchange has started (else none)
+//               ACKs the receiver's once its exchange has started (else none); for
+//               ACK_LIST ACKs the acknowledgements gathered (issue 14), 20 bytes each
 //  44+n   24   version 4 only, the tag: 8 bytes of frame counter, then the 16-byte Poly1305
 //               MAC of header bytes 0..43 and the payload (ChaCha20-Poly1305 IETF, libsodium,
 //               with them as associated data and no message), under the 32-byte cluster key;
