@@ -34,6 +34,7 @@
 #include "aapc/client.hpp"
 #include "aapc/engine/daemon.hpp"
 #include "fabric.hpp"
+#include "ring_ports.hpp"
 #include "protocol.hpp"
 
 using namespace aapc;
@@ -44,21 +45,6 @@ namespace {
 
 std::atomic<int> g_daemons{0};
 constexpr uid_t kNobody = 65534;
-
-rte_ring* ring(const std::string& name) {
-  rte_ring* r = rte_ring_create(name.c_str(), 1024, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
-  REQUIRE(r != nullptr);
-  return r;
-}
-
-// An ethdev receiving from `rx` and sending into `tx`; its name.
-std::string ring_port(const std::string& name, rte_ring* rx, rte_ring* tx) {
-  const int port = rte_eth_from_rings(name.c_str(), &rx, 1, &tx, 1, rte_socket_id());
-  REQUIRE(port >= 0);
-  char full[RTE_ETH_NAME_MAX_LEN];
-  rte_eth_dev_get_name_by_port(static_cast<std::uint16_t>(port), full);
-  return full;
-}
 
 // A Daemon serving in a thread of this process, on a socket in a fresh directory. Its port
 // is `device`, or one that nothing ever reaches.
@@ -81,7 +67,7 @@ struct LocalDaemon {
     cfg.topology = (dir / "two.dot").string();
     if (device.empty()) {
       const std::string base = "ld" + std::to_string(g_daemons++);
-      cfg.device = ring_port(base, ring(base + "rx"), ring(base + "tx"));
+      cfg.device = test::ring_port(base, test::ring(base + "rx"), test::ring(base + "tx"));
     } else {
       cfg.device = device;
     }
@@ -110,9 +96,9 @@ struct DaemonPair {
   DaemonPair() {
     test::start_eal();
     const std::string base = "dp" + std::to_string(g_daemons++);
-    rte_ring* to[2] = {ring(base + "to0"), ring(base + "to1")};
+    rte_ring* to[2] = {test::ring(base + "to0"), test::ring(base + "to1")};
     for (int i = 0; i < 2; ++i)
-      d[i] = std::make_unique<LocalDaemon>(std::function<void(engine::DaemonConfig&)>{}, ring_port(base + "n" + std::to_string(i), to[i], to[1 - i]), i);
+      d[i] = std::make_unique<LocalDaemon>(std::function<void(engine::DaemonConfig&)>{}, test::ring_port(base + "n" + std::to_string(i), to[i], to[1 - i]), i);
   }
 };
 

@@ -23,6 +23,7 @@
 #include "aapc/client.hpp"
 #include "aapc/engine/daemon.hpp"
 #include "fabric.hpp"
+#include "ring_ports.hpp"
 
 using namespace aapc;
 using namespace std::chrono_literals;
@@ -31,20 +32,6 @@ namespace fs = std::filesystem;
 namespace {
 
 std::atomic<int> g_pairs{0};
-
-rte_ring* ring(const std::string& name) {
-  rte_ring* r = rte_ring_create(name.c_str(), 1024, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
-  REQUIRE(r != nullptr);
-  return r;
-}
-
-std::string ring_port(const std::string& name, rte_ring* rx, rte_ring* tx) {
-  const int port = rte_eth_from_rings(name.c_str(), &rx, 1, &tx, 1, rte_socket_id());
-  REQUIRE(port >= 0);
-  char full[RTE_ETH_NAME_MAX_LEN];
-  rte_eth_dev_get_name_by_port(static_cast<std::uint16_t>(port), full);
-  return full;
-}
 
 const char* const kOneSwitch =
     "graph \"two\" {\n  edge [rate=\"100Mbit\"];\n  n0 [mac=\"02:00:00:00:00:01\"];\n  n1 [mac=\"02:00:00:00:00:02\"];\n"
@@ -70,11 +57,11 @@ struct Pair {
     ::chmod(dir.c_str(), 0755);
     std::ofstream(dir / "two.dot") << dot;
     const std::string base = "sp" + std::to_string(g_pairs++);
-    rte_ring* to[2] = {ring(base + "to0"), ring(base + "to1")};
+    rte_ring* to[2] = {test::ring(base + "to0"), test::ring(base + "to1")};
     for (int i = 0; i < 2; ++i) {
       engine::DaemonConfig cfg;
       cfg.topology = (dir / "two.dot").string();
-      cfg.device = ring_port(base + "n" + std::to_string(i), to[i], to[1 - i]);
+      cfg.device = test::ring_port(base + "n" + std::to_string(i), to[i], to[1 - i]);
       cfg.rank = i;
       socket[i] = cfg.socket_path = (dir / ("aapcd" + std::to_string(i) + ".sock")).string();
       cfg.socket_mode = 0666;
@@ -107,6 +94,15 @@ struct Side {
   explicit Side(const std::string& socket) : client(Client::connect(socket)), send(client.allocate(8192)), recv(client.allocate(8192)) {}
   Result<Stats> alltoallv(const Options& o) { return client.alltoallv(send, send_counts, displs, recv, recv_counts, displs, o); }
 };
+
+// The one-way pattern: rank 0 sends rank 1 3,000 bytes, rank 1 sends rank 0 nothing, and both
+// keep 100 for themselves.
+void one_way(Side& a, Side& b) {
+  a.send_counts = {100, 3000};
+  a.recv_counts = {100, 0};
+  b.send_counts = {0, 100};
+  b.recv_counts = {3000, 100};
+}
 
 std::uint8_t byte_of(int src, int dst, std::size_t k) { return static_cast<std::uint8_t>(src * 31 + dst * 7 + k * 13); }
 
@@ -142,11 +138,7 @@ bool received(const Side& s, int me) {
 TEST_CASE("issue 14: an alltoallv agrees on the counts first, runs CGM when forced and the dense schedule under auto, byte-exact") {
   Pair pair;
   Side a(pair.socket[0]), b(pair.socket[1]);
-  // Rank 0 sends rank 1 3,000 bytes; rank 1 sends rank 0 nothing; both keep 100 for themselves.
-  a.send_counts = {100, 3000};
-  a.recv_counts = {100, 0};
-  b.send_counts = {0, 100};
-  b.recv_counts = {3000, 100};
+  one_way(a, b);
   Options cgm;
   cgm.schedule = "cgm";
   auto [ra, rb] = both(a, b, cgm);
@@ -245,10 +237,7 @@ TEST_CASE("issue 14: an alltoallv whose counts exchange finds its peer gone fail
 TEST_CASE("issue 14: a collective started while an alltoallv agrees on its pattern waits for it: ids still grow at the engine") {
   Pair pair;
   Side a(pair.socket[0]), b(pair.socket[1]);
-  a.send_counts = {100, 3000};
-  a.recv_counts = {100, 0};
-  b.send_counts = {0, 100};
-  b.recv_counts = {3000, 100};
+  one_way(a, b);
   fill(a, 0);
   fill(b, 1);
   Options cgm;
