@@ -135,6 +135,11 @@ ParseContext::Expected Engine::expect_data(std::uint32_t exchange, std::uint32_t
   return {DropReason::kNotLive, 0, 0};
 }
 
+std::map<std::uint32_t, EarlyFrames>::iterator Engine::erase_early(std::map<std::uint32_t, EarlyFrames>::iterator it) {
+  early_data_bytes_ -= std::min(early_data_bytes_, early_payload(it->second));
+  return early_.erase(it);
+}
+
 bool Engine::may_keep_early(std::uint32_t id) const {
   return (!started_any_ || later(id, last_started_)) && (early_.size() < kMaxEarly || early_.count(id) != 0);
 }
@@ -189,19 +194,12 @@ Result<void> Engine::start(ExchangeSpec spec) {
   started_any_ = true;
   EarlyFrames early;
   if (auto it = early_.find(id); it != early_.end()) {
+    early_data_bytes_ -= std::min(early_data_bytes_, early_payload(it->second));
     early = std::move(it->second);
     early_.erase(it);
   }
   // Early entries for ids now in the past can never start.
-  early_data_bytes_ -= std::min(early_data_bytes_, early_payload(early));
-  for (auto it = early_.begin(); it != early_.end();) {
-    if (later(it->first, id)) {
-      ++it;
-    } else {
-      early_data_bytes_ -= std::min(early_data_bytes_, early_payload(it->second));
-      it = early_.erase(it);
-    }
-  }
+  for (auto it = early_.begin(); it != early_.end();) it = later(it->first, id) ? std::next(it) : erase_early(it);
   raw->begin(now, early);
   return {};
 }
@@ -232,14 +230,7 @@ void Engine::timers(Clock::time_point now) {
     exchanges_.erase(lingering_.front().second);
     lingering_.pop_front();
   }
-  for (auto it = early_.begin(); it != early_.end();) {
-    if (now - it->second.seen > config_.linger) {
-      early_data_bytes_ -= std::min(early_data_bytes_, early_payload(it->second));
-      it = early_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  for (auto it = early_.begin(); it != early_.end();) it = now - it->second.seen > config_.linger ? erase_early(it) : std::next(it);
 }
 
 void Engine::transmit(Clock::time_point now) {

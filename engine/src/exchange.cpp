@@ -190,7 +190,8 @@ void Exchange::settle_check() {
   if (settling_ && unacked_blocks_ == 0 && unacked_pending_ == 0) settling_ = false;
   // Nothing is resent once every block is acknowledged: a lingering exchange (linger, 15 s)
   // must not hold on to its copy (64 machines, 8 KiB blocks: 512 KiB an exchange).
-  if (unacked_blocks_ == 0 && !eager_copy_.empty()) std::vector<std::uint8_t>().swap(eager_copy_);
+  // (Only once every round has sent its frames: an ACK, replayed or forged, may come early.)
+  if (unacked_blocks_ == 0 && round_ >= spec_.program.rounds.size() && !eager_copy_.empty()) std::vector<std::uint8_t>().swap(eager_copy_);
 }
 
 void Exchange::check_done(Clock::time_point now) {

@@ -288,6 +288,8 @@ class Engine final : private ParseContext {
   void keep_early(const Parsed& f, Clock::time_point now);
   void keep_early_data(const Parsed& f, Clock::time_point now);
   EarlyFrames& early_entry(std::uint32_t id, Clock::time_point now);
+  // Erases an entry of early_, and its payload from early_data_bytes_.
+  std::map<std::uint32_t, EarlyFrames>::iterator erase_early(std::map<std::uint32_t, EarlyFrames>::iterator it);
   static constexpr std::size_t kMaxEarly = 64;  // exchanges not started yet whose frames we keep
   // Whether frames of exchange `id`, not started here, may be kept for its start.
   bool may_keep_early(std::uint32_t id) const;
