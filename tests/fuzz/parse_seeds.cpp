@@ -32,6 +32,16 @@ std::vector<std::uint8_t> frame(engine::FrameType type, std::uint32_t seq, std::
   return f;
 }
 
+// An ACK that lists acknowledgements gathered for a while (issue 14): a block and a token.
+std::vector<std::uint8_t> ack_list() {
+  auto f = frame(engine::FrameType::kAck, 0, 0, 2 * engine::kAckEntryLen, 0);
+  f[engine::kEthHeaderLen + 4] = engine::kFlagAckList;
+  engine::put_ack_entry(f.data() + engine::kFrameOverhead, 0, {kExchange, engine::FrameType::kData, 0, kPostedBlock});
+  engine::put_ack_entry(f.data() + engine::kFrameOverhead, 1, {kExchange - 1, engine::FrameType::kSync, 7, 0});
+  engine::seal(f.data());
+  return f;
+}
+
 // A READY, SYNC or ACK carrying an exchange descriptor (issue 15, finding 10).
 std::vector<std::uint8_t> described(engine::FrameType type, std::uint32_t seq, int src) {
   const auto d = engine::encode_descriptor({engine::Collective::kAlltoall, 4096, "tree+sender-all"});
@@ -60,6 +70,7 @@ std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
       {"ready-described", described(FrameType::kReady, 0, 3)},
       {"sync-described", described(FrameType::kSync, 12, 2)},
       {"ack-described", described(FrameType::kAck, 0, 0)},
+      {"ack-list", ack_list()},
   };
 }
 

@@ -23,6 +23,8 @@ std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
   alltoallv.recvs = {{0, 10}, {10, 20}, {30, 0}};
   StartRequest barrier;
   barrier.kind = Kind::kBarrier;
+  StartRequest run = alltoall;  // START and WAIT in one (issue 14)
+  run.run = true;
   return {
       {"hello", message(HelloRequest{"aapc-client 1"}, 1)},
       {"register", message(RegisterRequest{1 << 16}, 2)},
@@ -30,6 +32,7 @@ std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
       {"start-alltoall", message(alltoall, 4)},
       {"start-alltoallv", message(alltoallv, 5)},
       {"start-barrier", message(barrier, 6)},
+      {"run-alltoall", message(run, 10)},
       {"wait", message(WaitRequest{7, true}, 7)},
       {"test", message(WaitRequest{7, false}, 8)},
       {"status", message(StatusRequest{}, 9)},
