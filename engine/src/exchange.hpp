@@ -154,6 +154,7 @@ class Exchange {
   // Eager blocks still missing rto after the start get a READY after all: a sender that takes
   // the block for a larger one waits for it, and learns what we expect (exchange_liveness.cpp).
   void late_readies(Clock::time_point now);
+  bool owes_late_ready(std::size_t r) const { return in_[r].eager && !in_[r].complete && ready_out_[r].to < 0; }
   // The eager frames that came before our start (Engine::keep_early_data).
   void replay_early(const EarlyFrames& early, Clock::time_point now);
   // Issue 15, finding 10 (exchange_agree.cpp): true when `theirs` (a descriptor from `src`, or

@@ -51,7 +51,7 @@ void Exchange::post_ready(Rank src, Clock::time_point now) {
 void Exchange::late_readies(Clock::time_point now) {
   if (now < start_ + link_.config().rto) return;
   for (std::size_t r = 0; r < n_; ++r)
-    if (in_[r].eager && !in_[r].complete && ready_out_[r].to < 0) post_ready(static_cast<Rank>(r), now);
+    if (owes_late_ready(r)) post_ready(static_cast<Rank>(r), now);
 }
 
 void Exchange::send_pending(Pending& p, Clock::time_point now) {
@@ -211,7 +211,7 @@ Clock::time_point Exchange::next_deadline() const {
     if (p.to >= 0 && !p.acked) at = std::min(at, p.retry_at);
   for (const auto& [id, p] : syncs_out_) at = std::min(at, p.retry_at);
   for (std::size_t r = 0; r < n_; ++r)
-    if (in_[r].eager && !in_[r].complete && ready_out_[r].to < 0) at = std::min(at, start_ + link_.config().rto);
+    if (owes_late_ready(r)) at = std::min(at, start_ + link_.config().rto);
   for (const auto& b : out_)
     if (!b.acked && b.first_done && b.resend.empty()) at = std::min(at, b.poll_at);
   if (!running()) return at;
