@@ -144,7 +144,10 @@ TEST_CASE("issue 14: blocks larger than eager_frames still wait for READY") {
 TEST_CASE("issue 14: acknowledgements of eager blocks and tokens are gathered, several in a frame, and every exchange settles") {
   const int n = 4;
   Topology t = single_switch_topology(n);
-  test::Fabric fabric(test::nodes(n));
+  auto opts = test::nodes(n);
+  // The daemons' RTO (the fabric's 2 ms is stalled past by a loaded host, and a poll follows).
+  opts.tune = [](engine::EngineConfig& c) { c.rto = std::chrono::milliseconds(20); };
+  test::Fabric fabric(opts);
   std::uint32_t id = 1;
   // Back to back, as a program calls them: tiny alltoalls, each followed by a barrier.
   for (int i = 0; i < 10; ++i) {
