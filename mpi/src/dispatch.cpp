@@ -33,6 +33,9 @@ struct Target {
   Alltoallv alltoallv = nullptr;
   FAlltoall f_alltoall = nullptr;
   FAlltoallv f_alltoallv = nullptr;
+  // Open MPI's mpi_f08 bindings call these (libmpi_mpifh's), past mpi_alltoall_ too.
+  FAlltoall ompi_f_alltoall = nullptr;
+  FAlltoallv ompi_f_alltoallv = nullptr;
 };
 
 struct Loaded {
@@ -74,14 +77,18 @@ F symbol(void* lib, const char* name) {
 
 // Fortran entry points. Open MPI's Fortran bindings call PMPI_Alltoall, past a C
 // interposer, so its calls are taken here and converted (libaapc-mpi-openmpi.so). MPICH's
-// call the C MPI_Alltoall, which is ours already: its own bindings are called.
+// call the C MPI_Alltoall, which is ours already: its own bindings are called. Open MPI's
+// mpi_f08 module calls ompi_alltoall_f with the same arguments (each handle's MPI_VAL), and
+// MPICH's the C MPI_Alltoall.
 void fortran_targets(Target& t, const char* mpi, void* lib) {
   if (lib != nullptr && mpi != nullptr && std::string(mpi) == "openmpi") {
-    t.f_alltoall = symbol<FAlltoall>(lib, "aapc_mpi_f_alltoall");
-    t.f_alltoallv = symbol<FAlltoallv>(lib, "aapc_mpi_f_alltoallv");
+    t.f_alltoall = t.ompi_f_alltoall = symbol<FAlltoall>(lib, "aapc_mpi_f_alltoall");
+    t.f_alltoallv = t.ompi_f_alltoallv = symbol<FAlltoallv>(lib, "aapc_mpi_f_alltoallv");
   }
   if (t.f_alltoall == nullptr) t.f_alltoall = symbol<FAlltoall>(RTLD_NEXT, "mpi_alltoall_");
   if (t.f_alltoallv == nullptr) t.f_alltoallv = symbol<FAlltoallv>(RTLD_NEXT, "mpi_alltoallv_");
+  if (t.ompi_f_alltoall == nullptr) t.ompi_f_alltoall = symbol<FAlltoall>(RTLD_NEXT, "ompi_alltoall_f");
+  if (t.ompi_f_alltoallv == nullptr) t.ompi_f_alltoallv = symbol<FAlltoallv>(RTLD_NEXT, "ompi_alltoallv_f");
 }
 
 Target load() {
@@ -155,6 +162,17 @@ __attribute__((visibility("default"))) void mpi_alltoall_(const void* sbuf, cons
 __attribute__((visibility("default"))) void mpi_alltoallv_(const void* sbuf, const int* scounts, const int* sdispls, const int* stype, void* rbuf,
                                                            const int* rcounts, const int* rdispls, const int* rtype, const int* comm, int* ierr) {
   target().f_alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, ierr);
+}
+
+// Open MPI's mpi_f08 (use mpi_f08): its mpi_alltoall_f08_ calls these across libraries.
+__attribute__((visibility("default"))) void ompi_alltoall_f(const void* sbuf, const int* scount, const int* stype, void* rbuf, const int* rcount,
+                                                            const int* rtype, const int* comm, int* ierr) {
+  target().ompi_f_alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, ierr);
+}
+
+__attribute__((visibility("default"))) void ompi_alltoallv_f(const void* sbuf, const int* scounts, const int* sdispls, const int* stype, void* rbuf,
+                                                             const int* rcounts, const int* rdispls, const int* rtype, const int* comm, int* ierr) {
+  target().ompi_f_alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, ierr);
 }
 
 }  // extern "C"

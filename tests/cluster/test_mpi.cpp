@@ -128,13 +128,20 @@ TEST_CASE("an aapc failure reaches the program through the error handler, with a
   CHECK(r.text.find("no-such-schedule") != std::string::npos);  // the daemon's words reach the program
 }
 
-TEST_CASE("an unmodified Fortran program (use mpi) through aapc, Open MPI, ppn 2", "[mpi]") {
-  REQUIRE(fs::exists(std::string(AAPC_TESTS_DIR) + "/mpi-check-fortran"));
-  Sh r = mpirun("--ppn 2 --env AAPC_MPI_VERBOSE=1", std::string(AAPC_TESTS_DIR) + "/mpi-check-fortran");
-  INFO(r.text);
-  CHECK(r.status == 0);
-  CHECK(r.text.find("mpi-check-fortran: 8 ranks, all cases ok") != std::string::npos);
-  CHECK(r.text.find(kCarried) != std::string::npos);
+TEST_CASE("unmodified Fortran programs (use mpi, use mpi_f08) through aapc, ppn 2", "[mpi]") {
+  // Open MPI's Fortran bindings pass by the C interposer: `use mpi` through mpi_alltoall_,
+  // `use mpi_f08` through ompi_alltoall_f. MPICH's mpi_f08 calls the C MPI_Alltoall.
+  for (const auto& [program, mpi] : {std::pair{"mpi-check-fortran", "openmpi"}, {"mpi-check-f08", "openmpi"}, {"mpi-check-f08-mpich", "mpich"}}) {
+    INFO(program);
+    REQUIRE(fs::exists(std::string(AAPC_TESTS_DIR) + "/" + program));
+    Sh r = mpirun("--mpi " + std::string(mpi) + " --ppn 2 --env AAPC_MPI_VERBOSE=1", std::string(AAPC_TESTS_DIR) + "/" + program);
+    INFO(r.text);
+    // MPICH's verdict is the program's words: its job may end through the program's alarm
+    // after a hung MPI_Finalize (mpi_check.f90).
+    if (std::string(mpi) == "openmpi") CHECK(r.status == 0);
+    CHECK(r.text.find("mpi-check-fortran: 8 ranks, all cases ok") != std::string::npos);
+    CHECK(r.text.find(kCarried) != std::string::npos);
+  }
 }
 
 TEST_CASE("FFTW's MPI interface runs unmodified with the library and gives serial FFTW's result, ppn 2", "[mpi]") {
