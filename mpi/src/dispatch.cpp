@@ -1,7 +1,7 @@
 // libaapc-mpi.so: the MPI profiling-interface interposer that programs preload or link
-// (issue 13). It defines MPI_Init(_thread), MPI_Alltoall, MPI_Alltoallv and their Fortran
-// names, finds out which MPI the process runs (Open MPI or MPICH, whose ABIs differ), and
-// forwards to libaapc-mpi-openmpi.so or libaapc-mpi-mpich.so beside it, which are built
+// (issue 13). It defines MPI_Init(_thread), MPI_(I)alltoall(v), the completion calls
+// (MPI_Wait*, MPI_Test*, which drive the nonblocking ones) and the Fortran all-to-alls,
+// finds out which MPI the process runs (Open MPI or MPICH, whose ABIs differ), and forwards to libaapc-mpi-openmpi.so or libaapc-mpi-mpich.so beside it, which are built
 // against that MPI's mpi.h. Without one, it calls the MPI's own PMPI_* so that a program
 // never breaks because of aapc.
 //
@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 namespace {
 
@@ -22,6 +23,16 @@ using Alltoall = int (*)(const void*, int, Word, void*, int, Word, Word);
 using Alltoallv = int (*)(const void*, const int*, const int*, Word, void*, const int*, const int*, Word, Word);
 using Init = int (*)(int*, char***);
 using InitThread = int (*)(int*, char***, int, int*);
+// Requests and statuses by address: their layout is the MPI's business.
+using Ialltoall = int (*)(const void*, int, Word, void*, int, Word, Word, void*);
+using Ialltoallv = int (*)(const void*, const int*, const int*, Word, void*, const int*, const int*, Word, Word, void*);
+using Wait = int (*)(void*, void*);
+using Waitall = int (*)(int, void*, void*);
+using Waitany = int (*)(int, void*, int*, void*);
+using Waitsome = int (*)(int, void*, int*, int*, void*);  // and MPI_Testsome
+using Test = int (*)(void*, int*, void*);
+using Testall = int (*)(int, void*, int*, void*);
+using Testany = int (*)(int, void*, int*, int*, void*);
 // Fortran (mpif.h, use mpi): every argument by reference, handles as MPI_Fint (int).
 using FAlltoall = void (*)(const void*, const int*, const int*, void*, const int*, const int*, const int*, int*);
 using FAlltoallv = void (*)(const void*, const int*, const int*, const int*, void*, const int*, const int*, const int*, const int*, int*);
@@ -31,6 +42,17 @@ struct Target {
   InitThread init_thread = nullptr;
   Alltoall alltoall = nullptr;
   Alltoallv alltoallv = nullptr;
+  Ialltoall ialltoall = nullptr;
+  Ialltoallv ialltoallv = nullptr;
+  // The completion calls drive aapc's nonblocking all-to-alls (requests.cpp).
+  Wait wait = nullptr;
+  Waitall waitall = nullptr;
+  Waitany waitany = nullptr;
+  Waitsome waitsome = nullptr;
+  Test test = nullptr;
+  Testall testall = nullptr;
+  Testany testany = nullptr;
+  Waitsome testsome = nullptr;
   FAlltoall f_alltoall = nullptr;
   FAlltoallv f_alltoallv = nullptr;
   // Open MPI's mpi_f08 bindings call these (libmpi_mpifh's), past mpi_alltoall_ too.
@@ -91,6 +113,37 @@ void fortran_targets(Target& t, const char* mpi, void* lib) {
   if (t.ompi_f_alltoallv == nullptr) t.ompi_f_alltoallv = symbol<FAlltoallv>(RTLD_NEXT, "ompi_alltoallv_f");
 }
 
+// The C entry points: all of libaapc-mpi-<mpi>.so's (`ours`), or all of the MPI's PMPI_*.
+void bind_c(Target& t, void* lib, bool ours) {
+  auto bind = [&](auto& slot, const char* aapc_name, const char* pmpi_name) {
+    slot = symbol<std::remove_reference_t<decltype(slot)>>(lib, ours ? aapc_name : pmpi_name);
+  };
+  bind(t.init, "aapc_mpi_init", "PMPI_Init");
+  bind(t.init_thread, "aapc_mpi_init_thread", "PMPI_Init_thread");
+  bind(t.alltoall, "aapc_mpi_alltoall", "PMPI_Alltoall");
+  bind(t.alltoallv, "aapc_mpi_alltoallv", "PMPI_Alltoallv");
+  bind(t.ialltoall, "aapc_mpi_ialltoall", "PMPI_Ialltoall");
+  bind(t.ialltoallv, "aapc_mpi_ialltoallv", "PMPI_Ialltoallv");
+  bind(t.wait, "aapc_mpi_wait", "PMPI_Wait");
+  bind(t.waitall, "aapc_mpi_waitall", "PMPI_Waitall");
+  bind(t.waitany, "aapc_mpi_waitany", "PMPI_Waitany");
+  bind(t.waitsome, "aapc_mpi_waitsome", "PMPI_Waitsome");
+  bind(t.test, "aapc_mpi_test", "PMPI_Test");
+  bind(t.testall, "aapc_mpi_testall", "PMPI_Testall");
+  bind(t.testany, "aapc_mpi_testany", "PMPI_Testany");
+  bind(t.testsome, "aapc_mpi_testsome", "PMPI_Testsome");
+}
+
+bool complete(const Target& t) {
+  for (const void* f : {reinterpret_cast<const void*>(t.init), reinterpret_cast<const void*>(t.init_thread), reinterpret_cast<const void*>(t.alltoall),
+                        reinterpret_cast<const void*>(t.alltoallv), reinterpret_cast<const void*>(t.ialltoall), reinterpret_cast<const void*>(t.ialltoallv),
+                        reinterpret_cast<const void*>(t.wait), reinterpret_cast<const void*>(t.waitall), reinterpret_cast<const void*>(t.waitany),
+                        reinterpret_cast<const void*>(t.waitsome), reinterpret_cast<const void*>(t.test), reinterpret_cast<const void*>(t.testall),
+                        reinterpret_cast<const void*>(t.testany), reinterpret_cast<const void*>(t.testsome)})
+    if (f == nullptr) return false;
+  return true;
+}
+
 Target load() {
   Target t;
   const Loaded found = loaded_mpi();
@@ -102,26 +155,18 @@ Target load() {
     path = own_directory() + "libaapc-mpi-" + mpi + ".so";
     lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   }
-  if (lib != nullptr) {
-    t.init = symbol<Init>(lib, "aapc_mpi_init");
-    t.init_thread = symbol<InitThread>(lib, "aapc_mpi_init_thread");
-    t.alltoall = symbol<Alltoall>(lib, "aapc_mpi_alltoall");
-    t.alltoallv = symbol<Alltoallv>(lib, "aapc_mpi_alltoallv");
-  }
-  if (t.init == nullptr || t.init_thread == nullptr || t.alltoall == nullptr || t.alltoallv == nullptr) {
+  if (lib != nullptr) bind_c(t, lib, true);
+  if (!complete(t)) {
     if (verbose)
       std::fprintf(stderr, "aapc-mpi: %s; the MPI's own all-to-all runs\n",
                    mpi == nullptr ? "neither Open MPI nor MPICH is loaded" : ("cannot load " + path + ": " + dlerror()).c_str());
     void* next = RTLD_NEXT;
     if (!found.path.empty())
       if (void* h = dlopen(found.path.c_str(), RTLD_NOW | RTLD_NOLOAD)) next = h;
-    t.init = symbol<Init>(next, "PMPI_Init");
-    t.init_thread = symbol<InitThread>(next, "PMPI_Init_thread");
-    t.alltoall = symbol<Alltoall>(next, "PMPI_Alltoall");
-    t.alltoallv = symbol<Alltoallv>(next, "PMPI_Alltoallv");
+    bind_c(t, next, false);
   }
   fortran_targets(t, mpi, lib);
-  if (t.init == nullptr || t.init_thread == nullptr || t.alltoall == nullptr || t.alltoallv == nullptr) {
+  if (!complete(t)) {
     std::fprintf(stderr, "aapc-mpi: libaapc-mpi.so is loaded in a process without an MPI library (no PMPI_Init); remove it from LD_PRELOAD\n");
     std::abort();
   }
@@ -151,6 +196,35 @@ __attribute__((visibility("default"))) int MPI_Alltoall(const void* sbuf, int sc
 __attribute__((visibility("default"))) int MPI_Alltoallv(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
                                                          const int* rcounts, const int* rdispls, Word rtype, Word comm) {
   return target().alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
+}
+
+__attribute__((visibility("default"))) int MPI_Ialltoall(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype, Word comm,
+                                                         void* request) {
+  return target().ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, request);
+}
+
+__attribute__((visibility("default"))) int MPI_Ialltoallv(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
+                                                          const int* rcounts, const int* rdispls, Word rtype, Word comm, void* request) {
+  return target().ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, request);
+}
+
+__attribute__((visibility("default"))) int MPI_Wait(void* req, void* status) { return target().wait(req, status); }
+__attribute__((visibility("default"))) int MPI_Waitall(int count, void* reqs, void* statuses) { return target().waitall(count, reqs, statuses); }
+__attribute__((visibility("default"))) int MPI_Waitany(int count, void* reqs, int* index, void* status) {
+  return target().waitany(count, reqs, index, status);
+}
+__attribute__((visibility("default"))) int MPI_Waitsome(int count, void* reqs, int* outcount, int* indices, void* statuses) {
+  return target().waitsome(count, reqs, outcount, indices, statuses);
+}
+__attribute__((visibility("default"))) int MPI_Test(void* req, int* flag, void* status) { return target().test(req, flag, status); }
+__attribute__((visibility("default"))) int MPI_Testall(int count, void* reqs, int* flag, void* statuses) {
+  return target().testall(count, reqs, flag, statuses);
+}
+__attribute__((visibility("default"))) int MPI_Testany(int count, void* reqs, int* index, int* flag, void* status) {
+  return target().testany(count, reqs, index, flag, status);
+}
+__attribute__((visibility("default"))) int MPI_Testsome(int count, void* reqs, int* outcount, int* indices, void* statuses) {
+  return target().testsome(count, reqs, outcount, indices, statuses);
 }
 
 // gfortran's names (Debian's Fortran compiler): lower case, one trailing underscore.

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "plan.hpp"
+#include "requests.hpp"
 
 namespace {
 
@@ -52,6 +53,42 @@ __attribute__((visibility("default"))) int aapc_mpi_alltoallv(const void* sbuf, 
                                                               const int* rcounts, const int* rdispls, Word rtype, Word comm) {
   return aapc::mpi::alltoallv(sbuf, scounts, sdispls, handle<MPI_Datatype>(stype), rbuf, rcounts, rdispls, handle<MPI_Datatype>(rtype),
                               handle<MPI_Comm>(comm));
+}
+
+__attribute__((visibility("default"))) int aapc_mpi_ialltoall(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype,
+                                                              Word comm, MPI_Request* request) {
+  return aapc::mpi::alltoall(sbuf, scount, handle<MPI_Datatype>(stype), rbuf, rcount, handle<MPI_Datatype>(rtype), handle<MPI_Comm>(comm),
+                             request);
+}
+
+__attribute__((visibility("default"))) int aapc_mpi_ialltoallv(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
+                                                               const int* rcounts, const int* rdispls, Word rtype, Word comm, MPI_Request* request) {
+  return aapc::mpi::alltoallv(sbuf, scounts, sdispls, handle<MPI_Datatype>(stype), rbuf, rcounts, rdispls, handle<MPI_Datatype>(rtype),
+                              handle<MPI_Comm>(comm), request);
+}
+
+// The completion calls, which drive the nonblocking all-to-alls (requests.cpp).
+__attribute__((visibility("default"))) int aapc_mpi_wait(MPI_Request* req, MPI_Status* status) { return aapc::mpi::wait(req, status); }
+__attribute__((visibility("default"))) int aapc_mpi_waitall(int count, MPI_Request* reqs, MPI_Status* statuses) {
+  return aapc::mpi::waitall(count, reqs, statuses);
+}
+__attribute__((visibility("default"))) int aapc_mpi_waitany(int count, MPI_Request* reqs, int* index, MPI_Status* status) {
+  return aapc::mpi::waitany(count, reqs, index, status);
+}
+__attribute__((visibility("default"))) int aapc_mpi_waitsome(int count, MPI_Request* reqs, int* outcount, int* indices, MPI_Status* statuses) {
+  return aapc::mpi::waitsome(count, reqs, outcount, indices, statuses);
+}
+__attribute__((visibility("default"))) int aapc_mpi_test(MPI_Request* req, int* flag, MPI_Status* status) {
+  return aapc::mpi::test(req, flag, status);
+}
+__attribute__((visibility("default"))) int aapc_mpi_testall(int count, MPI_Request* reqs, int* flag, MPI_Status* statuses) {
+  return aapc::mpi::testall(count, reqs, flag, statuses);
+}
+__attribute__((visibility("default"))) int aapc_mpi_testany(int count, MPI_Request* reqs, int* index, int* flag, MPI_Status* status) {
+  return aapc::mpi::testany(count, reqs, index, flag, status);
+}
+__attribute__((visibility("default"))) int aapc_mpi_testsome(int count, MPI_Request* reqs, int* outcount, int* indices, MPI_Status* statuses) {
+  return aapc::mpi::testsome(count, reqs, outcount, indices, statuses);
 }
 
 // Fortran, for Open MPI (dispatch.cpp): handles converted, its MPI_IN_PLACE recognised.

@@ -1,64 +1,37 @@
-// MPI_Alltoall and MPI_Alltoallv through aapc, for a communicator whose plan says so
+// MPI_Alltoall(v) and MPI_Ialltoall(v) through aapc, for a communicator whose plan says so
 // (plan.cpp). Three steps, after MPICH's composition alpha (see aapc/mpi/layout.hpp):
 //   1. each rank hands its blocks to its machine's leader (the MPI's intra-node transport);
 //   2. the leaders' daemons exchange one machine-level block per pair of machines;
 //   3. each leader hands its local ranks their blocks.
 // Predefined contiguous datatypes are carried as they are; other datatypes are packed first
-// and unpacked after.
+// and unpacked after. A call is an Op (op.hpp) that moves on whenever the process drives it:
+// at once for a blocking call, in MPI_Wait/MPI_Test for a nonblocking one (requests.cpp).
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
-#include "plan.hpp"
+#include "op.hpp"
 
 namespace aapc::mpi {
 
 namespace {
 
-constexpr int kTag = 0x4141;  // on the plan's private local communicator
 constexpr std::uint64_t kChunk = 1ULL << 30;  // hindexed block lengths are ints
+// Machine-level exchanges of this process running at once: the daemon runs up to 16
+// (EngineConfig::max_live_exchanges) and refuses more.
+constexpr std::size_t kMostRunning = 8;
 
-// One rank's blocks: base + (offset, length) in bytes, by peer comm rank.
-struct Blocks {
-  std::uint8_t* base = nullptr;
-  std::vector<Piece> by_rank;
-};
-
-// `pieces` of a buffer as one MPI datatype of bytes, in order (1 GiB chunks).
-class ByteType {
- public:
-  explicit ByteType(const std::vector<Piece>& pieces) {
-    std::vector<int> lengths;
-    std::vector<MPI_Aint> displs;
-    for (const Piece& p : pieces)
-      for (std::uint64_t done = 0; done < p.length; done += kChunk) {
-        lengths.push_back(static_cast<int>(std::min(kChunk, p.length - done)));
-        displs.push_back(static_cast<MPI_Aint>(p.offset + done));
-      }
-    if (lengths.empty()) return;
-    PMPI_Type_create_hindexed(static_cast<int>(lengths.size()), lengths.data(), displs.data(), MPI_BYTE, &type_);
-    PMPI_Type_commit(&type_);
-    count_ = 1;
-  }
-  ~ByteType() {
-    if (count_ != 0) PMPI_Type_free(&type_);
-  }
-  ByteType(const ByteType&) = delete;
-  ByteType& operator=(const ByteType&) = delete;
-  MPI_Datatype type() const { return count_ != 0 ? type_ : MPI_BYTE; }
-  int count() const { return count_; }
-
- private:
-  MPI_Datatype type_ = MPI_BYTE;
-  int count_ = 0;
-};
+// The messages of one call on the plan's local communicator, each with a tag of its own
+// per call: calls in flight together finish in any order.
+enum Message : int { kGatherMsg = 0, kStatusMsg, kErrorMsg, kScatterMsg };
+int tag(const Op& op, Message m) { return 1 + static_cast<int>(op.call % 4096) * 4 + m; }
 
 std::vector<Piece> in_order(const std::vector<Piece>& by_rank, const std::vector<int>& order) {
   std::vector<Piece> out;
@@ -67,18 +40,26 @@ std::vector<Piece> in_order(const std::vector<Piece>& by_rank, const std::vector
   return out;
 }
 
-// The leader's connection and staging buffers of at least `send` and `recv` bytes.
-std::optional<std::string> staging(std::uint64_t send, std::uint64_t recv) {
+// A staging buffer of at least `bytes`: a spare one, or a new one. Throws aapc::Exception.
+aapc::Buffer take_buffer(std::uint64_t bytes) {
   Process& pr = process();
-  try {
-    if (!pr.client) pr.client.emplace(aapc::Client::connect());
-    if (pr.send.size() < send || !pr.send) pr.send = pr.client->allocate(std::max<std::uint64_t>(send, 1));
-    if (pr.recv.size() < recv || !pr.recv) pr.recv = pr.client->allocate(std::max<std::uint64_t>(recv, 1));
-  } catch (const std::exception& e) {
-    pr.client.reset();
-    return e.what();
-  }
-  return std::nullopt;
+  if (!pr.client) pr.client.emplace(aapc::Client::connect());
+  auto best = pr.spare.end();
+  for (auto it = pr.spare.begin(); it != pr.spare.end(); ++it)
+    if (it->size() >= bytes && (best == pr.spare.end() || it->size() < best->size())) best = it;
+  if (best == pr.spare.end()) return pr.client->allocate(std::max<std::uint64_t>(bytes, 1));
+  aapc::Buffer b = std::move(*best);
+  pr.spare.erase(best);
+  return b;
+}
+
+// Keeps the few largest spares.
+void give_back(aapc::Buffer& b) {
+  Process& pr = process();
+  if (b) pr.spare.push_back(std::move(b));
+  if (pr.spare.size() <= 4) return;
+  auto smallest = std::min_element(pr.spare.begin(), pr.spare.end(), [](const aapc::Buffer& x, const aapc::Buffer& y) { return x.size() < y.size(); });
+  pr.spare.erase(smallest);
 }
 
 std::vector<std::size_t> sizes(const std::vector<std::uint64_t>& v) { return {v.begin(), v.end()}; }
@@ -94,106 +75,131 @@ aapc::Options options() {
   return o;
 }
 
-// Step 2 on the leader: the machine-level exchange. Empty if it went well.
-// The staging buffers are in place (staging()).
-std::string machine_exchange(const LeaderLayout& l, bool uniform) {
-  Process& pr = process();
-  Result<Stats> r = uniform ? pr.client->alltoall(pr.send, pr.recv, l.send.counts.front(), options())
-                            : pr.client->alltoallv(pr.send, sizes(l.send.counts), sizes(l.send.displs), pr.recv, sizes(l.recv.counts),
-                                                   sizes(l.recv.displs), options());
-  if (r) return "";
-  std::string why = r.error().message();
-  return why.empty() ? "the exchange failed" : why;
+void post(Op& op, bool receive, void* buf, const std::vector<Piece>& pieces, int peer, Message m) {
+  op.types.push_back(std::make_unique<ByteType>(pieces));
+  op.reqs.emplace_back();
+  const ByteType& t = *op.types.back();
+  if (receive)
+    PMPI_Irecv(buf, t.count(), t.type(), peer, tag(op, m), op.plan->local, &op.reqs.back());
+  else
+    PMPI_Isend(buf, t.count(), t.type(), peer, tag(op, m), op.plan->local, &op.reqs.back());
 }
 
-// Lengths by (source, destination) comm rank, as the leader knows them: every rank's counts
-// if `all` (alltoallv, gathered), else one block length for all (alltoall).
-struct Lengths {
-  std::vector<std::uint64_t> all;  // local rank k: n send lengths, then n receive lengths
-  std::uint64_t block = 0;
-};
+// Step 1 from every rank: its blocks to the leader, in destination order.
+void send_mine(Op& op) { post(op, false, op.sb.base, in_order(op.sb.by_rank, destination_order(op.plan->place)), op.plan->leader_rank, kGatherMsg); }
 
-int leader(MPI_Comm comm, const Plan& p, const Blocks& send, const Blocks& recv, bool uniform, const Lengths& len) {
+// Whether every request of `op` is done; clears them if so.
+bool all_done(Op& op) {
+  int done = 1;
+  if (!op.reqs.empty()) PMPI_Testall(static_cast<int>(op.reqs.size()), op.reqs.data(), &done, MPI_STATUSES_IGNORE);
+  if (done == 0) return false;
+  op.reqs.clear();
+  op.types.clear();
+  return true;
+}
+
+// The leader, once it knows every length: staging, then step 1.
+void post_gather(Op& op) {
+  const Plan& p = *op.plan;
   const std::size_t n = p.place.machine_of.size();
+  const std::uint64_t block = op.sb.by_rank.front().length;
   auto at = [&](int k, bool receive, int peer) {
-    return len.all.empty() ? len.block : len.all[static_cast<std::size_t>(k) * 2 * n + (receive ? n : 0) + static_cast<std::size_t>(peer)];
+    return op.alltoall ? block : op.all_counts[static_cast<std::size_t>(k) * 2 * n + (receive ? n : 0) + static_cast<std::size_t>(peer)];
   };
-  const LeaderLayout l = leader_layout(
+  op.layout = std::make_unique<LeaderLayout>(leader_layout(
       p.place, p.machine, [&](int i, int j) { return at(p.place.local_index(i), false, j); },
-      [&](int i, int j) { return at(p.place.local_index(j), true, i); });
-  const double t0 = PMPI_Wtime();
-  std::string error = staging(l.send.total, l.recv.total).value_or("");
-  Process& pr = process();
-  // Step 1. Without staging (no daemon), into a sink: the local ranks send all the same.
-  std::vector<std::uint8_t> sink(error.empty() ? 0 : l.send.total);
-  std::uint8_t* into_staging = error.empty() ? pr.send.data() : sink.data();
-  std::vector<MPI_Request> reqs;
-  std::vector<std::unique_ptr<ByteType>> types;
-  for (int k = 0; k < p.local_size; ++k) {
-    types.push_back(std::make_unique<ByteType>(l.gather[static_cast<std::size_t>(k)]));
-    reqs.emplace_back();
-    PMPI_Irecv(into_staging, types.back()->count(), types.back()->type(), k, kTag, p.local, &reqs.back());
+      [&](int i, int j) { return at(p.place.local_index(j), true, i); }));
+  op.t0 = PMPI_Wtime();
+  try {
+    op.stage_send = take_buffer(op.layout->send.total);
+    op.stage_recv = take_buffer(op.layout->recv.total);
+  } catch (const std::exception& e) {
+    op.error = e.what();
+    process().client.reset();
+    process().spare.clear();
   }
-  ByteType mine(in_order(send.by_rank, destination_order(p.place)));
-  PMPI_Send(send.base, mine.count(), mine.type(), p.leader_rank, kTag, p.local);
-  PMPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
-  const double t1 = PMPI_Wtime();
-  if (error.empty()) error = machine_exchange(l, uniform);
-  const double t2 = PMPI_Wtime();
-  // Tell the local ranks how it went.
-  const int length = static_cast<int>(error.size());
+  // Without staging (no daemon), into a sink: the local ranks send all the same.
+  if (!op.error.empty()) op.sink.resize(op.layout->send.total);
+  std::uint8_t* into = op.error.empty() ? op.stage_send.data() : op.sink.data();
+  for (int k = 0; k < p.local_size; ++k) post(op, true, into, op.layout->gather[static_cast<std::size_t>(k)], k, kGatherMsg);
+  send_mine(op);
+  op.stage = Op::Stage::kGather;
+}
+
+// Step 3 on the leader, or the failure told to the local ranks.
+void finish_exchange(Op& op) {
+  const Plan& p = *op.plan;
+  op.t2 = PMPI_Wtime();
+  op.length = static_cast<int>(op.error.size());
   for (int k = 0; k < p.local_size; ++k) {
     if (k == p.leader_rank) continue;
-    PMPI_Send(&length, 1, MPI_INT, k, kTag, p.local);
-    if (length > 0) PMPI_Send(error.data(), length, MPI_CHAR, k, kTag, p.local);
+    op.reqs.emplace_back();
+    PMPI_Isend(&op.length, 1, MPI_INT, k, tag(op, kStatusMsg), p.local, &op.reqs.back());
+    if (op.length == 0) continue;
+    op.reqs.emplace_back();
+    PMPI_Isend(op.error.data(), op.length, MPI_CHAR, k, tag(op, kErrorMsg), p.local, &op.reqs.back());
   }
-  if (length > 0) return raise(comm, error);
-  // Step 3.
-  reqs.clear();
-  types.clear();
-  for (int k = 0; k < p.local_size; ++k) {
-    types.push_back(std::make_unique<ByteType>(l.scatter[static_cast<std::size_t>(k)]));
-    reqs.emplace_back();
-    PMPI_Isend(pr.recv.data(), types.back()->count(), types.back()->type(), k, kTag, p.local, &reqs.back());
+  if (op.length > 0) {
+    op.stage = Op::Stage::kTelling;
+    return;
   }
-  ByteType into(recv.by_rank);
-  PMPI_Recv(recv.base, into.count(), into.type(), p.leader_rank, kTag, p.local, MPI_STATUS_IGNORE);
-  PMPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
-  if (std::getenv("AAPC_MPI_TIMING") != nullptr)
-    std::fprintf(stderr, "aapc-mpi: machine %d: gather %.3f ms, exchange %.3f ms, scatter %.3f ms\n", p.machine, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-                 (PMPI_Wtime() - t2) * 1e3);
-  return MPI_SUCCESS;
+  for (int k = 0; k < p.local_size; ++k) post(op, false, op.stage_recv.data(), op.layout->scatter[static_cast<std::size_t>(k)], k, kScatterMsg);
+  post(op, true, op.rb.base, op.rb.by_rank, p.leader_rank, kScatterMsg);
+  op.stage = Op::Stage::kScatter;
 }
 
-// Waits for `reqs` without spinning: the MPIs poll in their waits, and a machine's ranks
-// polling while its daemon moves the exchange take the cores the daemon needs.
-void wait_quietly(std::vector<MPI_Request>& reqs) {
-  std::chrono::microseconds nap{10};
-  for (int done = 0;;) {
-    PMPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
-    if (done != 0) return;
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(500));
-  }
+std::size_t running_here() {
+  const auto& ops = process().in_flight;
+  return static_cast<std::size_t>(std::count_if(ops.begin(), ops.end(), [](const Op* o) { return o->stage == Op::Stage::kExchange; }));
 }
 
-// Spins in the hand-overs with the leader (large messages move only while both sides call
-// into MPI) and sleeps through the machine-level exchange, the long wait.
-int member(MPI_Comm comm, const Plan& p, const Blocks& send, const Blocks& recv) {
-  ByteType mine(in_order(send.by_rank, destination_order(p.place)));
-  PMPI_Send(send.base, mine.count(), mine.type(), p.leader_rank, kTag, p.local);
-  std::vector<MPI_Request> reqs(1);
-  int length = 0;
-  PMPI_Irecv(&length, 1, MPI_INT, p.leader_rank, kTag, p.local, &reqs[0]);
-  wait_quietly(reqs);
-  if (length > 0) {
-    std::string error(static_cast<std::size_t>(length), '\0');
-    PMPI_Recv(error.data(), length, MPI_CHAR, p.leader_rank, kTag, p.local, MPI_STATUS_IGNORE);
-    return raise(comm, error);
+// Step 2, in call order: the daemons pair exchanges by the order in which they start.
+bool start_exchange(Op& op) {
+  Process& pr = process();
+  if (pr.to_start.empty() || pr.to_start.front() != &op || running_here() >= kMostRunning) return false;
+  pr.to_start.pop_front();
+  if (!op.error.empty()) {
+    finish_exchange(op);
+    return true;
   }
-  ByteType into(recv.by_rank);
-  PMPI_Recv(recv.base, into.count(), into.type(), p.leader_rank, kTag, p.local, MPI_STATUS_IGNORE);
-  return MPI_SUCCESS;
+  const LeaderLayout& l = *op.layout;
+  const bool uniform = op.alltoall && op.plan->fewest == op.plan->most;
+  Result<Request> r = uniform ? pr.client->start_alltoall(op.stage_send, op.stage_recv, l.send.counts.front(), options())
+                              : pr.client->start_alltoallv(op.stage_send, sizes(l.send.counts), sizes(l.send.displs), op.stage_recv,
+                                                           sizes(l.recv.counts), sizes(l.recv.displs), options());
+  if (r) {
+    op.exchange.emplace(std::move(r.value()));
+    op.stage = Op::Stage::kExchange;
+    return true;
+  }
+  op.error = r.error().message().empty() ? "the exchange failed" : r.error().message();
+  finish_exchange(op);
+  return true;
+}
+
+bool exchange_over(Op& op) {
+  std::optional<Result<Stats>> r = op.exchange->test();
+  if (!r) return false;
+  if (!*r) {
+    op.error = r->error().message().empty() ? "the exchange failed" : r->error().message();
+    if (r->error().code() == Errc::kDaemonRestarted) process().spare.clear();
+  }
+  op.exchange.reset();
+  finish_exchange(op);
+  return true;
+}
+
+// A member's step 3: the outcome came.
+void outcome(Op& op) {
+  if (op.length > 0) {
+    op.error.assign(static_cast<std::size_t>(op.length), '\0');
+    op.reqs.emplace_back();
+    PMPI_Irecv(op.error.data(), op.length, MPI_CHAR, op.plan->leader_rank, tag(op, kErrorMsg), op.plan->local, &op.reqs.back());
+    op.stage = Op::Stage::kErrorText;
+    return;
+  }
+  post(op, true, op.rb.base, op.rb.by_rank, op.plan->leader_rank, kScatterMsg);
+  op.stage = Op::Stage::kScatter;
 }
 
 // A datatype's layout: contiguous ones are carried in place.
@@ -215,13 +221,6 @@ TypeInfo type_info(MPI_Datatype t) {
   i.contiguous = lb == 0 && true_lb == 0 && static_cast<MPI_Count>(extent) == size && static_cast<MPI_Count>(true_extent) == size;
   return i;
 }
-
-// Counts and displacements of one side of a call, in elements of its datatype, by comm rank.
-struct Side {
-  void* buf;
-  std::vector<std::int64_t> counts, displs;
-  MPI_Datatype type;
-};
 
 // `side`'s blocks in bytes: in place for a contiguous datatype, else in `packed`
 // (filled from the user's buffer if `pack`).
@@ -273,56 +272,179 @@ bool too_small(const Plan& p, std::uint64_t rank_block) {
   return p.fewest * p.fewest * rank_block < min_block();
 }
 
-// Both calls end here. `alltoall`: every block has the same length (the MPI_Alltoall
-// contract), which spares the leader a gather of the counts.
-int run(Plan& p, MPI_Comm comm, Side send, const Side& recv, bool alltoall) {
-  const int n = static_cast<int>(recv.counts.size());
-  if (send.buf == MPI_IN_PLACE) send = recv;  // everything is read before anything is written
-  std::vector<std::uint8_t> spacked, rpacked;
-  const Blocks sb = blocks_of(send, n, comm, spacked, true);
-  Blocks rb = blocks_of(recv, n, comm, rpacked, false);
-  Lengths len;
-  if (alltoall) {
-    len.block = sb.by_rank.front().length;
-    if (len.block == 0) return MPI_SUCCESS;  // the same on every rank (the call's contract)
-  } else {
-    std::vector<std::uint64_t> mine;
-    for (const Piece& piece : sb.by_rank) mine.push_back(piece.length);
-    for (const Piece& piece : rb.by_rank) mine.push_back(piece.length);
-    if (p.leader()) len.all.resize(mine.size() * static_cast<std::size_t>(p.local_size));
-    PMPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_UINT64_T, len.all.data(), static_cast<int>(mine.size()), MPI_UINT64_T, p.leader_rank, p.local);
+
+void finish(Op& op) {
+  const Plan& p = *op.plan;
+  // A communicator freed while the call ran is no longer the program's to name (MPI_Unpack,
+  // the error handler): MPI_COMM_WORLD stands in.
+  if (p.doomed) op.comm = MPI_COMM_WORLD;
+  if (p.leader()) {
+    give_back(op.stage_send);
+    give_back(op.stage_recv);
+    if (op.error.empty() && std::getenv("AAPC_MPI_TIMING") != nullptr)
+      std::fprintf(stderr, "aapc-mpi: machine %d: gather %.3f ms, exchange %.3f ms, scatter %.3f ms\n", p.machine, (op.t1 - op.t0) * 1e3,
+                   (op.t2 - op.t1) * 1e3, (PMPI_Wtime() - op.t2) * 1e3);
   }
-  // Machine-level blocks are all alike for an alltoall on machines with equal numbers of
-  // ranks; every rank knows the placement, so every daemon makes the same call.
-  const bool uniform = alltoall && p.fewest == p.most;
-  std::lock_guard<std::mutex> hold(process().mutex);
-  const int rc = p.leader() ? leader(comm, p, sb, rb, uniform, len) : member(comm, p, sb, rb);
-  if (!p.carried && rc == MPI_SUCCESS) {  // once per communicator, for AAPC_MPI_VERBOSE
-    p.carried = true;
-    announce_first(comm, p);
+  if (op.error.empty() && !op.recv_packed.empty()) unpack(op.recv, static_cast<int>(op.recv.counts.size()), op.comm, op.rb);
+  if (op.error.empty() && !op.plan->carried && !p.doomed) {  // once per communicator, for AAPC_MPI_VERBOSE
+    op.plan->carried = true;
+    announce_first(op.comm, *op.plan);
   }
-  if (rc == MPI_SUCCESS && !rpacked.empty()) unpack(recv, n, comm, rb);
-  return rc;
+  op.stage = Op::Stage::kDone;
+}
+
+// One stage further, if it can. True when it moved.
+bool advance(Op& op) {
+  using S = Op::Stage;
+  switch (op.stage) {
+    case S::kCounts:
+      if (!all_done(op)) return false;
+      post_gather(op);
+      return true;
+    case S::kGather:
+      if (!all_done(op)) return false;
+      op.t1 = PMPI_Wtime();
+      op.stage = S::kQueued;
+      return true;
+    case S::kQueued: return start_exchange(op);
+    case S::kExchange: return exchange_over(op);
+    case S::kStatus:
+      if (!all_done(op)) return false;
+      outcome(op);
+      return true;
+    case S::kTelling:
+    case S::kErrorText:
+    case S::kScatter:
+      if (!all_done(op)) return false;
+      finish(op);
+      return true;
+    case S::kDone: return false;
+  }
+  return false;
 }
 
 }  // namespace
 
+ByteType::ByteType(const std::vector<Piece>& pieces) {
+  std::vector<int> lengths;
+  std::vector<MPI_Aint> displs;
+  for (const Piece& p : pieces)
+    for (std::uint64_t done = 0; done < p.length; done += kChunk) {
+      lengths.push_back(static_cast<int>(std::min(kChunk, p.length - done)));
+      displs.push_back(static_cast<MPI_Aint>(p.offset + done));
+    }
+  if (lengths.empty()) return;
+  PMPI_Type_create_hindexed(static_cast<int>(lengths.size()), lengths.data(), displs.data(), MPI_BYTE, &type_);
+  PMPI_Type_commit(&type_);
+  count_ = 1;
+}
+
+ByteType::~ByteType() {
+  if (count_ != 0) PMPI_Type_free(&type_);
+}
+
+std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool alltoall) {
+  Process& pr = process();
+  std::lock_guard<std::recursive_mutex> hold(pr.mutex);
+  auto op = std::make_unique<Op>();
+  op->comm = comm;
+  op->plan = &p;
+  op->alltoall = alltoall;
+  op->call = p.calls++;
+  const int n = static_cast<int>(recv.counts.size());
+  if (send.buf == MPI_IN_PLACE) send = recv;  // everything is read before anything is written
+  op->sb = blocks_of(send, n, comm, op->send_packed, true);
+  op->rb = blocks_of(recv, n, comm, op->recv_packed, false);
+  op->recv = std::move(recv);
+  std::vector<MPI_Request> counts_req;
+  if (!alltoall) {  // every rank's lengths go to the leader
+    for (const Piece& piece : op->sb.by_rank) op->counts.push_back(piece.length);
+    for (const Piece& piece : op->rb.by_rank) op->counts.push_back(piece.length);
+    if (p.leader()) op->all_counts.resize(op->counts.size() * static_cast<std::size_t>(p.local_size));
+    op->reqs.emplace_back();
+    PMPI_Igather(op->counts.data(), static_cast<int>(op->counts.size()), MPI_UINT64_T, op->all_counts.data(), static_cast<int>(op->counts.size()),
+                 MPI_UINT64_T, p.leader_rank, p.local, &op->reqs.back());
+  }
+  if (p.leader()) {
+    pr.to_start.push_back(op.get());
+    if (alltoall) post_gather(*op);
+    else op->stage = Op::Stage::kCounts;
+  } else {
+    send_mine(*op);
+    op->reqs.emplace_back();
+    PMPI_Irecv(&op->length, 1, MPI_INT, p.leader_rank, tag(*op, kStatusMsg), p.local, &op->reqs.back());
+    op->stage = Op::Stage::kStatus;
+  }
+  ++p.ops;
+  pr.in_flight.push_back(op.get());
+  return op;
+}
+
+bool progress() {
+  Process& pr = process();
+  std::lock_guard<std::recursive_mutex> hold(pr.mutex);
+  bool moved = false;
+  for (std::size_t i = 0; i < pr.in_flight.size(); ++i)
+    while (!pr.in_flight[i]->done() && advance(*pr.in_flight[i])) moved = true;
+  std::vector<Op*> done;
+  std::erase_if(pr.in_flight, [&](Op* op) { return op->done() && (done.push_back(op), true); });
+  for (Op* op : done) {
+    op_over(*op->plan);
+    // Last: the MPI may free a request that its program freed already, and the op with it.
+    if (op->user != MPI_REQUEST_NULL) PMPI_Grequest_complete(op->user);
+  }
+  return moved;
+}
+
+bool any_in_flight() {
+  std::lock_guard<std::recursive_mutex> hold(process().mutex);
+  return !process().in_flight.empty();
+}
+
+std::string drive(Op& op) {
+  Process& pr = process();
+  std::chrono::microseconds nap{10};
+  for (;;) {
+    const bool moved = progress();
+    bool sleepy = true;
+    {
+      std::lock_guard<std::recursive_mutex> hold(pr.mutex);
+      if (op.done()) return op.error;
+      sleepy = std::all_of(pr.in_flight.begin(), pr.in_flight.end(), [](const Op* o) { return o->daemon_bound(); });
+    }
+    // The MPIs poll in their waits, and a machine's ranks polling while its daemon moves the
+    // exchange take the cores the daemon needs; large messages move only while both sides
+    // call into MPI, so the hand-overs spin.
+    if (moved || !sleepy) {
+      nap = std::chrono::microseconds(10);
+      continue;
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(500));
+  }
+}
+
 int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts, const int* rdispls,
-              MPI_Datatype rtype, MPI_Comm comm) {
+              MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request) {
   Plan& p = plan_of(comm);
-  if (!p.aapc) return PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
+  if (!p.aapc)
+    return request != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, request)
+                              : PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
   int n = 0;
   PMPI_Comm_size(comm, &n);
   auto wide = [n](const int* v) { return std::vector<std::int64_t>(v, v + n); };
   // With MPI_IN_PLACE the send arguments are ignored (they may be anything).
   Side send{const_cast<void*>(sbuf), sbuf == MPI_IN_PLACE ? wide(rcounts) : wide(scounts), sbuf == MPI_IN_PLACE ? wide(rdispls) : wide(sdispls), stype};
-  return run(p, comm, std::move(send), {rbuf, wide(rcounts), wide(rdispls), rtype}, false);
+  return carry(begin(p, comm, std::move(send), {rbuf, wide(rcounts), wide(rdispls), rtype}, false), request);
 }
 
-int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm) {
+int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request) {
   Plan& p = plan_of(comm);
-  if (!p.aapc || too_small(p, static_cast<std::uint64_t>(rcount) * type_info(rtype).size))
-    return PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+  const std::uint64_t block = static_cast<std::uint64_t>(rcount) * type_info(rtype).size;
+  // A zero block is the same on every rank (the call's contract): nothing to carry.
+  if (!p.aapc || block == 0 || too_small(p, block))
+    return request != nullptr ? PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, request)
+                              : PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
   int n = 0;
   PMPI_Comm_size(comm, &n);
   auto side = [n](void* buf, int count, MPI_Datatype type) {
@@ -330,7 +452,7 @@ int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int r
     for (int r = 0; r < n; ++r) s.displs[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(r) * count;
     return s;
   };
-  return run(p, comm, side(const_cast<void*>(sbuf), scount, stype), side(rbuf, rcount, rtype), true);
+  return carry(begin(p, comm, side(const_cast<void*>(sbuf), scount, stype), side(rbuf, rcount, rtype), true), request);
 }
 
 }  // namespace aapc::mpi

@@ -50,10 +50,18 @@ int my_machine(int& cluster_size) {
   return pr.info->rank;
 }
 
-int delete_plan(MPI_Comm, int, void* attr, void*) {
-  auto* p = static_cast<Plan*>(attr);
+void destroy(Plan* p) {
   if (p->local != MPI_COMM_NULL) PMPI_Comm_free(&p->local);
   delete p;
+}
+
+// A communicator may be freed while its nonblocking all-to-alls run (MPI_Comm_free): their
+// plan then lives until the last of them is over.
+int delete_plan(MPI_Comm, int, void* attr, void*) {
+  auto* p = static_cast<Plan*>(attr);
+  std::lock_guard<std::recursive_mutex> hold(process().mutex);
+  p->doomed = true;
+  if (p->ops == 0) destroy(p);
   return MPI_SUCCESS;
 }
 
@@ -167,6 +175,10 @@ Plan& plan_of(MPI_Comm comm) {
 }
 
 void on_init() { plan_of(MPI_COMM_WORLD); }
+
+void op_over(Plan& p) {
+  if (--p.ops == 0 && p.doomed) destroy(&p);
+}
 
 std::uint64_t min_block() {
   static const std::uint64_t least = [] {

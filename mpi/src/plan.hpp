@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -31,14 +32,23 @@ struct Plan {
   int leader_rank = 0;  // in `local`: the process that leads the machine (Process::machine_leader)
   bool leader() const { return local_rank == leader_rank; }
   bool carried = false;  // an all-to-all of it went through aapc
+  std::uint32_t calls = 0;  // all-to-alls carried so far: the same count on every rank
+  int ops = 0;              // of them in flight: the plan outlives its communicator until 0
+  bool doomed = false;      // its communicator was freed
 };
+
+struct Op;
 
 // One per process.
 struct Process {
-  std::mutex mutex;  // one aapc exchange at a time per process
+  std::recursive_mutex mutex;  // guards what follows and every Op
   std::optional<aapc::Client> client;  // kept by processes that lead a machine in some plan
   std::optional<aapc::ClusterInfo> info;
-  aapc::Buffer send, recv;  // the leader's staging, grown as needed
+  std::vector<aapc::Buffer> spare;  // staging buffers of finished calls, for the next ones
+  std::vector<Op*> in_flight;       // every op not yet done (owned by its call or request)
+  // The leader's ops that have yet to start their machine-level exchange, in call order: the
+  // daemons pair exchanges by the order in which they start.
+  std::deque<Op*> to_start;
   int keyval = MPI_KEYVAL_INVALID;
   int error_class = -1;
   int error_code = -1;
@@ -53,6 +63,9 @@ Process& process();
 // collective, which all-to-all guarantees).
 Plan& plan_of(MPI_Comm comm);
 
+// An op of `p` is over: frees a doomed plan with its last op.
+void op_over(Plan& p);
+
 // At MPI_Init: the world's plan, which names the process that leads each machine.
 void on_init();
 
@@ -66,9 +79,11 @@ void announce_first(MPI_Comm comm, const Plan& p);
 // hands it to the communicator's error handler.
 int raise(MPI_Comm comm, const std::string& message);
 
-// MPI_Alltoall and MPI_Alltoallv: through aapc where the plan says so, else PMPI_*.
-int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm);
+// MPI_Alltoall and MPI_Alltoallv: through aapc where the plan says so, else PMPI_*. With a
+// `request`, MPI_Ialltoall and MPI_Ialltoallv.
+int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm,
+             MPI_Request* request = nullptr);
 int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts, const int* rdispls,
-              MPI_Datatype rtype, MPI_Comm comm);
+              MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request = nullptr);
 
 }  // namespace aapc::mpi

@@ -55,6 +55,8 @@ bool have(const std::string& mpi) { return fs::exists(check_program(mpi)) && !aa
 const char* kThroughAapc = "MPI_COMM_WORLD";
 // What AAPC_MPI_VERBOSE prints once aapc has carried one of MPI_COMM_WORLD's all-to-alls.
 const char* kCarried = "MPI_COMM_WORLD: its first all-to-all was carried by aapc";
+// ... and one of mpi_check.c's communicator that has nothing but MPI_Ialltoall calls.
+const char* kCarriedNonblocking = "ialltoall-b: its first all-to-all was carried by aapc";
 
 }  // namespace
 
@@ -69,6 +71,7 @@ TEST_CASE("an unmodified C MPI program is right with the library, ppn 1, 2 and u
     // The world went through aapc, and a communicator over half the machines did not.
     CHECK(r.text.find(std::string(kThroughAapc) + " (") != std::string::npos);
     CHECK(r.text.find(kCarried) != std::string::npos);
+    CHECK(r.text.find(kCarriedNonblocking) != std::string::npos);
   }
 }
 
@@ -81,6 +84,7 @@ TEST_CASE("the same program with MPICH, ppn 2", "[mpi]") {
   // aapc, and Hydra reports the rank that the program then ends (mpi_check.c).
   CHECK(r.text.find("8 ranks, all cases ok") != std::string::npos);
   CHECK(r.text.find(kCarried) != std::string::npos);
+  CHECK(r.text.find(kCarriedNonblocking) != std::string::npos);
 }
 
 TEST_CASE("without the library, and with AAPC_MPI=off, the MPI's own all-to-all runs", "[mpi]") {
@@ -124,7 +128,8 @@ TEST_CASE("an aapc failure reaches the program through the error handler, with a
   Sh r = mpirun("--ppn 2 --env AAPC_MPI_SCHEDULE=no-such-schedule", std::string(AAPC_TESTS_DIR) + "/mpi-error-openmpi");
   INFO(r.text);
   CHECK(r.status == 0);
-  CHECK(r.text.find("every rank got aapc's error") != std::string::npos);
+  CHECK(r.text.find("MPI_Alltoall: every rank got aapc's error") != std::string::npos);
+  CHECK(r.text.find("MPI_Wait of MPI_Ialltoall: every rank got aapc's error") != std::string::npos);
   CHECK(r.text.find("no-such-schedule") != std::string::npos);  // the daemon's words reach the program
 }
 

@@ -32,30 +32,102 @@ static void expect(const char* name, int ok, MPI_Comm comm) {
   if (me == 0 || !all) printf("mpi-check: %-32s %s\n", name, all ? "ok" : "WRONG");
 }
 
+/* An all-to-all of `block` bytes per rank on `comm`: its buffers, filled, and their check. */
+struct bytes_case {
+  MPI_Comm comm;
+  int n, wme;
+  size_t block;
+  int* world; /* world rank of each comm rank */
+  unsigned char *s, *r;
+};
+
+static struct bytes_case bytes_begin(MPI_Comm comm, size_t block) {
+  struct bytes_case c = {comm, 0, 0, block, NULL, NULL, NULL};
+  MPI_Comm_size(comm, &c.n);
+  MPI_Comm_rank(MPI_COMM_WORLD, &c.wme);
+  c.world = malloc(sizeof(int) * (size_t)c.n);
+  MPI_Allgather(&c.wme, 1, MPI_INT, c.world, 1, MPI_INT, comm);
+  c.s = malloc((size_t)c.n * block + 1);
+  c.r = calloc((size_t)c.n * block + 1, 1);
+  for (int d = 0; d < c.n; ++d)
+    for (size_t k = 0; k < block; ++k) c.s[(size_t)d * block + k] = value(c.wme, c.world[d], k);
+  return c;
+}
+
+static void bytes_end(const char* name, struct bytes_case* c) {
+  int ok = 1;
+  for (int src = 0; src < c->n; ++src)
+    for (size_t k = 0; k < c->block; ++k) ok &= c->r[(size_t)src * c->block + k] == value(c->world[src], c->wme, k);
+  expect(name, ok, c->comm);
+  free(c->world), free(c->s), free(c->r);
+}
+
 /* MPI_Alltoall of `block` bytes on `comm`, every byte checked. */
 static void alltoall_bytes(const char* name, MPI_Comm comm, size_t block) {
-  int n = 0, me = 0;
-  MPI_Comm_size(comm, &n);
-  MPI_Comm_rank(comm, &me);
-  int* world = malloc(sizeof(int) * (size_t)n); /* world rank of each comm rank */
-  int wme = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &wme);
-  MPI_Allgather(&wme, 1, MPI_INT, world, 1, MPI_INT, comm);
-  unsigned char* s = malloc((size_t)n * block);
-  unsigned char* r = calloc((size_t)n, block);
-  for (int d = 0; d < n; ++d)
-    for (size_t k = 0; k < block; ++k) s[(size_t)d * block + k] = value(wme, world[d], k);
-  MPI_Alltoall(s, (int)block, MPI_BYTE, r, (int)block, MPI_BYTE, comm);
-  int ok = 1;
-  for (int src = 0; src < n; ++src)
-    for (size_t k = 0; k < block; ++k) ok &= r[(size_t)src * block + k] == value(world[src], wme, k);
-  expect(name, ok, comm);
-  free(world), free(s), free(r);
+  struct bytes_case c = bytes_begin(comm, block);
+  MPI_Alltoall(c.s, (int)block, MPI_BYTE, c.r, (int)block, MPI_BYTE, comm);
+  bytes_end(name, &c);
+}
+
+/* MPI_Ialltoall(v) as programs overlap them: two in flight on two communicators, collected
+ * together; one polled with MPI_Test; one under a blocking all-to-all on the same
+ * communicator; one whose communicator is freed before it completes; MPI_Waitany/Waitsome. */
+static void nonblocking(size_t block) {
+  MPI_Comm a, b;
+  MPI_Comm_dup(MPI_COMM_WORLD, &a);
+  MPI_Comm_dup(MPI_COMM_WORLD, &b);
+  MPI_Comm_set_name(a, "ialltoall-a"); /* AAPC_MPI_VERBOSE names it */
+  MPI_Comm_set_name(b, "ialltoall-b");
+  MPI_Status statuses[2];
+  struct bytes_case x = bytes_begin(a, block), y = bytes_begin(b, block * 2);
+  MPI_Request two[2];
+  MPI_Ialltoall(x.s, (int)block, MPI_BYTE, x.r, (int)block, MPI_BYTE, a, &two[0]);
+  MPI_Ialltoall(y.s, (int)block * 2, MPI_BYTE, y.r, (int)block * 2, MPI_BYTE, b, &two[1]);
+  MPI_Waitall(2, two, statuses);
+  expect("MPI_Ialltoall, two at once", two[0] == MPI_REQUEST_NULL && two[1] == MPI_REQUEST_NULL, a);
+  bytes_end("MPI_Ialltoall, first of two", &x);
+  bytes_end("MPI_Ialltoall, second of two", &y);
+
+  x = bytes_begin(a, block);
+  MPI_Request one;
+  MPI_Ialltoall(x.s, (int)block, MPI_BYTE, x.r, (int)block, MPI_BYTE, a, &one);
+  long polls = 0;
+  for (int flag = 0; !flag; ++polls) MPI_Test(&one, &flag, MPI_STATUS_IGNORE);
+  bytes_end("MPI_Ialltoall, MPI_Test", &x);
+
+  x = bytes_begin(a, block);
+  y = bytes_begin(a, block);
+  MPI_Ialltoall(x.s, (int)block, MPI_BYTE, x.r, (int)block, MPI_BYTE, a, &one);
+  MPI_Alltoall(y.s, (int)block, MPI_BYTE, y.r, (int)block, MPI_BYTE, a);
+  MPI_Wait(&one, MPI_STATUS_IGNORE);
+  bytes_end("MPI_Ialltoall under MPI_Alltoall", &x);
+  bytes_end("MPI_Alltoall over MPI_Ialltoall", &y);
+
+  MPI_Comm freed;
+  MPI_Comm_dup(MPI_COMM_WORLD, &freed);
+  x = bytes_begin(freed, block);
+  MPI_Ialltoall(x.s, (int)block, MPI_BYTE, x.r, (int)block, MPI_BYTE, freed, &one);
+  x.comm = MPI_COMM_WORLD;  /* for the check's vote */
+  MPI_Comm_free(&freed);
+  MPI_Wait(&one, MPI_STATUS_IGNORE);
+  bytes_end("MPI_Ialltoall, its comm freed", &x);
+
+  x = bytes_begin(a, block);
+  y = bytes_begin(b, block);
+  MPI_Ialltoall(x.s, (int)block, MPI_BYTE, x.r, (int)block, MPI_BYTE, a, &two[0]);
+  MPI_Ialltoall(y.s, (int)block, MPI_BYTE, y.r, (int)block, MPI_BYTE, b, &two[1]);
+  int index = -1, outcount = 0, indices[2];
+  MPI_Waitany(2, two, &index, MPI_STATUS_IGNORE);
+  MPI_Waitsome(2, two, &outcount, indices, statuses);
+  expect("MPI_Waitany, then MPI_Waitsome", index >= 0 && outcount == 1 && indices[0] == 1 - index, a);
+  bytes_end("MPI_Ialltoall by MPI_Waitany", &x);
+  bytes_end("MPI_Ialltoall by MPI_Waitsome", &y);
+  MPI_Comm_free(&a), MPI_Comm_free(&b);
 }
 
 /* One int per rank (the counts exchange before an alltoallv), then that alltoallv with
  * uneven counts, zero counts and gaps between the blocks. */
-static void counts_then_alltoallv(MPI_Comm comm) {
+static void counts_then_alltoallv(MPI_Comm comm, int nonblocking) {
   int n = 0, me = 0;
   MPI_Comm_size(comm, &n);
   MPI_Comm_rank(comm, &me);
@@ -72,13 +144,19 @@ static void counts_then_alltoallv(MPI_Comm comm) {
   unsigned char* r = calloc((size_t)rt + 1, 1);
   for (int d = 0; d < n; ++d)
     for (int k = 0; k < sc[d]; ++k) s[sd[d] + k] = value(me, d, (size_t)k);
-  MPI_Alltoallv(s, sc, sd, MPI_BYTE, r, rc, rd, MPI_BYTE, comm);
+  if (nonblocking) {
+    MPI_Request req;
+    MPI_Ialltoallv(s, sc, sd, MPI_BYTE, r, rc, rd, MPI_BYTE, comm, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+  } else {
+    MPI_Alltoallv(s, sc, sd, MPI_BYTE, r, rc, rd, MPI_BYTE, comm);
+  }
   ok = 1;
   for (int src = 0; src < n; ++src) {
     for (int k = 0; k < rc[src]; ++k) ok &= r[rd[src] + k] == value(src, me, (size_t)k);
     for (int k = rc[src]; k < rc[src] + 3; ++k) ok &= r[rd[src] + k] == 0; /* the gaps stay untouched */
   }
-  expect("alltoallv, uneven and zero counts", ok, comm);
+  expect(nonblocking ? "ialltoallv, uneven and zero counts" : "alltoallv, uneven and zero counts", ok, comm);
   free(sc), free(rc), free(sd), free(rd), free(s), free(r);
 }
 
@@ -126,7 +204,9 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   alltoall_bytes("MPI_COMM_WORLD", MPI_COMM_WORLD, block);
-  counts_then_alltoallv(MPI_COMM_WORLD);
+  counts_then_alltoallv(MPI_COMM_WORLD, 0);
+  counts_then_alltoallv(MPI_COMM_WORLD, 1);
+  nonblocking(block);
   in_place(MPI_COMM_WORLD);
   derived(MPI_COMM_WORLD);
   MPI_Comm dup, half, parity, row;

@@ -1,5 +1,5 @@
 """mpi-check.py: an ordinary mpi4py program (nothing of aapc in it): Alltoall of numpy
-arrays and of Python objects' counts, Alltoallv, on the world and on a split communicator,
+arrays and of Python objects' counts, Alltoallv, Ialltoall, on the world and on a split communicator,
 every value checked. Prints 'mpi-check.py: all cases ok' on rank 0 when they all are."""
 import sys
 
@@ -24,11 +24,14 @@ def world_ranks(comm):
     return comm.allgather(me)
 
 
-def alltoall(name, comm, per_rank):
+def alltoall(name, comm, per_rank, nonblocking=False):
     ranks = world_ranks(comm)
     send = np.array([[me * 1000 + d * 10 + k for k in range(per_rank)] for d in ranks], dtype=np.int64)
     recv = np.zeros_like(send)
-    comm.Alltoall(send, recv)
+    if nonblocking:
+        comm.Ialltoall(send, recv).Wait()
+    else:
+        comm.Alltoall(send, recv)
     want = np.array([[s * 1000 + me * 10 + k for k in range(per_rank)] for s in ranks], dtype=np.int64)
     expect(name, np.array_equal(recv, want), comm)
 
@@ -51,6 +54,7 @@ def alltoallv(comm):
 per_rank = int(sys.argv[1]) if len(sys.argv) > 1 else 512
 alltoall("Alltoall (COMM_WORLD)", world, per_rank)
 alltoallv(world)
+alltoall("Ialltoall (COMM_WORLD)", world, per_rank, nonblocking=True)
 half = world.Split(me % 2, me)
 alltoall("Alltoall (Split)", half, per_rank)
 half.Free()

@@ -1,0 +1,104 @@
+// One all-to-all of libaapc-mpi in flight (exchange.cpp): the steps of a blocking call and of
+// an MPI_Ialltoall(v) alike, as a state machine that every MPI_Wait/MPI_Test of the process
+// drives (requests.cpp). Not installed.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan.hpp"
+
+namespace aapc::mpi {
+
+// Counts and displacements of one side of a call, in elements of its datatype, by comm rank.
+struct Side {
+  void* buf = nullptr;
+  std::vector<std::int64_t> counts, displs;
+  MPI_Datatype type = MPI_BYTE;
+};
+
+// One rank's blocks: base + (offset, length) in bytes, by peer comm rank.
+struct Blocks {
+  std::uint8_t* base = nullptr;
+  std::vector<Piece> by_rank;
+};
+
+// `pieces` of a buffer as one MPI datatype of bytes, in order (1 GiB chunks).
+class ByteType {
+ public:
+  explicit ByteType(const std::vector<Piece>& pieces);
+  ~ByteType();
+  ByteType(const ByteType&) = delete;
+  ByteType& operator=(const ByteType&) = delete;
+  MPI_Datatype type() const { return count_ != 0 ? type_ : MPI_BYTE; }
+  int count() const { return count_; }
+
+ private:
+  MPI_Datatype type_ = MPI_BYTE;
+  int count_ = 0;
+};
+
+struct Op {
+  enum class Stage {
+    kCounts,    // leader: the local ranks' counts (alltoallv) are coming
+    kGather,    // leader: the local ranks' blocks are coming into staging
+    kQueued,    // leader: waits for its turn to start the machine-level exchange
+    kExchange,  // leader: the daemons exchange
+    kTelling,   // leader: the local ranks are told of a failure
+    kStatus,    // member: its blocks go to the leader; waits for the outcome
+    kErrorText, // member: the leader's words on a failure are coming
+    kScatter,   // both: the blocks come back from staging
+    kDone,
+  };
+  MPI_Comm comm = MPI_COMM_NULL;
+  Plan* plan = nullptr;
+  bool alltoall = false;
+  std::uint32_t call = 0;  // the plan's count of carried calls: tags this call's messages
+  Side recv;
+  std::vector<std::uint8_t> send_packed, recv_packed;
+  Blocks sb, rb;
+  std::vector<std::uint64_t> counts;     // alltoallv: this rank's send then receive lengths
+  std::vector<std::uint64_t> all_counts;  // ... the leader's of every local rank
+  Stage stage = Stage::kDone;
+  std::vector<MPI_Request> reqs;
+  std::vector<std::unique_ptr<ByteType>> types;
+  std::unique_ptr<LeaderLayout> layout;
+  aapc::Buffer stage_send, stage_recv;  // the leader's staging
+  std::vector<std::uint8_t> sink;        // gathered into when there is no staging
+  std::optional<aapc::Request> exchange;
+  int length = 0;  // of `error`, as told to the members
+  std::string error;
+  double t0 = 0, t1 = 0, t2 = 0;  // AAPC_MPI_TIMING
+  MPI_Request user = MPI_REQUEST_NULL;  // MPI_Ialltoall(v)'s generalized request
+
+  bool done() const { return stage == Stage::kDone; }
+  // Whether only the daemons move it now: its waiters may sleep rather than spin.
+  bool daemon_bound() const { return stage == Stage::kExchange || stage == Stage::kStatus; }
+};
+
+// Starts `send` -> `recv` on `comm` (whose plan says aapc): packs, posts the first step and
+// returns. `alltoall`: every block has the same length (the MPI_Alltoall contract). Null when
+// there is nothing to move (zero-length blocks, the same on every rank).
+std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool alltoall);
+
+// Takes every op of the process that is not done one step further where it can. True when
+// any moved. Holds the process's mutex.
+bool progress();
+
+// Drives `op` to done (and every other op with it): spins while the MPIs move the hand-overs,
+// sleeps while only the daemons move the data. The op's error, or empty.
+std::string drive(Op& op);
+
+// Whether the process has any op in flight.
+bool any_in_flight();
+
+// A call's end (requests.cpp): a blocking one is driven to done and its failure raised; a
+// nonblocking one becomes `*request`, a generalized request that progress() completes.
+int carry(std::unique_ptr<Op> op, MPI_Request* request);
+
+}  // namespace aapc::mpi

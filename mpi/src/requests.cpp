@@ -1,0 +1,199 @@
+// MPI_Ialltoall(v) through aapc: the call returns a generalized request (MPI 4.0, section
+// 13.2) at once, and its Op (op.hpp) moves on whenever the process calls MPI_Wait*, MPI_Test*
+// or another all-to-all, which the library takes over for that. progress() completes the
+// request when the op is done; the MPI's own wait then returns it. A failed op raises its
+// error on its communicator, as a blocking call does, when the program collects the request.
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "op.hpp"
+#include "requests.hpp"
+
+namespace aapc::mpi {
+
+namespace {
+
+// The ops that own a request the program has not collected yet.
+std::vector<Op*>& requests() {
+  static auto* r = new std::vector<Op*>;  // never destroyed, as process()
+  return *r;
+}
+
+int query(void*, MPI_Status* status) {
+  PMPI_Status_set_elements(status, MPI_BYTE, 0);
+  PMPI_Status_set_cancelled(status, 0);
+  status->MPI_SOURCE = MPI_UNDEFINED;
+  status->MPI_TAG = MPI_UNDEFINED;
+  return MPI_SUCCESS;
+}
+
+int free_op(void* extra) {
+  auto* op = static_cast<Op*>(extra);
+  {
+    std::lock_guard<std::recursive_mutex> hold(process().mutex);
+    std::erase(requests(), op);
+  }
+  delete op;
+  return MPI_SUCCESS;
+}
+
+// Cancelling a collective is erroneous (MPI 4.0, 3.8.4); the request completes as it would.
+int cancel_op(void*, int) { return MPI_SUCCESS; }
+
+bool none_outstanding() {
+  std::lock_guard<std::recursive_mutex> hold(process().mutex);
+  return requests().empty() && process().in_flight.empty();
+}
+
+// A failed op whose request is among those a completion call may collect.
+struct Failure {
+  int index;
+  MPI_Comm comm;
+  std::string error;
+};
+
+std::vector<Failure> failures(int count, const MPI_Request* reqs) {
+  std::lock_guard<std::recursive_mutex> hold(process().mutex);
+  std::vector<Failure> f;
+  for (const Op* op : requests())
+    if (op->done() && !op->error.empty())
+      for (int i = 0; i < count; ++i)
+        if (reqs[i] == op->user) f.push_back({i, op->comm, op->error});
+  return f;
+}
+
+// `rc` of the MPI's call, or the error of a failed op whose request it collected (raised on
+// the op's communicator: its error handler runs, MPI_Error_string gives aapc's words).
+int outcome(int rc, const std::vector<Failure>& f, const MPI_Request* reqs) {
+  for (const Failure& x : f)
+    if (reqs[x.index] == MPI_REQUEST_NULL) rc = raise(x.comm, x.error);
+  return rc;
+}
+
+// Whether the ops in flight wait on the daemons only: a waiter then sleeps.
+bool daemon_bound() {
+  std::lock_guard<std::recursive_mutex> hold(process().mutex);
+  const auto& ops = process().in_flight;
+  return std::all_of(ops.begin(), ops.end(), [](const Op* o) { return o->daemon_bound(); });
+}
+
+// A completion call that waits: the MPI's nonblocking `test` (which sets `done`) in a loop
+// that drives the process's ops, or its blocking `wait` once none is in flight.
+template <typename Test, typename Wait>
+int wait_driving(int count, MPI_Request* reqs, Test test, Wait wait) {
+  std::chrono::microseconds nap{10};
+  for (;;) {
+    const bool moved = progress();
+    const std::vector<Failure> f = failures(count, reqs);
+    if (!any_in_flight()) return outcome(wait(), f, reqs);
+    bool done = false;
+    const int rc = test(done);
+    if (done) return outcome(rc, f, reqs);
+    if (moved || !daemon_bound()) {
+      nap = std::chrono::microseconds(10);
+      continue;
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(500));
+  }
+}
+
+// A completion call that does not wait.
+template <typename Test>
+int test_driving(int count, MPI_Request* reqs, Test test) {
+  progress();
+  const std::vector<Failure> f = failures(count, reqs);
+  return outcome(test(), f, reqs);
+}
+
+}  // namespace
+
+int carry(std::unique_ptr<Op> op, MPI_Request* request) {
+  if (request == nullptr) {
+    const std::string error = drive(*op);
+    return error.empty() ? MPI_SUCCESS : raise(op->comm, error);
+  }
+  std::lock_guard<std::recursive_mutex> hold(process().mutex);
+  Op* raw = op.release();  // freed by free_op, once the program has collected the request
+  PMPI_Grequest_start(query, free_op, cancel_op, raw, request);
+  raw->user = *request;
+  requests().push_back(raw);
+  progress();  // a done op is completed at once
+  return MPI_SUCCESS;
+}
+
+int wait(MPI_Request* req, MPI_Status* status) {
+  if (none_outstanding()) return PMPI_Wait(req, status);
+  return wait_driving(
+      1, req,
+      [&](bool& done) {
+        int flag = 0;
+        const int rc = PMPI_Test(req, &flag, status);
+        done = flag != 0;
+        return rc;
+      },
+      [&] { return PMPI_Wait(req, status); });
+}
+
+int waitall(int count, MPI_Request* reqs, MPI_Status* statuses) {
+  if (none_outstanding()) return PMPI_Waitall(count, reqs, statuses);
+  return wait_driving(
+      count, reqs,
+      [&](bool& done) {
+        int flag = 0;
+        const int rc = PMPI_Testall(count, reqs, &flag, statuses);
+        done = flag != 0;
+        return rc;
+      },
+      [&] { return PMPI_Waitall(count, reqs, statuses); });
+}
+
+int waitany(int count, MPI_Request* reqs, int* index, MPI_Status* status) {
+  if (none_outstanding()) return PMPI_Waitany(count, reqs, index, status);
+  return wait_driving(
+      count, reqs,
+      [&](bool& done) {
+        int flag = 0;
+        const int rc = PMPI_Testany(count, reqs, index, &flag, status);
+        done = flag != 0;
+        return rc;
+      },
+      [&] { return PMPI_Waitany(count, reqs, index, status); });
+}
+
+int waitsome(int count, MPI_Request* reqs, int* outcount, int* indices, MPI_Status* statuses) {
+  if (none_outstanding()) return PMPI_Waitsome(count, reqs, outcount, indices, statuses);
+  return wait_driving(
+      count, reqs,
+      [&](bool& done) {
+        const int rc = PMPI_Testsome(count, reqs, outcount, indices, statuses);
+        done = *outcount != 0;  // MPI_UNDEFINED when none is active
+        return rc;
+      },
+      [&] { return PMPI_Waitsome(count, reqs, outcount, indices, statuses); });
+}
+
+int test(MPI_Request* req, int* flag, MPI_Status* status) {
+  if (none_outstanding()) return PMPI_Test(req, flag, status);
+  return test_driving(1, req, [&] { return PMPI_Test(req, flag, status); });
+}
+
+int testall(int count, MPI_Request* reqs, int* flag, MPI_Status* statuses) {
+  if (none_outstanding()) return PMPI_Testall(count, reqs, flag, statuses);
+  return test_driving(count, reqs, [&] { return PMPI_Testall(count, reqs, flag, statuses); });
+}
+
+int testany(int count, MPI_Request* reqs, int* index, int* flag, MPI_Status* status) {
+  if (none_outstanding()) return PMPI_Testany(count, reqs, index, flag, status);
+  return test_driving(count, reqs, [&] { return PMPI_Testany(count, reqs, index, flag, status); });
+}
+
+int testsome(int count, MPI_Request* reqs, int* outcount, int* indices, MPI_Status* statuses) {
+  if (none_outstanding()) return PMPI_Testsome(count, reqs, outcount, indices, statuses);
+  return test_driving(count, reqs, [&] { return PMPI_Testsome(count, reqs, outcount, indices, statuses); });
+}
+
+}  // namespace aapc::mpi
