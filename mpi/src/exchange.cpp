@@ -177,8 +177,9 @@ bool start_exchange(Op& op) {
   return true;
 }
 
-bool exchange_over(Op& op) {
-  std::optional<Result<Stats>> r = op.exchange->test();
+// Whether the daemons' exchange is over (with `block`, once it is: no polling).
+bool exchange_over(Op& op, bool block = false) {
+  std::optional<Result<Stats>> r = block ? std::optional<Result<Stats>>(op.exchange->wait()) : op.exchange->test();
   if (!r) return false;
   if (!*r) {
     op.error = r->error().message().empty() ? "the exchange failed" : r->error().message();
@@ -410,6 +411,11 @@ std::string drive(Op& op) {
     {
       std::lock_guard<std::recursive_mutex> hold(pr.mutex);
       if (op.done()) return op.error;
+      // Alone in step 2, it waits for the daemon's word rather than asking again and again.
+      if (op.stage == Op::Stage::kExchange && pr.in_flight.size() == 1) {
+        exchange_over(op, true);
+        continue;
+      }
       sleepy = std::all_of(pr.in_flight.begin(), pr.in_flight.end(), [](const Op* o) { return o->daemon_bound(); });
     }
     // The MPIs poll in their waits, and a machine's ranks polling while its daemon moves the
