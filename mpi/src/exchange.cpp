@@ -158,6 +158,7 @@ bool start_exchange(Op& op) {
   Process& pr = process();
   if (pr.to_start.empty() || pr.to_start.front() != &op || running_here() >= kMostRunning) return false;
   pr.to_start.pop_front();
+  if (op.error.empty() && !pr.client) op.error = "the connection to aapcd was lost";  // by an earlier call's failure
   if (!op.error.empty()) {
     finish_exchange(op);
     return true;
