@@ -141,7 +141,9 @@ std::map<std::uint32_t, EarlyFrames>::iterator Engine::erase_early(std::map<std:
 }
 
 bool Engine::may_keep_early(std::uint32_t id) const {
-  return (!started_any_ || later(id, last_started_)) && (early_.size() < kMaxEarly || early_.count(id) != 0);
+  if (started_any_ && !later(id, last_started_)) return false;
+  if (early_.size() < kMaxEarly || early_.count(id) != 0) return true;
+  return std::any_of(early_.begin(), early_.end(), [&](const auto& e) { return ahead(e.first) > ahead(id); });
 }
 
 Result<void> Engine::start(ExchangeSpec spec) {
@@ -230,7 +232,11 @@ void Engine::timers(Clock::time_point now) {
     exchanges_.erase(lingering_.front().second);
     lingering_.pop_front();
   }
-  for (auto it = early_.begin(); it != early_.end();) it = now - it->second.seen > config_.linger ? erase_early(it) : std::next(it);
+  // Early entries do not expire with time (they go when a later exchange starts, or to make
+  // room for a nearer one): their READYs and tokens were acknowledged, so nobody sends them
+  // again. At 30% loss per port direction an exchange takes 30 s, and a rank started the
+  // next one more than linger (15 s) before a slower peer did; that peer's entry expired and
+  // both waited for each other until the stall deadline (issue 15).
 }
 
 void Engine::transmit(Clock::time_point now) {

@@ -140,9 +140,9 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
     if (!keep || !may_keep_early(f.h.exchange)) {
       link_->count_drop(DropReason::kNotLive);
     } else if (f.h.type == FrameType::kData) {
-      keep_early_data(f, now);
+      keep_early_data(f);
     } else {
-      keep_early(f, now);
+      keep_early(f);
     }
     return;
   }
@@ -157,9 +157,12 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
   }
 }
 
-EarlyFrames& Engine::early_entry(std::uint32_t id, Clock::time_point now) {
+EarlyFrames& Engine::early_entry(std::uint32_t id) {
+  if (early_.count(id) == 0 && early_.size() >= kMaxEarly) {  // may_keep_early() let a nearer one in
+    auto farthest = std::max_element(early_.begin(), early_.end(), [&](const auto& a, const auto& b) { return ahead(a.first) < ahead(b.first); });
+    erase_early(farthest);
+  }
   EarlyFrames& e = early_[id];
-  e.seen = now;
   if (e.ready_from.empty()) {
     e.ready_from.assign(config_.peers.size(), false);
     e.ready_len.assign(config_.peers.size(), 0);
@@ -170,9 +173,9 @@ EarlyFrames& Engine::early_entry(std::uint32_t id, Clock::time_point now) {
 
 // A peer started an exchange we have not started yet: its READY, tokens and descriptor are
 // kept for our start. The ACK carries no descriptor: ours is not known yet.
-void Engine::keep_early(const Parsed& f, Clock::time_point now) {
+void Engine::keep_early(const Parsed& f) {
   const auto src = static_cast<std::size_t>(f.src_rank);
-  EarlyFrames& e = early_entry(f.h.exchange, now);
+  EarlyFrames& e = early_entry(f.h.exchange);
   if (f.h.type == FrameType::kReady) {
     e.ready_from[src] = true;
     e.ready_len[src] = f.h.block_len;
@@ -188,7 +191,7 @@ void Engine::keep_early(const Parsed& f, Clock::time_point now) {
 // started its exchange: kept (without an ACK) for the start, which checks it against the
 // posted block. Only eager blocks come early; what does not fit is dropped, and its sender's
 // poll brings it again.
-void Engine::keep_early_data(const Parsed& f, Clock::time_point now) {
+void Engine::keep_early_data(const Parsed& f) {
   if (frame_count(f.h.block_len, f.h.chunk) > config_.eager_frames) {
     link_->count_drop(DropReason::kNotLive);
     return;
@@ -198,7 +201,7 @@ void Engine::keep_early_data(const Parsed& f, Clock::time_point now) {
     link_->count_drop(DropReason::kNotLive);
     return;
   }
-  EarlyFrames& e = early_entry(f.h.exchange, now);
+  EarlyFrames& e = early_entry(f.h.exchange);
   e.data.push_back({f.h, f.src_rank, std::vector<std::uint8_t>(f.payload.begin(), f.payload.end())});
   early_data_bytes_ += f.payload.size();
   ++link_->counters().early_data_frames;

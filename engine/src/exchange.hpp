@@ -193,7 +193,16 @@ class Exchange {
   // Marks the peers this node waits on now: for the READY or tokens of the round it would
   // start, for acknowledgements of what it sent, and, once its rounds are done, for the
   // blocks still missing.
-  void waited_on(std::vector<bool>& peers) const;
+  // What this exchange waits for from each peer, as Awaited bits (0: nothing).
+  enum Awaited : std::uint8_t {
+    kAckOfReady = 1,   // it has not acknowledged our READY
+    kAckOfToken = 2,   // ... a token we emitted to it
+    kAckOfBlock = 4,   // ... our block to it
+    kToken = 8,        // the round waits for its token
+    kItsReady = 16,    // the round waits for its READY, to send it our block
+    kItsBlock = 32,    // its block to us is incomplete
+  };
+  void waited_on(std::vector<std::uint8_t>& why) const;
 
   // A combining exchange (exchange_combine.cpp): each step's message out and in lives in
   // staging; spec_.send/recv of the step partners point there, so that the rest of the

@@ -4,6 +4,8 @@
 // difference, instead of after the polls run out (18.7 s) or never (barrier vs alltoall).
 #include "exchange.hpp"
 
+#include <utility>
+
 namespace aapc::engine {
 
 void Exchange::ack(Rank dst, FrameType type, std::uint32_t seq) {
@@ -52,19 +54,27 @@ bool Exchange::early_agrees(const EarlyFrames& early, Clock::time_point now) {
 }
 
 std::string Exchange::waiting_for() const {
-  std::vector<bool> peers(n_, false);
-  waited_on(peers);
+  std::vector<std::uint8_t> why(n_, 0);
+  waited_on(why);
+  static constexpr std::pair<Awaited, const char*> kWhat[] = {
+      {kItsReady, "its READY"},          {kToken, "a token"},           {kItsBlock, "the rest of its block"},
+      {kAckOfReady, "an ACK of our READY"}, {kAckOfToken, "an ACK of a token"}, {kAckOfBlock, "an ACK of our block"}};
   std::string out;
   int named = 0, more = 0;
   for (std::size_t r = 0; r < n_; ++r) {
-    if (!peers[r]) continue;
+    if (why[r] == 0) continue;
     if (named == 4) {
       ++more;
       continue;
     }
-    out += (named++ == 0 ? "; still waiting for " : ", ") + peer_name(link_, static_cast<Rank>(r));
+    out += (named++ == 0 ? "; still waiting for " : ", ") + peer_name(link_, static_cast<Rank>(r)) + ":";
+    std::string sep = " ";
+    for (const auto& [bit, text] : kWhat)
+      if ((why[r] & bit) != 0) out += std::exchange(sep, " and ") + text;
   }
   if (more > 0) out += " and " + std::to_string(more) + " more";
+  if (round_ < spec_.program.rounds.size())
+    out += " (in round " + std::to_string(round_ + 1) + " of " + std::to_string(spec_.program.rounds.size()) + ")";
   return out;
 }
 

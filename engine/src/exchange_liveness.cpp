@@ -66,27 +66,27 @@ void Exchange::send_pending(Pending& p, Clock::time_point now) {
 
 Rank Exchange::sync_target(std::uint32_t id) const { return lookup_rank(spec_.sync_targets, id); }
 
-void Exchange::waited_on(std::vector<bool>& peers) const {
-  auto mark = [&](Rank r) {
-    if (r >= 0 && idx(r) < n_ && r != link_.rank()) peers[idx(r)] = true;
+void Exchange::waited_on(std::vector<std::uint8_t>& why) const {
+  auto mark = [&](Rank r, Awaited what) {
+    if (r >= 0 && idx(r) < n_ && r != link_.rank()) why[idx(r)] |= what;
   };
   for (const auto& p : ready_out_)
-    if (p.to >= 0 && !p.acked) mark(p.to);
-  for (const auto& [id, p] : syncs_out_) mark(p.to);
+    if (p.to >= 0 && !p.acked) mark(p.to, kAckOfReady);
+  for (const auto& [id, p] : syncs_out_) mark(p.to, kAckOfToken);
   for (const auto& b : out_)
-    if (b.first_done && !b.acked) mark(b.dst);
+    if (b.first_done && !b.acked) mark(b.dst, kAckOfBlock);
   if (round_ < spec_.program.rounds.size()) {
     if (round_state_ != RoundState::kWaiting) return;
     const sched::Round& round = spec_.program.rounds[round_];
     for (std::uint32_t id : round.waits)
-      if (id >= have_sync_.size() || have_sync_[id] == 0) mark(lookup_rank(spec_.sync_sources, id));
+      if (id >= have_sync_.size() || have_sync_[id] == 0) mark(lookup_rank(spec_.sync_sources, id), kToken);
     if (!round.dummy)
       for (const auto& send : round.sends)
-        if (awaits_ready(send.dst)) mark(send.dst);
+        if (awaits_ready(send.dst)) mark(send.dst, kItsReady);
     return;
   }
   for (std::size_t r = 0; r < n_; ++r)
-    if (in_[r].len > 0 && !in_[r].complete) mark(static_cast<Rank>(r));
+    if (in_[r].len > 0 && !in_[r].complete) mark(static_cast<Rank>(r), kItsBlock);
 }
 
 // Liveness, for the peers this exchange waits on (waited_on): pinging every quiet peer made
@@ -115,10 +115,10 @@ bool Exchange::keepalive(Clock::time_point now) {
   Clock::time_point next = now + deadline / 10;
   const auto step = std::min<Clock::duration>(now - last_keepalive_, deadline / 10);
   last_keepalive_ = now;
-  std::vector<bool> waited(n_, false);
+  std::vector<std::uint8_t> waited(n_, 0);
   waited_on(waited);
   for (std::size_t r = 0; r < n_; ++r) {
-    if (!waited[r]) {
+    if (waited[r] == 0) {
       waiting_[r] = false;
       continue;
     }

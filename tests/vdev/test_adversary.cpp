@@ -53,6 +53,28 @@ TEST_CASE("finding 5: a forged PING with a far-future epoch is dropped; the send
   CHECK(drops(fabric.engine(1), DropReason::kStaleEpoch) == 0);
 }
 
+TEST_CASE("issue 15: frames kept for exchanges far ahead give way to the next exchange's, however many") {
+  test::Fabric fabric(test::nodes(4));
+  test::expect_ok(test::run_exchange(fabric, ring(4), 1, 5'000), "before");
+  fabric.settle();
+  const std::uint32_t epoch = fabric.engine(0).epoch();
+  const auto kept = [&] { return fabric.engine(1).counters().early_frames; };
+  const std::uint64_t before = kept();
+  for (std::uint32_t id = 1000; id < 1000 + engine::Engine::kMaxEarly; ++id) fabric.inject(1, forge(FrameType::kReady, id, epoch, 0, 1));
+  fabric.settle();
+  CHECK(kept() == before + engine::Engine::kMaxEarly);
+  const auto not_live = drops(fabric.engine(1), DropReason::kNotLive);
+  // Full: one farther than all is not kept; the next exchange's READY is, in place of the farthest.
+  fabric.inject(1, forge(FrameType::kReady, 5000, epoch, 0, 1));
+  fabric.settle();
+  CHECK(drops(fabric.engine(1), DropReason::kNotLive) == not_live + 1);
+  fabric.inject(1, forge(FrameType::kReady, 3, epoch, 0, 1));
+  fabric.settle();
+  CHECK(kept() == before + engine::Engine::kMaxEarly + 1);
+  CHECK(drops(fabric.engine(1), DropReason::kNotLive) == not_live + 1);
+  for (std::uint32_t id : {2U, 3U}) test::expect_ok(test::run_exchange(fabric, ring(4), id, 5'000), "exchange " + std::to_string(id));
+}
+
 TEST_CASE("finding 5: a forged ABORT with a stale exchange id kills nothing; one naming the running exchange fails it") {
   test::Fabric fabric(test::nodes(4));
   test::expect_ok(test::run_exchange(fabric, ring(4), 1, 5'000), "before");
@@ -215,3 +237,4 @@ TEST_CASE("finding 7: a peer found silent is remembered: exchanges with it fail 
   REQUIRE(fabric.run_until([&] { return !fabric.engine(0).peer_dead(1) && !fabric.engine(1).peer_dead(0); }, std::chrono::milliseconds(5'000)));
   test::expect_ok(test::run_exchange(fabric, ring(2), 4, 5'000), "after");
 }
+

@@ -171,3 +171,30 @@ TEST_CASE("issue 14: acknowledgements of eager blocks and tokens are gathered, s
   INFO("gathered " << gathered << ", lists " << lists);
   CHECK(lists * 2 < gathered);
 }
+
+TEST_CASE("issue 15: READYs and tokens kept for an exchange not started yet are still there however late it starts") {
+  // At 30% loss per port direction an exchange takes 30 s, and ranks start the next one that
+  // far apart. The READYs and tokens a rank keeps for it were acknowledged: nobody sends them
+  // again. They used to expire after `linger`, and then both sides waited for each other.
+  const int n = 4;
+  const std::uint64_t block = 64 * 1024;  // not eager: its sender waits for READY
+  const auto topo = single_switch_topology(n);
+  Schedule s = plan_sync(topo, make_schedule(topo, {Algorithm::kTree, 0}), {SyncKind::kSenderAll, 1});
+  test::FabricOptions opts = test::nodes(n);
+  opts.tune = [](engine::EngineConfig& c) { c.linger = Ms(100); };
+  test::Fabric fabric(opts);
+  std::vector<Side> sides(n);
+  for (int me = 0; me < n - 1; ++me) start_side(fabric, s, me, 1, block, sides[static_cast<std::size_t>(me)]);
+  // Three times the linger: the late rank's timers run meanwhile.
+  fabric.run_until([] { return false; }, Ms(300));
+  CHECK(fabric.engine(n - 1).counters().early_frames >= static_cast<std::uint64_t>(n - 1));  // their READYs at least
+  start_side(fabric, s, n - 1, 1, block, sides[n - 1]);
+  REQUIRE(run_sides(fabric, sides, 1, [&] { return std::all_of(sides.begin(), sides.end(), [](const Side& d) { return d.report.has_value(); }); }, Ms(20'000)));
+  for (int me = 0; me < n; ++me) {
+    const auto& side = sides[static_cast<std::size_t>(me)];
+    INFO("rank " << me << ": " << side.report->error);
+    CHECK(side.report->state == engine::ExchangeState::kDone);
+    CHECK(side.byte_exact(me, 1));
+  }
+}
+

@@ -218,7 +218,6 @@ struct EarlyFrames {
   std::vector<std::uint32_t> syncs;
   std::vector<std::vector<std::uint8_t>> descriptor;  // by rank: the last one it sent (or empty)
   std::vector<EarlyData> data;
-  Clock::time_point seen;
 };
 
 class Engine final : private ParseContext {
@@ -271,6 +270,7 @@ class Engine final : private ParseContext {
   std::optional<Result<std::uint32_t>> join_result();
 
   const EngineCounters& counters() const;
+  static constexpr std::size_t kMaxEarly = 64;  // exchanges not started yet whose frames we keep
   std::uint32_t epoch() const { return epoch_; }
   Rank rank() const { return config_.rank; }
   std::uint32_t chunk() const { return chunk_; }
@@ -285,14 +285,17 @@ class Engine final : private ParseContext {
   void handle(const Parsed& f, Clock::time_point now);
   void on_abort(const Parsed& f, Clock::time_point now);
   void on_ack_list(const Parsed& f, Clock::time_point now);
-  void keep_early(const Parsed& f, Clock::time_point now);
-  void keep_early_data(const Parsed& f, Clock::time_point now);
-  EarlyFrames& early_entry(std::uint32_t id, Clock::time_point now);
+  void keep_early(const Parsed& f);
+  void keep_early_data(const Parsed& f);
+  EarlyFrames& early_entry(std::uint32_t id);
   // Erases an entry of early_, and its payload from early_data_bytes_.
   std::map<std::uint32_t, EarlyFrames>::iterator erase_early(std::map<std::uint32_t, EarlyFrames>::iterator it);
-  static constexpr std::size_t kMaxEarly = 64;  // exchanges not started yet whose frames we keep
-  // Whether frames of exchange `id`, not started here, may be kept for its start.
+  // Whether frames of exchange `id`, not started here, may be kept for its start: while it
+  // may still start (after the last one started), in one of kMaxEarly entries, which the
+  // exchange that would start last here gives up to a nearer one (early_entry).
   bool may_keep_early(std::uint32_t id) const;
+  // How far after the last exchange started here `id` comes (0 before any start).
+  std::uint32_t ahead(std::uint32_t id) const { return started_any_ ? id - last_started_ : 0; }
   void timers(Clock::time_point now);
   void transmit(Clock::time_point now);
   // kOk when `epoch` is the sender's current one (learned or moved forward here), else why
