@@ -274,7 +274,7 @@ bool too_small(const Plan& p, std::uint64_t rank_block) {
   return p.fewest * p.fewest * rank_block < min_block();
 }
 
-
+// The last stage: staging back to the spares, the received blocks unpacked.
 void finish(Op& op) {
   const Plan& p = *op.plan;
   // A communicator freed while the call ran is no longer the program's to name (MPI_Unpack,
@@ -383,8 +383,16 @@ std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool all
 }
 
 bool progress() {
+  // The MPI calls below may call back into progress() (Open MPI's progress hook,
+  // requests.cpp): the ops move in the outer call only.
+  static thread_local bool inside = false;
+  if (inside) return false;
   Process& pr = process();
   std::lock_guard<std::recursive_mutex> hold(pr.mutex);
+  inside = true;
+  struct Leave {
+    ~Leave() { inside = false; }
+  } leave;
   bool moved = false;
   for (std::size_t i = 0; i < pr.in_flight.size(); ++i)
     while (!pr.in_flight[i]->done() && advance(*pr.in_flight[i])) moved = true;

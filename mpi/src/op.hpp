@@ -97,6 +97,9 @@ std::string drive(Op& op);
 // Whether the process has any op in flight.
 bool any_in_flight();
 
+// At MPI_Init (requests.cpp): with Open MPI, its progress loop drives the ops too.
+void hook_progress();
+
 // A call's end (requests.cpp): a blocking one is driven to done and its failure raised; a
 // nonblocking one becomes `*request`, a generalized request that progress() completes.
 int carry(std::unique_ptr<Op> op, MPI_Request* request);

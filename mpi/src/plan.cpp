@@ -13,6 +13,8 @@
 #include <set>
 #include <thread>
 
+#include "op.hpp"
+
 namespace aapc::mpi {
 
 namespace {
@@ -174,7 +176,10 @@ Plan& plan_of(MPI_Comm comm) {
   return *p;
 }
 
-void on_init() { plan_of(MPI_COMM_WORLD); }
+void on_init() {
+  plan_of(MPI_COMM_WORLD);
+  hook_progress();
+}
 
 void op_over(Plan& p) {
   if (--p.ops == 0 && p.doomed) destroy(&p);

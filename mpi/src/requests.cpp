@@ -1,9 +1,13 @@
 // MPI_Ialltoall(v) through aapc: the call returns a generalized request (MPI 4.0, section
 // 13.2) at once, and its Op (op.hpp) moves on whenever the process calls MPI_Wait*, MPI_Test*
-// or another all-to-all, which the library takes over for that. progress() completes the
+// or another all-to-all, which the library takes over for that, and with Open MPI in every
+// call that waits (its progress loop calls progress_hook). progress() completes the
 // request when the op is done; the MPI's own wait then returns it. A failed op raises its
 // error on its communicator, as a blocking call does, when the program collects the request.
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -73,6 +77,20 @@ int outcome(int rc, const std::vector<Failure>& f, const MPI_Request* reqs) {
   return rc;
 }
 
+// Set while a completion call of ours is in the MPI's: the ops must not complete there
+// (through Open MPI's progress hook), after failures() looked at them and before the MPI
+// collects their requests, or a failure would pass as a success.
+thread_local bool collecting = false;
+
+// The MPI's completion call `f`, with `collecting` set.
+template <typename F>
+int collect(F f) {
+  collecting = true;
+  const int rc = f();
+  collecting = false;
+  return rc;
+}
+
 // Whether the ops in flight wait on the daemons only: a waiter then sleeps.
 bool daemon_bound() {
   std::lock_guard<std::recursive_mutex> hold(process().mutex);
@@ -88,9 +106,9 @@ int wait_driving(int count, MPI_Request* reqs, Test test, Wait wait) {
   for (;;) {
     const bool moved = progress();
     const std::vector<Failure> f = failures(count, reqs);
-    if (!any_in_flight()) return outcome(wait(), f, reqs);
+    if (!any_in_flight()) return outcome(collect(wait), f, reqs);
     bool done = false;
-    const int rc = test(done);
+    const int rc = collect([&] { return test(done); });
     if (done) return outcome(rc, f, reqs);
     if (moved || !daemon_bound()) {
       nap = std::chrono::microseconds(10);
@@ -106,10 +124,34 @@ template <typename Test>
 int test_driving(int count, MPI_Request* reqs, Test test) {
   progress();
   const std::vector<Failure> f = failures(count, reqs);
-  return outcome(test(), f, reqs);
+  return outcome(collect(test), f, reqs);
 }
 
+#ifdef OPEN_MPI
+// Open MPI calls this from its progress loop, in every call that waits (MPI_Recv,
+// MPI_Barrier, ...), as its own nonblocking collectives move (coll/libnbc). At most every
+// 200 us: a step may ask the daemon how its exchange goes. Another thread's progress is not
+// waited for.
+int progress_hook() {
+  static std::atomic<std::int64_t> last{0};
+  const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch() / std::chrono::microseconds(1);
+  if (collecting || now - last.load(std::memory_order_relaxed) < 200) return 0;
+  last.store(now, std::memory_order_relaxed);
+  std::unique_lock<std::recursive_mutex> hold(process().mutex, std::try_to_lock);
+  if (!hold.owns_lock() || process().in_flight.empty()) return 0;
+  return progress() ? 1 : 0;
+}
+#endif
+
 }  // namespace
+
+void hook_progress() {
+#ifdef OPEN_MPI
+  // Low priority: called when the MPI's own callbacks found nothing to do.
+  using Register = int (*)(int (*)());
+  if (auto reg = reinterpret_cast<Register>(dlsym(RTLD_DEFAULT, "opal_progress_register_lp")); reg != nullptr) reg(progress_hook);
+#endif
+}
 
 int carry(std::unique_ptr<Op> op, MPI_Request* request) {
   if (request == nullptr) {
