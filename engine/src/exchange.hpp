@@ -190,10 +190,9 @@ class Exchange {
   // never answered.
   bool resend_due(Clock::time_point now);
   Rank sync_target(std::uint32_t id) const;
-  // Marks the peers this node waits on now: for the READY or tokens of the round it would
-  // start, for acknowledgements of what it sent, and, once its rounds are done, for the
-  // blocks still missing.
-  // What this exchange waits for from each peer, as Awaited bits (0: nothing).
+  // What this node waits for from each peer now, as Awaited bits (0: nothing): the READY or
+  // tokens of the round it would start, acknowledgements of what it sent, and, once its
+  // rounds are done, the blocks still missing. waiting_for() names them in errors.
   enum Awaited : std::uint8_t {
     kAckOfReady = 1,   // it has not acknowledged our READY
     kAckOfToken = 2,   // ... a token we emitted to it
