@@ -310,6 +310,12 @@ bool advance(Op& op) {
       return true;
     case S::kQueued: return start_exchange(op);
     case S::kExchange: return exchange_over(op);
+    case S::kHandOver:  // spun for: MPICH moves a large message only while its sender calls in
+      if (!all_done(op)) return false;
+      op.reqs.emplace_back();
+      PMPI_Irecv(&op.length, 1, MPI_INT, op.plan->leader_rank, tag(op, kStatusMsg), op.plan->local, &op.reqs.back());
+      op.stage = S::kStatus;
+      return true;
     case S::kStatus:
       if (!all_done(op)) return false;
       outcome(op);
@@ -373,9 +379,7 @@ std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool all
     else op->stage = Op::Stage::kCounts;
   } else {
     send_mine(*op);
-    op->reqs.emplace_back();
-    PMPI_Irecv(&op->length, 1, MPI_INT, p.leader_rank, tag(*op, kStatusMsg), p.local, &op->reqs.back());
-    op->stage = Op::Stage::kStatus;
+    op->stage = Op::Stage::kHandOver;
   }
   ++p.ops;
   pr.in_flight.push_back(op.get());

@@ -50,7 +50,8 @@ struct Op {
     kQueued,    // leader: waits for its turn to start the machine-level exchange
     kExchange,  // leader: the daemons exchange
     kTelling,   // leader: the local ranks are told of a failure
-    kStatus,    // member: its blocks go to the leader; waits for the outcome
+    kHandOver,  // member: its blocks (and counts) go to the leader
+    kStatus,    // member: waits for the outcome
     kErrorText, // member: the leader's words on a failure are coming
     kScatter,   // both: the blocks come back from staging
     kDone,
