@@ -364,7 +364,6 @@ std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool all
   op->sb = blocks_of(send, n, comm, op->send_packed, true);
   op->rb = blocks_of(recv, n, comm, op->recv_packed, false);
   op->recv = std::move(recv);
-  std::vector<MPI_Request> counts_req;
   if (!alltoall) {  // every rank's lengths go to the leader
     for (const Piece& piece : op->sb.by_rank) op->counts.push_back(piece.length);
     for (const Piece& piece : op->rb.by_rank) op->counts.push_back(piece.length);
