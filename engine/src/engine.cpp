@@ -143,7 +143,11 @@ std::map<std::uint32_t, EarlyFrames>::iterator Engine::erase_early(std::map<std:
 bool Engine::may_keep_early(std::uint32_t id) const {
   if (started_any_ && !later(id, last_started_)) return false;
   if (early_.size() < kMaxEarly || early_.count(id) != 0) return true;
-  return std::any_of(early_.begin(), early_.end(), [&](const auto& e) { return ahead(e.first) > ahead(id); });
+  return ahead(farthest_early()->first) > ahead(id);
+}
+
+std::map<std::uint32_t, EarlyFrames>::const_iterator Engine::farthest_early() const {
+  return std::max_element(early_.begin(), early_.end(), [&](const auto& a, const auto& b) { return ahead(a.first) < ahead(b.first); });
 }
 
 Result<void> Engine::start(ExchangeSpec spec) {

@@ -158,10 +158,7 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
 }
 
 EarlyFrames& Engine::early_entry(std::uint32_t id) {
-  if (early_.count(id) == 0 && early_.size() >= kMaxEarly) {  // may_keep_early() let a nearer one in
-    auto farthest = std::max_element(early_.begin(), early_.end(), [&](const auto& a, const auto& b) { return ahead(a.first) < ahead(b.first); });
-    erase_early(farthest);
-  }
+  if (early_.count(id) == 0 && early_.size() >= kMaxEarly) erase_early(early_.find(farthest_early()->first));  // may_keep_early() let a nearer one in
   EarlyFrames& e = early_[id];
   if (e.ready_from.empty()) {
     e.ready_from.assign(config_.peers.size(), false);

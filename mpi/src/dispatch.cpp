@@ -114,9 +114,12 @@ void fortran_targets(Target& t, const char* mpi, void* lib) {
 }
 
 // The C entry points: all of libaapc-mpi-<mpi>.so's (`ours`), or all of the MPI's PMPI_*.
-void bind_c(Target& t, void* lib, bool ours) {
+// False when one is missing.
+bool bind_c(Target& t, void* lib, bool ours) {
+  bool all = true;
   auto bind = [&](auto& slot, const char* aapc_name, const char* pmpi_name) {
     slot = symbol<std::remove_reference_t<decltype(slot)>>(lib, ours ? aapc_name : pmpi_name);
+    all = all && slot != nullptr;
   };
   bind(t.init, "aapc_mpi_init", "PMPI_Init");
   bind(t.init_thread, "aapc_mpi_init_thread", "PMPI_Init_thread");
@@ -132,16 +135,7 @@ void bind_c(Target& t, void* lib, bool ours) {
   bind(t.testall, "aapc_mpi_testall", "PMPI_Testall");
   bind(t.testany, "aapc_mpi_testany", "PMPI_Testany");
   bind(t.testsome, "aapc_mpi_testsome", "PMPI_Testsome");
-}
-
-bool complete(const Target& t) {
-  for (const void* f : {reinterpret_cast<const void*>(t.init), reinterpret_cast<const void*>(t.init_thread), reinterpret_cast<const void*>(t.alltoall),
-                        reinterpret_cast<const void*>(t.alltoallv), reinterpret_cast<const void*>(t.ialltoall), reinterpret_cast<const void*>(t.ialltoallv),
-                        reinterpret_cast<const void*>(t.wait), reinterpret_cast<const void*>(t.waitall), reinterpret_cast<const void*>(t.waitany),
-                        reinterpret_cast<const void*>(t.waitsome), reinterpret_cast<const void*>(t.test), reinterpret_cast<const void*>(t.testall),
-                        reinterpret_cast<const void*>(t.testany), reinterpret_cast<const void*>(t.testsome)})
-    if (f == nullptr) return false;
-  return true;
+  return all;
 }
 
 Target load() {
@@ -155,21 +149,19 @@ Target load() {
     path = own_directory() + "libaapc-mpi-" + mpi + ".so";
     lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   }
-  if (lib != nullptr) bind_c(t, lib, true);
-  if (!complete(t)) {
+  if (lib == nullptr || !bind_c(t, lib, true)) {
     if (verbose)
       std::fprintf(stderr, "aapc-mpi: %s; the MPI's own all-to-all runs\n",
                    mpi == nullptr ? "neither Open MPI nor MPICH is loaded" : ("cannot load " + path + ": " + dlerror()).c_str());
     void* next = RTLD_NEXT;
     if (!found.path.empty())
       if (void* h = dlopen(found.path.c_str(), RTLD_NOW | RTLD_NOLOAD)) next = h;
-    bind_c(t, next, false);
+    if (!bind_c(t, next, false)) {
+      std::fprintf(stderr, "aapc-mpi: libaapc-mpi.so is loaded in a process without an MPI library (no PMPI_Init); remove it from LD_PRELOAD\n");
+      std::abort();
+    }
   }
   fortran_targets(t, mpi, lib);
-  if (!complete(t)) {
-    std::fprintf(stderr, "aapc-mpi: libaapc-mpi.so is loaded in a process without an MPI library (no PMPI_Init); remove it from LD_PRELOAD\n");
-    std::abort();
-  }
   return t;
 }
 

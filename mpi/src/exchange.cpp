@@ -414,12 +414,26 @@ bool any_in_flight() {
   return !process().in_flight.empty();
 }
 
+void Idle::rest(bool moved) {
+  bool sleepy = false;
+  if (!moved) {
+    std::lock_guard<std::recursive_mutex> hold(process().mutex);
+    const auto& ops = process().in_flight;
+    sleepy = std::all_of(ops.begin(), ops.end(), [](const Op* o) { return o->daemon_bound(); });
+  }
+  if (!sleepy) {
+    nap_ = std::chrono::microseconds(10);
+    return;
+  }
+  std::this_thread::sleep_for(nap_);
+  nap_ = std::min(nap_ * 2, std::chrono::microseconds(500));
+}
+
 std::string drive(Op& op) {
   Process& pr = process();
-  std::chrono::microseconds nap{10};
+  Idle idle;
   for (;;) {
     const bool moved = progress();
-    bool sleepy = true;
     {
       std::lock_guard<std::recursive_mutex> hold(pr.mutex);
       if (op.done()) return op.error;
@@ -428,17 +442,8 @@ std::string drive(Op& op) {
         exchange_over(op, true);
         continue;
       }
-      sleepy = std::all_of(pr.in_flight.begin(), pr.in_flight.end(), [](const Op* o) { return o->daemon_bound(); });
     }
-    // The MPIs poll in their waits, and a machine's ranks polling while its daemon moves the
-    // exchange take the cores the daemon needs; large messages move only while both sides
-    // call into MPI, so the hand-overs spin.
-    if (moved || !sleepy) {
-      nap = std::chrono::microseconds(10);
-      continue;
-    }
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(500));
+    idle.rest(moved);
   }
 }
 

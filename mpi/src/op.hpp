@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -91,8 +92,21 @@ std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool all
 // any moved. Holds the process's mutex.
 bool progress();
 
-// Drives `op` to done (and every other op with it): spins while the MPIs move the hand-overs,
-// sleeps while only the daemons move the data. The op's error, or empty.
+// The pause between two looks at the ops in flight. The MPIs poll in their waits, and a
+// machine's ranks polling while its daemon moves the exchange take the cores the daemon
+// needs: while only the daemons move the data, a nap that doubles up to 500 us. None after
+// a step moved something, or while an op hands over through the MPI (large messages move
+// only while both sides call in).
+class Idle {
+ public:
+  void rest(bool moved);
+
+ private:
+  std::chrono::microseconds nap_{10};
+};
+
+// Drives `op` to done (and every other op with it), pausing as Idle does. The op's error, or
+// empty.
 std::string drive(Op& op);
 
 // Whether the process has any op in flight.

@@ -6,11 +6,9 @@
 // error on its communicator, as a blocking call does, when the program collects the request.
 #include <dlfcn.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "op.hpp"
@@ -91,18 +89,11 @@ int collect(F f) {
   return rc;
 }
 
-// Whether the ops in flight wait on the daemons only: a waiter then sleeps.
-bool daemon_bound() {
-  std::lock_guard<std::recursive_mutex> hold(process().mutex);
-  const auto& ops = process().in_flight;
-  return std::all_of(ops.begin(), ops.end(), [](const Op* o) { return o->daemon_bound(); });
-}
-
 // A completion call that waits: the MPI's nonblocking `test` (which sets `done`) in a loop
 // that drives the process's ops, or its blocking `wait` once none is in flight.
 template <typename Test, typename Wait>
 int wait_driving(int count, MPI_Request* reqs, Test test, Wait wait) {
-  std::chrono::microseconds nap{10};
+  Idle idle;
   for (;;) {
     const bool moved = progress();
     const std::vector<Failure> f = failures(count, reqs);
@@ -110,12 +101,7 @@ int wait_driving(int count, MPI_Request* reqs, Test test, Wait wait) {
     bool done = false;
     const int rc = collect([&] { return test(done); });
     if (done) return outcome(rc, f, reqs);
-    if (moved || !daemon_bound()) {
-      nap = std::chrono::microseconds(10);
-      continue;
-    }
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(500));
+    idle.rest(moved);
   }
 }
 

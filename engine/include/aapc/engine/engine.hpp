@@ -296,6 +296,8 @@ class Engine final : private ParseContext {
   bool may_keep_early(std::uint32_t id) const;
   // How far after the last exchange started here `id` comes (0 before any start).
   std::uint32_t ahead(std::uint32_t id) const { return started_any_ ? id - last_started_ : 0; }
+  // The entry of early_ for the exchange that would start last here (early_ not empty).
+  std::map<std::uint32_t, EarlyFrames>::const_iterator farthest_early() const;
   void timers(Clock::time_point now);
   void transmit(Clock::time_point now);
   // kOk when `epoch` is the sender's current one (learned or moved forward here), else why
