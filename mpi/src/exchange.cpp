@@ -89,9 +89,25 @@ void post(Op& op, bool receive, void* buf, const std::vector<Piece>& pieces, int
 void send_mine(Op& op) { post(op, false, op.sb.base, in_order(op.sb.by_rank, destination_order(op.plan->place)), op.plan->leader_rank, kGatherMsg); }
 
 // Whether every request of `op` is done; clears them if so.
+// A hand-over that failed (an erroneous program: counts that differ between ranks truncate a
+// message) fails the op with the MPI's words; the local communicator returns errors
+// (plan.cpp), and the op's failure reaches the program through its own communicator.
 bool all_done(Op& op) {
   int done = 1;
-  if (!op.reqs.empty()) PMPI_Testall(static_cast<int>(op.reqs.size()), op.reqs.data(), &done, MPI_STATUSES_IGNORE);
+  if (!op.reqs.empty()) {
+    std::vector<MPI_Status> statuses(op.reqs.size());
+    if (PMPI_Testall(static_cast<int>(op.reqs.size()), op.reqs.data(), &done, statuses.data()) != MPI_SUCCESS && op.error.empty()) {
+      for (const MPI_Status& st : statuses)
+        if (st.MPI_ERROR != MPI_SUCCESS) {
+          char text[MPI_MAX_ERROR_STRING] = "";
+          int len = 0;
+          PMPI_Error_string(st.MPI_ERROR, text, &len);
+          op.error = "a hand-over between the ranks of machine " + std::to_string(op.plan->machine) + " failed: " + text;
+          break;
+        }
+      done = 1;  // MPI_ERR_IN_STATUS: every request is complete
+    }
+  }
   if (done == 0) return false;
   op.reqs.clear();
   op.types.clear();

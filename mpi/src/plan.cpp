@@ -147,6 +147,7 @@ Plan* make_plan(MPI_Comm comm) {
     for (const auto& on : p->place.ranks_on) p->fewest = std::min(p->fewest, on.size()), p->most = std::max(p->most, on.size());
     p->machine = mine[0];
     PMPI_Comm_split(comm, p->machine, rank, &p->local);
+    PMPI_Comm_set_errhandler(p->local, MPI_ERRORS_RETURN);  // a hand-over's failure is the call's (exchange.cpp, all_done)
     PMPI_Comm_rank(p->local, &p->local_rank);
     PMPI_Comm_size(p->local, &p->local_size);
     p->why = find_leaders(comm, *p);

@@ -133,6 +133,16 @@ TEST_CASE("an aapc failure reaches the program through the error handler, with a
   CHECK(r.text.find("no-such-schedule") != std::string::npos);  // the daemon's words reach the program
 }
 
+TEST_CASE("an erroneous MPI_Ialltoall (one rank's count differs) returns an error on every rank, and nothing aborts or hangs", "[mpi]") {
+  REQUIRE(have("openmpi"));
+  Sh r = mpirun("--ppn 2", std::string(AAPC_TESTS_DIR) + "/mpi-error-openmpi mismatch");
+  INFO(r.text);
+  CHECK(r.status == 0);
+  CHECK(r.text.find("MPI_Wait of MPI_Ialltoall: every rank got aapc's error") != std::string::npos);
+  // Its machine's ranks name the hand-over that failed; the others, the daemon that never started.
+  CHECK(r.text.find("hand-over between the ranks of machine 0 failed: MPI_ERR_TRUNCATE") != std::string::npos);
+}
+
 TEST_CASE("unmodified Fortran programs (use mpi, use mpi_f08) through aapc, ppn 2", "[mpi]") {
   // Open MPI's Fortran bindings pass by the C interposer: `use mpi` through mpi_alltoall_,
   // `use mpi_f08` through ompi_alltoall_f. MPICH's mpi_f08 calls the C MPI_Alltoall.

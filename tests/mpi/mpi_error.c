@@ -1,7 +1,9 @@
 /* mpi-error: an ordinary MPI program that asks for errors to be returned (MPI_ERRORS_RETURN)
- * and reports what MPI_Alltoall, and MPI_Wait of an MPI_Ialltoall, returned on every rank. Run with a libaapc-mpi setting that
- * makes the exchange fail (AAPC_MPI_SCHEDULE=no-such-schedule), every rank must get an MPI
- * error whose MPI_Error_string is aapc's message, and none may hang.
+ * and reports what MPI_Alltoall, and MPI_Wait of an MPI_Ialltoall, returned on every rank.
+ * Run with a libaapc-mpi setting that makes the exchange fail
+ * (AAPC_MPI_SCHEDULE=no-such-schedule), every rank must get an MPI error whose
+ * MPI_Error_string is aapc's message, and none may hang. `mpi-error mismatch` is an erroneous
+ * program instead: rank 1 sends twice the count of the others in one MPI_Ialltoall.
  * Exit status 0 when every rank got such an error. */
 #include <mpi.h>
 #include <stdio.h>
@@ -14,15 +16,17 @@ int main(int argc, char** argv) {
   int me = 0, n = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  int* s = calloc((size_t)n, sizeof(int) * 64);
-  int* r = calloc((size_t)n, sizeof(int) * 64);
+  const int mismatch = argc > 1 && strcmp(argv[1], "mismatch") == 0;
+  const int count = mismatch && me == 1 ? 128 : 64;
+  int* s = calloc((size_t)n, sizeof(int) * 128);
+  int* r = calloc((size_t)n, sizeof(int) * 128);
   int all = 1;
-  for (int nonblocking = 0; nonblocking < 2; ++nonblocking) {
+  for (int nonblocking = mismatch; nonblocking < 2; ++nonblocking) {
     const char* call = nonblocking ? "MPI_Wait of MPI_Ialltoall" : "MPI_Alltoall";
     int rc = MPI_SUCCESS;
     if (nonblocking) {
       MPI_Request req;
-      rc = MPI_Ialltoall(s, 64, MPI_INT, r, 64, MPI_INT, MPI_COMM_WORLD, &req);
+      rc = MPI_Ialltoall(s, count, MPI_INT, r, count, MPI_INT, MPI_COMM_WORLD, &req);
       if (rc == MPI_SUCCESS) rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
     } else {
       rc = MPI_Alltoall(s, 64, MPI_INT, r, 64, MPI_INT, MPI_COMM_WORLD);
