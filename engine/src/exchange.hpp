@@ -105,7 +105,8 @@ class Exchange {
     std::deque<std::uint32_t> resend;
     Clock::time_point poll_at{};
     std::chrono::microseconds rto{};
-    int polls = 0;
+    int polls = 0;                     // in a row without an answer
+    Clock::time_point unanswered_since{};  // the first of them
     bool eager = false;  // sent without waiting for READY (eager_block)
   };
   struct InBlock {
@@ -116,7 +117,6 @@ class Exchange {
     std::vector<std::uint64_t> bits;
     bool complete = false;
     bool eager = false;  // its sender does not wait for our READY (eager_block)
-    Clock::time_point nack_at{};
   };
   // A control frame that needs an ACK: READY (to a sender) or SYNC (to a waiter).
   struct Pending {
@@ -126,6 +126,7 @@ class Exchange {
     Clock::time_point retry_at{};
     std::chrono::microseconds rto{};
     int tries = 0;
+    Clock::time_point first_try{};
     bool acked = false;
   };
   // A stream of a round: a block's first transmission, or dummy traffic.
@@ -173,7 +174,14 @@ class Exchange {
   std::string waiting_for() const;
   void ready_acked(Rank peer);
   bool retry(Pending& p, Clock::time_point now);
-  void send_nack(Rank src, InBlock& in, Clock::time_point now);
+  // Tries in a row without an answer, the first at `since`: enough to give up (max_retries)?
+  bool given_up(int tries, Clock::time_point since, Clock::time_point now) const {
+    return tries > link_.config().max_retries && now - since >= link_.config().peer_deadline;
+  }
+  static std::int64_t ms_between(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+  }
+  void send_nack(Rank src, InBlock& in);
   void on_nack(const Parsed& f, Clock::time_point now);
   void on_ack(Rank src, FrameType acked, std::uint32_t seq, std::uint64_t block_len, Clock::time_point now);
   // Liveness of the peers waited on (timers()); false when the exchange failed.

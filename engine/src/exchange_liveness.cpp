@@ -20,9 +20,9 @@ void Exchange::ready_acked(Rank peer) {
 // failed because the peer never answered.
 bool Exchange::retry(Pending& p, Clock::time_point now) {
   if (now < p.retry_at) return true;
-  if (p.tries > link_.config().max_retries) {
+  if (given_up(p.tries, p.first_try, now)) {
     fail(Errc::kPeerSilent, "peer " + peer_name(link_, p.to) + " did not acknowledge " + std::string(frame_type_name(p.type)) + " after " +
-                                std::to_string(p.tries) + " tries",
+                                std::to_string(p.tries) + " tries in " + std::to_string(ms_between(p.first_try, now)) + " ms",
          p.to, now);
     return false;
   }
@@ -59,6 +59,7 @@ void Exchange::send_pending(Pending& p, Clock::time_point now) {
   const std::uint64_t expected = p.type == FrameType::kReady ? in_[idx(p.to)].len : 0;
   link_.send_control(p.to, p.type, spec_.id, p.seq, 0, expected, descriptor_.data(), descriptor_.size());
   ++counters_.control_frames_sent;
+  if (p.tries == 0) p.first_try = now;
   p.retry_at = now + p.rto;
   p.rto = std::min(p.rto * 2, link_.config().rto_max);
   ++p.tries;
@@ -168,11 +169,13 @@ bool Exchange::resend_due(Clock::time_point now) {
     if (!retry(p, now)) return false;
   for (auto& b : out_) {
     if (b.acked || !b.first_done || !b.resend.empty() || now < b.poll_at) continue;
-    if (b.polls > cfg.max_retries) {
-      fail(Errc::kPeerSilent, "peer " + peer_name(link_, b.dst) + " did not acknowledge its block after " + std::to_string(b.polls) + " polls",
+    if (given_up(b.polls, b.unanswered_since, now)) {
+      fail(Errc::kPeerSilent, "peer " + peer_name(link_, b.dst) + " did not acknowledge its block after " + std::to_string(b.polls) + " polls in " +
+                                  std::to_string(ms_between(b.unanswered_since, now)) + " ms",
            b.dst, now);
       return false;
     }
+    if (b.polls == 0) b.unanswered_since = now;
     link_.send_control(b.dst, FrameType::kPoll, spec_.id, 0, 0, b.len);
     ++counters_.polls_sent;
     ++counters_.control_frames_sent;

@@ -160,7 +160,9 @@ bool Exchange::send_next(Clock::time_point now) {
     std::uint32_t f = b.resend.front();
     b.resend.pop_front();
     clear_bit(b.queued, f);
-    send_data(&b, b.dst, f, b.len, b.phase, kFlagRetransmit | (f + 1 == b.frames ? kFlagLast : 0));
+    // The burst's last frame asks the receiver to answer (kFlagLast): if others of the burst
+    // were lost, their NACK comes at once instead of after our next poll (issue 15).
+    send_data(&b, b.dst, f, b.len, b.phase, kFlagRetransmit | (b.resend.empty() || f + 1 == b.frames ? kFlagLast : 0));
     if (b.resend.empty()) {
       resend_blocks_.pop_front();
       b.poll_at = now + b.rto;  // ask again if the retransmissions are lost too

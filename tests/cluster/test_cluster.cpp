@@ -254,13 +254,16 @@ TEST_CASE("1% loss injected in every daemon: still byte-exact") {
   CHECK_THAT(sparse[0].output(), Catch::Contains("cgm-links: "));
 }
 
-TEST_CASE("20% loss per port direction: tree and sync-shuffle stay byte-exact (issue 15)") {
-  Cluster c("8-two-switch", "", "drop=0.2,seed=5");
+// Issue 15's target. Before the recovery was shortened (a burst of resent frames ends with a
+// frame the receiver answers at once; polls back off to 100 ms, not 500), this failed 6 runs
+// of 16 with tree: a frame lost again after each NACK stalled its exchange for 15 s.
+TEST_CASE("30% loss per port direction: tree and sync-shuffle stay byte-exact (issue 15)") {
+  Cluster c("8-two-switch", "", "drop=0.3,seed=5");
   for (const std::string schedule : {"tree", "sync-shuffle"}) {
     const auto t0 = std::chrono::steady_clock::now();
     auto procs = everywhere(exchange(64 * 1024, schedule, "auto", 2), 120s);
     INFO(schedule << " took " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
-    require_all_ok(procs, schedule + " at 20% loss");
+    require_all_ok(procs, schedule + " at 30% loss");
   }
 }
 

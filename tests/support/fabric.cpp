@@ -102,6 +102,13 @@ Fabric::~Fabric() {
   }
 }
 
+bool Fabric::chosen_loss(int src, int dst, rte_mbuf* m) const {
+  // The header lies in the first segment, also of a frame whose payload was not copied.
+  const std::span<const std::uint8_t> head(rte_pktmbuf_mtod(m, const std::uint8_t*), rte_pktmbuf_data_len(m));
+  const engine::Captured c = engine::peek_captured(head, rte_pktmbuf_pkt_len(m));
+  return (c.reason == engine::DropReason::kOk || c.reason == engine::DropReason::kBadCrc) && options_.drop(src, dst, c.h);
+}
+
 bool Fabric::step() {
   bool moved = false;
   const auto now = std::chrono::steady_clock::now();
@@ -120,6 +127,11 @@ bool Fabric::step() {
       if (rte_pktmbuf_data_len(m) >= 6 && eth[0] == 0x02 && eth[1] == 0 && eth[2] == 0 && eth[3] == 0)
         dst = ((eth[4] << 8) | eth[5]) - 1;
       if (dst < 0 || dst >= static_cast<int>(n) || unplugged_[i] || unplugged_[static_cast<std::size_t>(dst)]) {
+        ++switch_drops_;
+        rte_pktmbuf_free(m);
+        continue;
+      }
+      if (options_.drop && chosen_loss(static_cast<int>(i), dst, m)) {
         ++switch_drops_;
         rte_pktmbuf_free(m);
         continue;

@@ -41,6 +41,9 @@ struct FabricOptions {
   // run_exchange() gives every send block a registered region (nic/extmem.hpp): the engines
   // send its payload without copying it (issue 17, part 2).
   bool zero_copy = false;
+  // The switch drops each frame of ours (its header decoded) for which this says true: a
+  // loss chosen by the test, frame by frame.
+  std::function<bool(int src, int dst, const engine::Header& h)> drop;
 };
 
 inline FabricOptions nodes(int n) {
@@ -96,6 +99,7 @@ class Fabric {
     double tokens = 0;
     std::chrono::steady_clock::time_point polled{};
   };
+  bool chosen_loss(int src, int dst, struct rte_mbuf* m) const;  // FabricOptions::drop
   std::vector<Node> nodes_;
   std::vector<bool> unplugged_;
   FabricOptions options_;

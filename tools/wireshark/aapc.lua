@@ -115,7 +115,7 @@ local f = {
   flag_dummy = ProtoField.bool("aapc.flags.dummy", "Dummy", 8, nil, FLAG_DUMMY,
     "Dummy traffic: counted and dropped by the receiver"),
   flag_last = ProtoField.bool("aapc.flags.last", "Last", 8, nil, FLAG_LAST,
-    "The last frame of a block's first transmission"),
+    "The last frame of a block's first transmission or of a burst of retransmissions: answer at once"),
   flag_ack_list = ProtoField.bool("aapc.flags.ack_list", "Ack list", 8, nil, FLAG_ACK_LIST,
     "An ACK whose payload lists acknowledgements of eager blocks and tokens, 20 bytes each"),
   hdr_len = ProtoField.uint8("aapc.hdr_len", "Header length", base.DEC),

@@ -39,8 +39,13 @@ struct EngineConfig {
   std::uint32_t pace_burst_bytes = 0;     // 0: half a millisecond at pace_bps (at least 4 frames)
   std::uint32_t pace_overhead_bytes = 0;  // counted per frame on top of its length (24 on a real wire)
   std::chrono::microseconds rto{20'000};        // first retransmission timeout
-  std::chrono::microseconds rto_max{500'000};   // backoff cap
-  int max_retries = 40;                         // per block, token or READY
+  // Backoff cap. Issue 15: at 30% loss per port direction a poll, its NACK and the frame
+  // resent all arrive 12% of the time; with polls 500 ms apart a frame lost again took 4 s on
+  // average, and 15 s (the stall deadline) in 2% of such recoveries.
+  std::chrono::microseconds rto_max{100'000};
+  // A block, token or READY is given up on after this many tries in a row without an answer,
+  // and no sooner than peer_deadline after the first of them.
+  int max_retries = 40;
   std::chrono::milliseconds peer_deadline{5'000};  // a peer silent this long fails the exchange
   // The deadline of exchanges given none (Engine::default_timeout): the rate of the slowest
   // link (0: pace_bps, or 1 Gbit/s when that is 0 too), and the fixed allowance on top.

@@ -89,7 +89,9 @@ std::string_view frame_type_name(FrameType type);
 enum Flags : std::uint8_t {
   kFlagRetransmit = 1,
   kFlagDummy = 2,  // Faraj/Yuan 'dummy' traffic: counted and dropped by the receiver
-  kFlagLast = 4,   // the last frame of a block's first transmission
+  // The last frame of a block's first transmission, or of a burst of retransmissions: the
+  // receiver answers it at once, with a NACK of what is still missing or an ACK.
+  kFlagLast = 4,
   // ACK: its payload is a list of acknowledgements (AckEntry), of eager blocks and tokens
   // whose senders do not wait for them (issue 14): gathered for a while, one frame for many.
   kFlagAckList = 8,
