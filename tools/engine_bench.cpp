@@ -5,12 +5,15 @@
 // byte is built, sent, received, checked and placed by the same core. Both directions carry
 // a block, and the figure counts payload bytes delivered (both directions) per second.
 // Then the same with the payload sent without a copy (issue 17), with a cluster key (every frame tagged and verified, issue 15 finding 4) and
-// with the capture tap on, to show what each costs.
+// with the capture tap on, to show what each costs. With --memif: the two engines in two
+// processes, one core each, joined by DPDK's memif.
 #include <CLI/CLI.hpp>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_ring.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -18,6 +21,8 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
+#include <thread>
 
 #include "aapc/engine/engine.hpp"
 #include "aapc/nic/capture.hpp"
@@ -244,10 +249,149 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
   std::cout << (gbps >= 10 ? "target met: " : "target MISSED: ") << "at least 10 Gbit/s of payload per core\n";
 }
 
+// Issue 17, part 3: the exchange between two processes, one engine and one core each, over
+// memif (DPDK's shared-memory packet interface, a DPDK-native path between processes, where
+// net_ring joins engines of one process only). Each process pins itself to its own core;
+// both check every byte they receive. The figure is the payload of both directions over the
+// slower side's time, per run; the client's times reach the server through a pipe.
+namespace memif {
+
+struct Side {
+  bool server = false;
+  std::string socket;
+  int mtu = 1500;
+  std::uint64_t block = 0;
+  int repeat = 0;
+  // The server writes a byte here once its port is open; the client reads it before opening
+  // its own (a client that came first did not always connect: 1 run in 8).
+  int ready_fd = -1;
+};
+
+std::uint8_t pattern(int rank, std::size_t i) { return static_cast<std::uint8_t>((i * 2654435761U >> 13) + static_cast<unsigned>(rank) * 7); }
+
+// One side's seconds per exchange; throws when one fails or is not byte-exact.
+std::vector<double> run_side(const Side& side) {
+  const int rank = side.server ? 0 : 1;
+  nic::EalOptions eal;
+  eal.memory_mb = 1024;
+  eal.program = "aapc-engine-bench";
+  eal.file_prefix = std::string("aapc-bench-") + (side.server ? "server" : "client");
+  // memif cannot register its multi-process handler without the EAL's shared config (which
+  // aapc leaves off) and says so at error level; this benchmark is one process per side.
+  eal.extra = {"-l", std::to_string(rank), "--log-level=pmd.net.memif:critical"};
+  nic::eal_init(eal);
+  nic::PortOptions po;
+  po.device = "net_memif0,role=" + std::string(side.server ? "server" : "client") + ",id=0,socket-abstract=no,socket=" + side.socket;
+  po.mtu = side.mtu;
+  po.mac = nic::MacAddr{0x02, 0, 0, 0, 0, static_cast<std::uint8_t>(rank + 1)};
+  char byte = 1;
+  if (!side.server && ::read(side.ready_fd, &byte, 1) != 1) throw std::runtime_error("the memif server did not start");
+  auto port = nic::EthPort::open(po);
+  if (side.server && ::write(side.ready_fd, &byte, 1) != 1) throw std::runtime_error("cannot tell the client to start");
+  const auto connect_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (rte_eth_link link{}; rte_eth_link_get_nowait(0, &link) != 0 || link.link_status == 0;) {
+    if (std::chrono::steady_clock::now() > connect_by) throw std::runtime_error("memif did not connect within 10 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  engine::EngineConfig cfg;
+  cfg.rank = rank;
+  cfg.peers = {nic::MacAddr{0x02, 0, 0, 0, 0, 1}, nic::MacAddr{0x02, 0, 0, 0, 0, 2}};
+  cfg.mtu = side.mtu;
+  // The payload is copied into mbufs: memif copies it into its rings anyway and cannot take
+  // attached payloads (nic::zero_copy_driver).
+  engine::Engine e(*port, cfg);
+  std::vector<std::uint8_t> out(side.block), in(side.block);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = pattern(rank, i);
+  const sched::Schedule s = sched::ring_schedule(2);
+  std::vector<double> secs;
+  for (int k = 0; k < side.repeat; ++k) {
+    std::fill(in.begin(), in.end(), 0);
+    auto spec = engine::exchange_spec(s, rank, static_cast<std::uint32_t>(k + 1));
+    spec.send[static_cast<std::size_t>(1 - rank)] = {out.data(), out.size()};
+    spec.recv[static_cast<std::size_t>(1 - rank)] = {in.data(), in.size()};
+    spec.timeout = std::chrono::milliseconds(60'000);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (auto started = e.start(std::move(spec)); !started) throw std::runtime_error(started.error().message());
+    for (bool done = false; !done;) {
+      e.poll();
+      for (auto& r : e.take_finished()) {
+        if (r.state != engine::ExchangeState::kDone) throw std::runtime_error("exchange " + std::to_string(r.id) + " failed: " + r.error);
+        done = true;
+      }
+    }
+    secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    for (std::size_t i = 0; i < in.size(); ++i)
+      if (in[i] != pattern(1 - rank, i)) throw std::runtime_error("byte " + std::to_string(i) + " received wrong");
+  }
+  while (!e.quiet()) e.poll();  // the last acknowledgements reach the peer before the port closes
+  return secs;
+}
+
+int bench(std::uint64_t block_mib, int mtu, int repeat) {
+  Side side;
+  side.socket = "/tmp/aapc-engine-bench-" + std::to_string(::getpid()) + ".sock";
+  side.mtu = mtu;
+  side.block = block_mib << 20;
+  side.repeat = repeat;
+  int fds[2], ready[2];
+  if (::pipe(fds) != 0 || ::pipe(ready) != 0) throw std::runtime_error("pipe failed");
+  const pid_t child = ::fork();
+  if (child < 0) throw std::runtime_error("fork failed");
+  if (child == 0) {  // the client: its times, or nothing (the server then reports the failure)
+    ::close(fds[0]);
+    ::close(ready[1]);
+    side.ready_fd = ready[0];
+    int rc = 0;
+    try {
+      for (double t : run_side(side)) ::dprintf(fds[1], "%.9f\n", t);
+    } catch (const std::exception& e) {
+      std::cerr << "aapc-engine-bench (memif client): " << e.what() << "\n";
+      rc = 1;
+    }
+    ::close(fds[1]);
+    std::_Exit(rc);
+  }
+  ::close(fds[1]);
+  ::close(ready[0]);
+  side.ready_fd = ready[1];
+  side.server = true;
+  std::vector<double> server;
+  std::string error;
+  try {
+    server = run_side(side);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ::close(ready[1]);  // a client still waiting to start learns that the server failed
+  std::string text;
+  char chunk[4096];
+  for (ssize_t n; (n = ::read(fds[0], chunk, sizeof chunk)) > 0;) text.append(chunk, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  std::filesystem::remove(side.socket);
+  std::vector<double> client;
+  std::istringstream lines(text);
+  for (double t; lines >> t;) client.push_back(t);
+  if (!error.empty() || client.size() != server.size() || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw std::runtime_error("memif run failed" + (error.empty() ? std::string(" in the client") : ": " + error));
+  std::vector<double> gbps;
+  for (std::size_t k = 0; k < server.size(); ++k) gbps.push_back(2.0 * static_cast<double>(side.block) * 8 / std::max(server[k], client[k]) / 1e9);
+  std::sort(gbps.begin(), gbps.end());
+  const double median = gbps[gbps.size() / 2];
+  std::cout << "two engines, two processes, one core each, memif, MTU " << mtu << ", " << block_mib << " MiB each way, " << repeat << " runs\n"
+            << std::fixed << std::setprecision(2) << "  payload, both directions   median " << median << " Gbit/s (min " << gbps.front() << ", max "
+            << gbps.back() << "), over the slower side's time\n"
+            << "  per core                   median " << median / 2 << " Gbit/s\n";
+  return 0;
+}
+
+}  // namespace memif
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"aapc-engine-bench: payload goodput of two engines on one core over net_ring"};
+  CLI::App app{"aapc-engine-bench: payload goodput of two engines on one core over net_ring (or, with --memif, in two processes over memif)"};
   std::uint64_t block_mib = 256;
   int mtu = 1500, repeat = 5, snaplen = 64;
   std::string capture_dir = "/dev/shm";
@@ -259,7 +403,17 @@ int main(int argc, char** argv) {
   int handovers = 0;
   app.add_option("--handover", handovers, "instead: measure what a phase hand-over (a sender-based token) costs, over this many exchanges")
       ->check(CLI::Range(100, 1'000'000));
+  bool over_memif = false;
+  app.add_flag("--memif", over_memif, "instead: the two engines in two processes, one core each, joined by memif (issue 17)");
   CLI11_PARSE(app, argc, argv);
+  if (over_memif) {
+    try {
+      return memif::bench(block_mib, mtu, repeat);
+    } catch (const std::exception& e) {
+      std::cerr << "aapc-engine-bench: " << e.what() << "\n";
+      return 1;
+    }
+  }
 
   try {
     nic::EalOptions eal;

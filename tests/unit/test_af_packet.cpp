@@ -143,3 +143,20 @@ TEST_CASE("af_packet's and memif's nominal 1518-byte limit does not stop jumbo f
     CHECK(conf.rxmode.mtu == 0);  // the ethdev default (1500), which their limit allows
   }
 }
+
+TEST_CASE("payloads are attached without a copy on net_ring and af_packet, not on memif or a PCI NIC") {
+  const std::uint64_t segs = RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  CHECK(zero_copy_driver("net_ring", 0));
+  CHECK(zero_copy_driver("net_af_packet", segs));
+  CHECK_FALSE(zero_copy_driver("net_af_packet", 0));
+  // memif broke frames whose attached payload spans its buffers (aapc-engine-bench --memif).
+  CHECK_FALSE(zero_copy_driver("net_memif", segs));
+  CHECK_FALSE(zero_copy_driver("net_ice", segs));  // would need the memory mapped for DMA
+}
+
+TEST_CASE("memif gets buffers that hold a whole frame of the MTU, unless its device string sizes them") {
+  CHECK(with_memif_buffers("net_memif0,role=server", 1500) == "net_memif0,role=server");
+  CHECK(with_memif_buffers("net_memif0,role=server", 9000) == "net_memif0,role=server,bsize=9216");
+  CHECK(with_memif_buffers("net_memif0,bsize=16384", 9000) == "net_memif0,bsize=16384");
+  CHECK(with_memif_buffers("net_af_packet0,iface=x", 9000) == "net_af_packet0,iface=x");
+}

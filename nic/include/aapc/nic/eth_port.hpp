@@ -56,7 +56,7 @@ class EthPort final : public Port {
   // net_af_packet: its socket, which polls readable when its receive ring holds frames.
   int wait_fd() const override { return wait_fd_; }
   // Software devices that read chained frames segment by segment (net_ring hands the mbufs
-  // over as they are; af_packet and memif copy each segment): see zero_copy_driver().
+  // over as they are; af_packet copies each segment): see zero_copy_driver().
   bool zero_copy_tx() const override { return zero_copy_tx_; }
   std::uint16_t port_id() const { return port_id_; }
 
@@ -77,9 +77,14 @@ class EthPort final : public Port {
   bool zero_copy_tx_ = false;
 };
 
+// A memif device string whose buffers hold a whole frame of the MTU (bsize added unless
+// given). Frames chained over memif's default 2,048-byte buffers arrived broken at MTU 9000
+// (DPDK 22.11, aapc-engine-bench --memif: millions dropped as bad_length).
+std::string with_memif_buffers(const std::string& device, int mtu);
+
 // Drivers that may send frames whose payload is an external buffer in the sender's memory:
 // software devices without DMA (a PCI NIC would need the memory registered and mapped for
-// DMA, which is not done), net_ring always, the others where they offer multi-segment send.
+// DMA, which is not done), net_ring always, af_packet where it offers multi-segment send.
 bool zero_copy_driver(const std::string& driver, std::uint64_t tx_offload_capa);
 
 }  // namespace aapc::nic
