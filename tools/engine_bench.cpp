@@ -289,7 +289,7 @@ std::vector<double> run_side(const Side& side) {
   auto port = nic::EthPort::open(po);
   if (side.server && ::write(side.ready_fd, &byte, 1) != 1) throw std::runtime_error("cannot tell the client to start");
   const auto connect_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (rte_eth_link link{}; rte_eth_link_get_nowait(0, &link) != 0 || link.link_status == 0;) {
+  for (rte_eth_link link{}; rte_eth_link_get_nowait(port->port_id(), &link) != 0 || link.link_status == 0;) {
     if (std::chrono::steady_clock::now() > connect_by) throw std::runtime_error("memif did not connect within 10 s");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
