@@ -251,9 +251,10 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
 
 // Issue 17, part 3: the exchange between two processes, one engine and one core each, over
 // memif (DPDK's shared-memory packet interface, a DPDK-native path between processes, where
-// net_ring joins engines of one process only). Each process pins itself to its own core;
-// both check every byte they receive. The figure is the payload of both directions over the
-// slower side's time, per run; the client's times reach the server through a pipe.
+// net_ring joins engines of one process only). Each process pins itself to its own core
+// (both to core 0 on a machine with one); both check every byte they receive. The figure is
+// the payload of both directions over the slower side's time, per run; the client's times
+// reach the server through a pipe.
 namespace memif {
 
 struct Side {
@@ -278,7 +279,8 @@ std::vector<double> run_side(const Side& side) {
   eal.file_prefix = std::string("aapc-bench-") + (side.server ? "server" : "client");
   // memif cannot register its multi-process handler without the EAL's shared config (which
   // aapc leaves off) and says so at error level; this benchmark is one process per side.
-  eal.extra = {"-l", std::to_string(rank), "--log-level=pmd.net.memif:critical"};
+  const bool own_core = std::thread::hardware_concurrency() > 1;
+  eal.extra = {"-l", std::to_string(own_core ? rank : 0), "--log-level=pmd.net.memif:critical"};
   nic::eal_init(eal);
   nic::PortOptions po;
   po.device = "net_memif0,role=" + std::string(side.server ? "server" : "client") + ",id=0,socket-abstract=no,socket=" + side.socket;
