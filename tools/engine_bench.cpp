@@ -30,6 +30,7 @@
 #include "aapc/nic/eth_port.hpp"
 #include "aapc/nic/extmem.hpp"
 #include "aapc/sched/algorithms.hpp"
+#include "pattern.h"
 
 using namespace aapc;
 
@@ -268,8 +269,6 @@ struct Side {
   int ready_fd = -1;
 };
 
-std::uint8_t pattern(int rank, std::size_t i) { return static_cast<std::uint8_t>((i * 2654435761U >> 13) + static_cast<unsigned>(rank) * 7); }
-
 // One side's seconds per exchange; throws when one fails or is not byte-exact.
 std::vector<double> run_side(const Side& side) {
   const int rank = side.server ? 0 : 1;
@@ -303,7 +302,7 @@ std::vector<double> run_side(const Side& side) {
   // attached payloads (nic::zero_copy_driver).
   engine::Engine e(*port, cfg);
   std::vector<std::uint8_t> out(side.block), in(side.block);
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = pattern(rank, i);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = tools::pattern(rank, 1 - rank, 0, i);
   const sched::Schedule s = sched::ring_schedule(2);
   std::vector<double> secs;
   for (int k = 0; k < side.repeat; ++k) {
@@ -323,7 +322,7 @@ std::vector<double> run_side(const Side& side) {
     }
     secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     for (std::size_t i = 0; i < in.size(); ++i)
-      if (in[i] != pattern(1 - rank, i)) throw std::runtime_error("byte " + std::to_string(i) + " received wrong");
+      if (in[i] != tools::pattern(1 - rank, rank, 0, i)) throw std::runtime_error("byte " + std::to_string(i) + " received wrong");
   }
   while (!e.quiet()) e.poll();  // the last acknowledgements reach the peer before the port closes
   return secs;

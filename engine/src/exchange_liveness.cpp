@@ -136,8 +136,7 @@ bool Exchange::keepalive(Clock::time_point now) {
       silent_for_[r] += step;
     }
     if (silent_for_[r] > deadline && pings_[r] >= kMinPings && now - pinged_[r] >= interval) {
-      auto ms = duration_cast<std::chrono::milliseconds>(now - heard).count();
-      fail(Errc::kPeerSilent, "peer " + peer_name(link_, static_cast<Rank>(r)) + " silent for " + std::to_string(ms) + " ms (" +
+      fail(Errc::kPeerSilent, "peer " + peer_name(link_, static_cast<Rank>(r)) + " silent for " + std::to_string(ms_between(heard, now)) + " ms (" +
                                   std::to_string(pings_[r]) + " pings unanswered)",
            static_cast<Rank>(r), now);
       return false;
@@ -200,7 +199,7 @@ void Exchange::timers(Clock::time_point now) {
     std::string why = "exchange " + std::to_string(spec_.id) + " did not finish within " + std::to_string(deadline_.count()) + " ms";
     if (soft_deadline_)
       why += " (the deadline derived from its size and the link rate; Options::timeout sets one) and made no progress for " +
-             std::to_string(duration_cast<std::chrono::milliseconds>(now - last_progress_).count()) + " ms";
+             std::to_string(ms_between(last_progress_, now)) + " ms";
     fail(Errc::kTimeout, why + waiting_for(), -1, now);
     return;
   }

@@ -95,9 +95,9 @@ void send_mine(Op& op) { post(op, false, op.sb.base, in_order(op.sb.by_rank, des
 bool all_done(Op& op) {
   int done = 1;
   if (!op.reqs.empty()) {
-    std::vector<MPI_Status> statuses(op.reqs.size());
-    if (PMPI_Testall(static_cast<int>(op.reqs.size()), op.reqs.data(), &done, statuses.data()) != MPI_SUCCESS && op.error.empty()) {
-      for (const MPI_Status& st : statuses)
+    op.statuses.resize(op.reqs.size());
+    if (PMPI_Testall(static_cast<int>(op.reqs.size()), op.reqs.data(), &done, op.statuses.data()) != MPI_SUCCESS && op.error.empty()) {
+      for (const MPI_Status& st : op.statuses)
         if (st.MPI_ERROR != MPI_SUCCESS) {
           char text[MPI_MAX_ERROR_STRING] = "";
           int len = 0;

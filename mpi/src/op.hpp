@@ -68,6 +68,7 @@ struct Op {
   std::vector<std::uint64_t> all_counts;  // ... the leader's of every local rank
   Stage stage = Stage::kDone;
   std::vector<MPI_Request> reqs;
+  std::vector<MPI_Status> statuses;  // all_done()'s, kept: it is polled while the hand-overs spin
   std::vector<std::unique_ptr<ByteType>> types;
   std::unique_ptr<LeaderLayout> layout;
   aapc::Buffer stage_send, stage_recv;  // the leader's staging
