@@ -204,6 +204,105 @@ std::optional<Result<Stats>> Request::test() {
   return result_;
 }
 
+// --- Groups -------------------------------------------------------------------------------
+
+// An open group; the last copy of its Client closes it at the daemon.
+struct GroupHandle {
+  std::shared_ptr<Connection> conn;
+  std::uint32_t generation = 0;
+  std::uint8_t slot = 0;
+  std::vector<int> members;
+  int rank = -1;
+  ~GroupHandle() {
+    if (conn && generation == conn->generation)
+      (void)conn->exchange_raw(proto::message(proto::GroupCloseRequest{slot}, conn->next_request++), -1);  // best effort: closed on disconnect too
+  }
+};
+
+namespace {
+
+constexpr int kGroupTries = 8;  // a slot taken under us by another client of a member: try again
+
+// Why `members` cannot make a group of this client's, if they cannot.
+std::optional<std::string> members_problem(const std::vector<int>& members, int me, int size) {
+  if (members.size() < 2) return "a group needs at least 2 members";
+  std::vector<bool> seen(static_cast<std::size_t>(size), false);
+  for (int r : members) {
+    if (r < 0 || r >= size) return "member " + std::to_string(r) + " is not a rank of the cluster (0.." + std::to_string(size - 1) + ")";
+    if (seen[static_cast<std::size_t>(r)]) return "member " + std::to_string(r) + " is named twice";
+    seen[static_cast<std::size_t>(r)] = true;
+  }
+  if (!seen[static_cast<std::size_t>(me)]) return "the members do not include this machine (rank " + std::to_string(me) + ")";
+  return std::nullopt;
+}
+
+// The lowest slot whose bit is set in `free`, if any.
+std::optional<std::uint8_t> lowest_slot(const std::vector<std::uint64_t>& free) {
+  for (std::size_t s = 1; s < proto::kGroupSlots; ++s)
+    if (((free[s / 64] >> (s % 64)) & 1U) != 0) return static_cast<std::uint8_t>(s);
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<Client> Client::open_group(const std::vector<int>& members, const Reduce& reduce) const {
+  // Every step reduces, whatever happened here, so that all members reach the same outcome:
+  // a problem of ours offers no slot (or a failed open), which fails the group everywhere.
+  std::optional<Error> mine;
+  if (group_) mine = Error(Errc::kInvalidArgument, "open groups from the cluster's client, not from a group's");
+  if (auto why = members_problem(members, conn_->info.rank, conn_->info.size)) mine = Error(Errc::kInvalidArgument, "open_group: " + *why);
+  for (int attempt = 0; attempt < kGroupTries; ++attempt) {
+    std::vector<std::uint64_t> free(proto::kGroupSlots / 64, 0), next(1, 0);
+    proto::GroupQueryReply here;
+    if (!mine) {
+      auto reply = conn_->call(proto::GroupQueryRequest{});
+      auto query = reply ? reply_as<proto::GroupQueryReply>(*reply, "GROUP_QUERY") : Result<proto::GroupQueryReply>(reply.error());
+      if (query) here = *query;
+      else mine = query.error();
+      if (query) free = here.free;
+    }
+    reduce(free, ReduceOp::kAnd);
+    const auto slot = lowest_slot(free);
+    if (!slot) return mine ? *mine : Error(Errc::kBusy, "open_group: no group slot is free at every member's daemon, or a member could not open the group (a daemon has 255 slots; groups close when their clients go)");
+    if (!mine) next[0] = here.next[*slot];
+    reduce(next, ReduceOp::kMax);
+    std::optional<Error> opened_error = mine;
+    if (!mine) {
+      proto::GroupOpenRequest open{*slot, static_cast<std::uint32_t>(next[0]), {}};
+      for (int r : members) open.members.push_back(static_cast<std::uint32_t>(r));
+      auto reply = conn_->call(open);
+      if (!reply) opened_error = reply.error();
+      else if (proto::header_of(*reply)->type != static_cast<std::uint16_t>(proto::Type::kOk)) opened_error = reply_as<proto::ErrorReply>(*reply, "GROUP_OPEN").error();
+    }
+    auto handle = std::make_shared<GroupHandle>();
+    if (!opened_error) {
+      handle->conn = conn_;
+      handle->generation = conn_->generation;
+      handle->slot = *slot;
+      handle->members = members;
+      handle->rank = static_cast<int>(std::find(members.begin(), members.end(), conn_->info.rank) - members.begin());
+    }
+    std::vector<std::uint64_t> ok(1, opened_error ? 0 : 1);
+    reduce(ok, ReduceOp::kAnd);
+    if (ok[0] == 1) {
+      Client g = *this;
+      g.group_ = std::move(handle);
+      return g;
+    }
+    handle.reset();  // closes it where it opened
+    if (mine) return *mine;
+    if (opened_error && opened_error->code() != Errc::kBusy) mine = opened_error;  // told to all at the next try
+  }
+  return mine ? *mine : Error(Errc::kBusy, "open_group: another member's daemon refused the group " + std::to_string(kGroupTries) + " times");
+}
+
+std::vector<int> Client::members() const {
+  if (group_) return group_->members;
+  std::vector<int> all(static_cast<std::size_t>(size()));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  return all;
+}
+
 // --- Client -------------------------------------------------------------------------------
 
 Result<Client> Client::try_connect(const std::string& socket) {
@@ -224,8 +323,8 @@ Client Client::connect(const std::string& socket) {
   return std::move(c.value());
 }
 
-int Client::rank() const { return conn_->info.rank; }
-int Client::size() const { return conn_->info.size; }
+int Client::rank() const { return group_ ? group_->rank : conn_->info.rank; }
+int Client::size() const { return group_ ? static_cast<int>(group_->members.size()) : conn_->info.size; }
 const ClusterInfo& Client::info() const { return conn_->info; }
 
 Buffer Client::allocate(std::size_t bytes) {
@@ -273,17 +372,18 @@ struct StartMessage {
   proto::StartRequest request;
 };
 
-namespace {
-
 // The spec of aapc/sched/spec.hpp for `o`: the group size belongs to the group shuffle's name.
-StartMessage start_message(proto::Kind kind, const Options& o) {
+StartMessage Client::start_message(int kind, const Options& o) const {
   StartMessage m;
-  m.request.kind = kind;
+  m.request.kind = static_cast<proto::Kind>(kind);
   const std::string schedule = o.schedule == "group-shuffle" ? "group-shuffle:" + std::to_string(std::max(1, o.group)) : o.schedule;
   m.request.spec = sched::join_spec(schedule, o.sync);
   m.request.timeout_ms = static_cast<std::uint32_t>(o.timeout.count());
+  if (group_) m.request.group = group_->slot;
   return m;
 }
+
+namespace {
 
 std::vector<proto::Block> blocks_of(const std::vector<std::size_t>& counts, const std::vector<std::size_t>& displs) {
   std::vector<proto::Block> out(counts.size());
@@ -294,13 +394,13 @@ std::vector<proto::Block> blocks_of(const std::vector<std::size_t>& counts, cons
 }  // namespace
 
 Result<Request> Client::start_alltoall(const Buffer& send, Buffer& recv, std::size_t block, const Options& options) {
-  StartMessage m = start_message(proto::Kind::kAlltoall, options);
+  StartMessage m = start_message(static_cast<int>(proto::Kind::kAlltoall), options);
   m.request.block = block;  // the size once: the daemon lays block d at d x block
   return start(send, recv, m);
 }
 
 Result<Stats> Client::alltoall(const Buffer& send, Buffer& recv, std::size_t block, const Options& options) {
-  StartMessage m = start_message(proto::Kind::kAlltoall, options);
+  StartMessage m = start_message(static_cast<int>(proto::Kind::kAlltoall), options);
   m.request.block = block;
   m.request.run = true;  // START and WAIT in one round trip to the daemon
   if (auto checked = check_blocks(send, recv, m); !checked) return checked.error();
@@ -313,7 +413,7 @@ Result<Request> Client::start_alltoallv(const Buffer& send, const std::vector<st
   const auto n = static_cast<std::size_t>(size());
   if (send_counts.size() != n || send_displs.size() != n || recv_counts.size() != n || recv_displs.size() != n)
     return Error(Errc::kInvalidArgument, "counts and displacements need one entry per rank (" + std::to_string(n) + ")");
-  StartMessage m = start_message(proto::Kind::kAlltoallv, options);
+  StartMessage m = start_message(static_cast<int>(proto::Kind::kAlltoallv), options);
   m.request.sends = blocks_of(send_counts, send_displs);
   m.request.recvs = blocks_of(recv_counts, recv_displs);
   return start(send, recv, m);
@@ -368,7 +468,7 @@ Result<Stats> Client::alltoallv(const Buffer& send, const std::vector<std::size_
 }
 
 Result<void> Client::barrier() {
-  StartMessage m = start_message(proto::Kind::kBarrier, Options{});
+  StartMessage m = start_message(static_cast<int>(proto::Kind::kBarrier), Options{});
   m.request.run = true;
   auto done = run(m);
   if (!done) return done.error();

@@ -56,8 +56,8 @@ bool Daemon::Impl::allowed(int fd, const ucred& cred) const {
   if (std::find(cfg.allow_uids.begin(), cfg.allow_uids.end(), cred.uid) != cfg.allow_uids.end()) return true;
   if (socket_gid == static_cast<gid_t>(-1)) return false;
   if (cred.gid == socket_gid) return true;
-  const std::vector<gid_t> groups = peer_groups(fd, cred);
-  return std::find(groups.begin(), groups.end(), socket_gid) != groups.end();
+  const std::vector<gid_t> unix_groups = peer_groups(fd, cred);
+  return std::find(unix_groups.begin(), unix_groups.end(), socket_gid) != unix_groups.end();
 }
 
 // Why a client that just connected may not stay, if it may not.

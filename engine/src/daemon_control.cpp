@@ -151,6 +151,10 @@ void Daemon::Impl::drop_client(int fd) {
   }
   const bool was_in_session = c.started;
   release_rank(c);
+  std::vector<std::uint32_t> owned;
+  for (const auto& [slot, g] : groups)
+    if (g.client == fd) owned.push_back(slot);
+  for (std::uint32_t slot : owned) close_group(slot, reason);
   ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
   close_client_resources(c);
   spdlog::info("client pid {} disconnected", c.pid);
@@ -161,7 +165,7 @@ void Daemon::Impl::drop_client(int fd) {
     // This node's part of the session is over: a peer may be waiting in the collective we
     // would have started next. The next session agrees on its ids anew.
     engine->abort_unstarted(next_id, reason);
-    ++next_id;
+    next_id = next_id_of(next_id);
     joined = false;
   }
 }

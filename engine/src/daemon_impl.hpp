@@ -6,6 +6,7 @@
 //   daemon_admission.cpp who may connect: credentials and groups, limits per uid, HELLO's timeout
 //   daemon_requests.cpp  the requests about buffers and results: HELLO, REGISTER, FREE, WAIT/TEST
 //   daemon_session.cpp   START: blocks checked, schedule chosen and cached, the session's join
+//   daemon_groups.cpp    GROUP_QUERY, GROUP_OPEN, GROUP_CLOSE: collectives among some machines
 //   daemon_sparse.cpp    alltoallv: the counts agreed first, then CGM for sparse patterns
 //   daemon_status.cpp    STATUS: the state and counters as JSON
 #pragma once
@@ -32,6 +33,7 @@
 #include "aapc/sched/topology.hpp"
 #include "aapc/sched/tree.hpp"
 #include "mapping.hpp"
+#include "serial.hpp"
 #include "protocol.hpp"
 
 namespace aapc::engine {
@@ -69,9 +71,35 @@ struct RankHolder {
   bool held_by_other_than(int fd) const { return client >= 0 && client != fd; }
 };
 
+// Plans exchanges over a tree: the whole cluster's, or a group's (issue 13). Schedules are
+// cached by "algorithm+sync". Not moved: the model refers to the tree.
+struct Planner {
+  explicit Planner(sched::Topology tree) : topo(std::move(tree)), model(topo) {}
+  Planner(const Planner&) = delete;
+  Planner& operator=(const Planner&) = delete;
+  std::shared_ptr<const sched::Schedule> schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync);
+  std::shared_ptr<const sched::Schedule> barrier();
+  sched::Topology topo;
+  sched::TreeModel model;
+  std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;
+};
+
+// Issue 13: some machines of the cluster whose collectives are numbered in a slot of their own
+// (serial.hpp), so that several clients of a machine can each run a group's collectives, and a
+// group need not span the cluster. Its members' clients agreed on the slot and the first id.
+struct Group {
+  int client = -1;            // fd of the client that opened it: the only one that starts its collectives here
+  std::vector<Rank> members;  // cluster ranks, by group rank
+  Rank me = -1;               // this node's group rank
+  std::uint32_t next_id = 0;
+  std::unique_ptr<Planner> planner;  // over the tree that joins the members
+};
+inline constexpr std::size_t kMaxGroupsPerClient = 64;
+
 // A START checked and ready to run but for its id.
 struct Prepared {
   int client = -1;
+  std::uint32_t slot = kWorldSlot;  // the group it runs in (0: the whole cluster)
   std::uint32_t request = 0;
   std::shared_ptr<const sched::Schedule> plan;
   std::vector<SendBlock> send;
@@ -110,7 +138,7 @@ std::int64_t cpu_now();
 struct Daemon::Impl {
   DaemonConfig cfg;
   sched::Topology topo;
-  std::unique_ptr<sched::TreeModel> model;
+  std::unique_ptr<Planner> world;  // over topo
   int rank = -1;
   std::unique_ptr<nic::EthPort> eth;
   std::unique_ptr<nic::FaultPort> faults;
@@ -126,8 +154,9 @@ struct Daemon::Impl {
   Clock::time_point next_idle_check{};
   Clock::time_point next_refusal_log{};  // refusals are logged at most once a second
   std::map<std::uint32_t, ExchangeRecord> exchanges;
-  std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;  // by "algorithm+sync"
   std::uint32_t next_id = 1;
+  std::map<std::uint32_t, Group> groups;  // by slot
+  std::vector<std::uint32_t> slot_next = std::vector<std::uint32_t>(kSlots, 1);  // by slot: the sequence after the last used here
   std::map<std::uint32_t, Counting> counting;  // by the id of its gather or broadcast running
   // Ids must grow at the engine: collectives started while an alltoallv agrees on its pattern
   // wait until its exchange has started.
@@ -183,15 +212,27 @@ struct Daemon::Impl {
   void send_done(int fd, std::uint32_t request, std::uint32_t id, const ExchangeRecord& rec);
   void wait(ClientState& c, std::uint32_t request, const proto::WaitRequest& m);
 
+  // daemon_groups.cpp
+  void serve(ClientState& c, std::uint32_t request, const proto::GroupQueryRequest& m);
+  void serve(ClientState& c, std::uint32_t request, const proto::GroupOpenRequest& m);
+  void serve(ClientState& c, std::uint32_t request, const proto::GroupCloseRequest& m);
+  std::optional<std::string> open_group(const ClientState& c, const proto::GroupOpenRequest& m);
+  // Closes a group; `why` tells peers waiting in its next collective.
+  void close_group(std::uint32_t slot, const std::string& why);
+  // The group of a START's slot, held by client `c`; why not, if not.
+  std::optional<std::string> group_problem(const ClientState& c, std::uint32_t slot) const;
+  Planner& planner_of(std::uint32_t slot) { return slot == kWorldSlot ? *world : *groups.at(slot).planner; }
+  // The id the next collective of `slot` gets, used up.
+  std::uint32_t take_id(std::uint32_t slot);
+
   // daemon_session.cpp
-  std::shared_ptr<const sched::Schedule> schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync);
   void start_or_join(ClientState& c, std::uint32_t request, const proto::StartRequest& m);
   void joins();
   void launch(Prepared p);
   ExchangeSpec spec_of(const Prepared& p, std::uint32_t id) const;
   std::optional<Prepared> prepare(ClientState& c, std::uint32_t request, const proto::StartRequest& m);
-  std::optional<std::string> place_blocks(const ClientState& c, const proto::StartRequest& m, Prepared& p) const;
-  std::optional<std::string> overlapping_blocks(const proto::StartRequest& m, const Mapping& send, const Mapping& recv) const;
+  std::optional<std::string> place_blocks(const ClientState& c, const proto::StartRequest& m, std::size_t n, Prepared& p) const;
+  static std::optional<std::string> overlapping_blocks(const proto::StartRequest& m, std::size_t n, const Mapping& send, const Mapping& recv);
   std::optional<std::string> plan(const proto::StartRequest& m, Prepared& p);
 
   // daemon_sparse.cpp

@@ -46,7 +46,7 @@ void Daemon::Impl::hello(ClientState& c, std::uint32_t request) {
   m.size = static_cast<std::uint32_t>(topo.machine_count());
   m.epoch = engine->epoch();
   m.mtu = static_cast<std::uint32_t>(topo.mtu());
-  m.peak_bps = model->peak_aggregate_bps();
+  m.peak_bps = world->model.peak_aggregate_bps();
   m.machine = topo.machine(rank).name;
   m.topology = topo.name();
   proto::send_message(c.fd, proto::message(m, request));

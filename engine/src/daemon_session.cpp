@@ -9,7 +9,7 @@
 
 namespace aapc::engine {
 
-std::shared_ptr<const sched::Schedule> Daemon::Impl::schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync) {
+std::shared_ptr<const sched::Schedule> Planner::schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync) {
   std::string key = sched::format_plan_spec(algo, sync);
   auto it = schedules.find(key);
   if (it != schedules.end()) return it->second;
@@ -18,9 +18,21 @@ std::shared_ptr<const sched::Schedule> Daemon::Impl::schedule(const sched::Algor
   return s;
 }
 
+std::shared_ptr<const sched::Schedule> Planner::barrier() {
+  auto& b = schedules["barrier"];  // no plan spec has that key
+  if (!b) b = std::make_shared<const sched::Schedule>(sched::barrier_schedule(topo.machine_count(), sched::barrier_radix(topo.machine_count())));
+  return b;
+}
+
 // A request is checked at once; the first exchange of a session then waits until the
 // cluster agreed on exchange ids.
 void Daemon::Impl::start_or_join(ClientState& c, std::uint32_t request, const proto::StartRequest& m) {
+  if (m.group != kWorldSlot) {
+    // A group's collectives are its clients' alone, numbered from the id they agreed on.
+    if (auto why = group_problem(c, m.group)) return reply_error(c.fd, request, Errc::kInvalidArgument, *why);
+    if (auto p = prepare(c, request, m)) launch(std::move(*p));
+    return;
+  }
   if (holder.held_by_other_than(c.fd)) return reply_error(c.fd, request, Errc::kBusy, *claim_rank(c));
   auto p = prepare(c, request, m);
   if (!p) return;
@@ -57,32 +69,47 @@ void Daemon::Impl::joins() {
 // agree on (finding 10); with no timeout, the engine derives one from the bytes over the
 // topology's bottleneck (finding 6).
 ExchangeSpec Daemon::Impl::spec_of(const Prepared& p, std::uint32_t id) const {
-  ExchangeSpec spec = exchange_spec(*p.plan, rank, id);
-  if (!p.send.empty()) {
-    spec.send = p.send;
-    spec.recv = p.recv;
+  const bool grouped = p.slot != kWorldSlot;
+  const Group* g = grouped ? &groups.at(p.slot) : nullptr;
+  ExchangeSpec spec = grouped ? exchange_spec(*p.plan, g->me, id, g->members, static_cast<std::size_t>(topo.machine_count()))
+                              : exchange_spec(*p.plan, rank, id);
+  for (std::size_t i = 0; i < p.send.size(); ++i) {  // by group rank: the cluster rank is the member's
+    const std::size_t r = grouped ? static_cast<std::size_t>(g->members[i]) : i;
+    spec.send[r] = p.send[i];
+    spec.recv[r] = p.recv[i];
   }
   spec.timeout = std::chrono::milliseconds(p.timeout_ms);
   spec.token_slack = token_slack(slack_buffer, p.plan->phases.size(), pace_bps);
   spec.descriptor.kind = p.kind;
   spec.descriptor.block = p.block;
   spec.combine_block = p.block;  // a combining schedule's blocks (alltoall only, plan())
-  spec.bottleneck_load = std::max<std::uint64_t>(spec.bottleneck_load, static_cast<std::uint64_t>(model->load()));
+  const sched::TreeModel& model = grouped ? g->planner->model : world->model;
+  spec.bottleneck_load = std::max<std::uint64_t>(spec.bottleneck_load, static_cast<std::uint64_t>(model.load()));
   return spec;
 }
 
+std::uint32_t Daemon::Impl::take_id(std::uint32_t slot) {
+  std::uint32_t& next = slot == kWorldSlot ? next_id : groups.at(slot).next_id;
+  const std::uint32_t id = next;
+  next = next_id_of(next);  // a collective's id is used up, started or not
+  slot_next[slot] = id_seq(next);
+  return id;
+}
+
 void Daemon::Impl::launch(Prepared p) {
-  if (!counting.empty()) return waiting_counts.push_back(std::move(p));
+  const bool world_session = p.slot == kWorldSlot;
+  // The session's ids must grow at the engine: its collectives wait while an alltoallv agrees on
+  // its pattern. A group's ids are its own.
+  if (world_session && !counting.empty()) return waiting_counts.push_back(std::move(p));
   if (p.counts_first) return launch_counted(std::move(p));
   ClientState& c = clients[p.client];
-  const std::uint32_t id = next_id;
+  const std::uint32_t id = take_id(p.slot);
   auto started = engine->start(spec_of(p, id));
-  ++next_id;  // a collective's id is used up, started or not
   if (!started) return reply_error(c.fd, p.request, started.error().code(), started.error().message());
   p.rec.cpu_ns = cpu_now();
   exchanges[id] = std::move(p.rec);
   c.exchanges.insert(id);
-  c.started = true;
+  if (world_session) c.started = true;
   if (p.run) {
     exchanges[id].waiters.push_back(p.request);  // DONE goes when it finished (collect_finished)
   } else {
@@ -99,13 +126,13 @@ std::optional<Prepared> Daemon::Impl::prepare(ClientState& c, std::uint32_t requ
   p.kind = m.kind == proto::Kind::kBarrier ? Collective::kBarrier : m.kind == proto::Kind::kAlltoall ? Collective::kAlltoall : Collective::kAlltoallv;
   if (m.kind == proto::Kind::kAlltoall) p.block = m.block;
   p.rec.client = c.fd;
+  p.slot = m.group;
+  Planner& planner = planner_of(p.slot);
   if (m.kind == proto::Kind::kBarrier) {
-    auto& barrier = schedules["barrier"];  // no plan spec has that key
-    if (!barrier) barrier = std::make_shared<const sched::Schedule>(sched::barrier_schedule(topo.machine_count(), sched::barrier_radix(topo.machine_count())));
-    p.plan = barrier;
+    p.plan = planner.barrier();
     p.rec.schedule = "barrier";
     p.rec.sync = "tokens";
-  } else if (auto error = place_blocks(c, m, p)) {
+  } else if (auto error = place_blocks(c, m, static_cast<std::size_t>(planner.topo.machine_count()), p)) {
     reply_error(c.fd, request, Errc::kInvalidArgument, *error);
     return std::nullopt;
   } else if (auto plan_error = plan(m, p)) {
@@ -116,10 +143,10 @@ std::optional<Prepared> Daemon::Impl::prepare(ClientState& c, std::uint32_t requ
 }
 
 // The blocks of `m` in the client's buffers, checked like wire fields; why not, if not.
-std::optional<std::string> Daemon::Impl::place_blocks(const ClientState& c, const proto::StartRequest& m, Prepared& p) const {
-  const auto n = static_cast<std::size_t>(topo.machine_count());
+std::optional<std::string> Daemon::Impl::place_blocks(const ClientState& c, const proto::StartRequest& m, std::size_t n, Prepared& p) const {
   if (m.kind == proto::Kind::kAlltoallv && m.sends.size() != n)
-    return "the request has " + std::to_string(m.sends.size()) + " blocks; the cluster has " + std::to_string(n) + " ranks";
+    return "the request has " + std::to_string(m.sends.size()) + " blocks; the " + (m.group == kWorldSlot ? "cluster" : "group") + " has " +
+           std::to_string(n) + " ranks";
   auto sb = c.buffers.find(m.send_buffer), rb = c.buffers.find(m.recv_buffer);
   if (sb == c.buffers.end() || rb == c.buffers.end()) return "START names a buffer this client has not registered";
   const Mapping& sm = sb->second;
@@ -135,7 +162,7 @@ std::optional<std::string> Daemon::Impl::place_blocks(const ClientState& c, cons
     p.send.push_back({sm.data + s.offset, s.length, sm.region.get()});
     p.recv.push_back({rm.data + r.offset, r.length});
   }
-  if (auto overlap = overlapping_blocks(m, sm, rm)) return overlap;
+  if (auto overlap = overlapping_blocks(m, n, sm, rm)) return overlap;
   p.rec.buffers = {m.send_buffer, m.recv_buffer};
   return std::nullopt;
 }
@@ -143,9 +170,8 @@ std::optional<std::string> Daemon::Impl::place_blocks(const ClientState& c, cons
 // Sends and receives that share bytes: the engine would overwrite what it has yet to send,
 // and report success. (MPI forbids it too, short of MPI_IN_PLACE.) Buffers of one memory
 // file are one memory, wherever the client mapped them.
-std::optional<std::string> Daemon::Impl::overlapping_blocks(const proto::StartRequest& m, const Mapping& send, const Mapping& recv) const {
+std::optional<std::string> Daemon::Impl::overlapping_blocks(const proto::StartRequest& m, std::size_t n, const Mapping& send, const Mapping& recv) {
   if (!send.same_memory(recv)) return std::nullopt;
-  const auto n = static_cast<std::size_t>(topo.machine_count());
   std::vector<proto::Range> sends(n), recvs(n);
   for (std::size_t i = 0; i < n; ++i) {
     const proto::Block s = m.send_block(i), r = m.recv_block(i);
@@ -169,9 +195,12 @@ std::optional<std::string> Daemon::Impl::plan(const proto::StartRequest& m, Prep
     if (sparse && m.kind != proto::Kind::kAlltoallv)
       return "schedule '" + sched::read_spec(m.spec).algorithm + "' decomposes an alltoallv's pattern; an alltoall is dense";
     if (const auto given = sched::read_spec(m.spec).sync; sparse && !given.empty()) (void)sched::parse_plan_spec("auto+" + given);  // throws
-    const sched::Choice choice = sched::choose(*model, sparse ? "auto" : m.spec, m.kind == proto::Kind::kAlltoall ? m.block : sched::kAnyBlockSize);
-    p.plan = schedule(choice.algorithm, choice.sync);
-    if (m.kind == proto::Kind::kAlltoallv && counts_first(m.spec)) {
+    if (sparse && m.group != kWorldSlot)
+      return "schedule '" + sched::read_spec(m.spec).algorithm + "' agrees on an alltoallv's pattern over the whole cluster; in a group, use a dense one (auto)";
+    Planner& planner = planner_of(m.group);
+    const sched::Choice choice = sched::choose(planner.model, sparse ? "auto" : m.spec, m.kind == proto::Kind::kAlltoall ? m.block : sched::kAnyBlockSize);
+    p.plan = planner.schedule(choice.algorithm, choice.sync);
+    if (m.kind == proto::Kind::kAlltoallv && m.group == kWorldSlot && counts_first(m.spec)) {
       p.counts_first = true;  // the plan above only sizes the join's deadline
       p.spec = m.spec;
       p.rec.schedule = "alltoallv: agreeing on counts";

@@ -41,11 +41,11 @@ bool Daemon::Impl::counts_first(const std::string& spec) const {
 void Daemon::Impl::launch_counted(Prepared p) {
   ClientState& c = clients[p.client];
   const std::uint32_t gather_id = next_id;
-  next_id += 3;  // gather, broadcast, exchange: all used up, started or not
+  for (int i = 0; i < 3; ++i) next_id = next_id_of(next_id);  // gather, broadcast, exchange: all used up, started or not
   const auto n = static_cast<std::size_t>(topo.machine_count());
   Counting& k = counting[gather_id];
-  k.broadcast_id = gather_id + 1;
-  k.id = gather_id + 2;
+  k.broadcast_id = next_id_of(gather_id);
+  k.id = next_id_of(k.broadcast_id);
   k.words = (n + 63) / 64;
   k.row.resize(2 * n);
   for (std::size_t r = 0; r < n; ++r) {

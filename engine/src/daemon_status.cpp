@@ -16,6 +16,10 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
   nlohmann::json dead = nlohmann::json::array();
   for (sched::Rank r = 0; r < topo.machine_count(); ++r)
     if (r != rank && engine->peer_dead(static_cast<Rank>(r))) dead.push_back({{"rank", r}, {"machine", topo.machine(r).name}});
+  nlohmann::json open_groups = nlohmann::json::array();
+  for (const auto& [slot, g] : groups)
+    open_groups.push_back({{"slot", slot}, {"members", g.members}, {"rank", g.me}, {"pid", clients.count(g.client) != 0 ? clients.at(g.client).pid : 0},
+                           {"next_exchange", g.next_id}});
   nlohmann::json held = nullptr;
   if (holder.client >= 0) held = {{"pid", holder.pid}, {"uid", holder.uid}};
   nlohmann::json j = {
@@ -27,10 +31,11 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
       {"port", cfg.device},
       {"epoch", engine->epoch()},
       {"pace_bps", pace_bps},
-      {"peak_aggregate_bps", model->peak_aggregate_bps()},
+      {"peak_aggregate_bps", world->model.peak_aggregate_bps()},
       {"next_exchange", next_id},
       {"clients", clients.size()},
       {"rank_holder", held},
+      {"groups", open_groups},
       {"dead_peers", dead},
       {"exchanges", live},
       {"counters",

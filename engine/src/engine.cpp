@@ -54,6 +54,33 @@ ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32
   return spec;
 }
 
+ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32_t id, const std::vector<Rank>& members, std::size_t cluster_size) {
+  ExchangeSpec spec = exchange_spec(schedule, me, id);
+  auto cluster = [&](Rank& r) { r = members.at(static_cast<std::size_t>(r)); };
+  cluster(spec.program.rank);
+  for (auto& round : spec.program.rounds)
+    for (auto& send : round.sends) cluster(send.dst);
+  for (auto& entry : spec.program.on_receive) cluster(entry.first);
+  for (auto& target : spec.sync_targets) cluster(target.second);
+  for (auto& source : spec.sync_sources) cluster(source.second);
+  // Sorted as exchange_spec sorts them (on_receive by source, is looked up by it): members need not be in order.
+  std::sort(spec.program.on_receive.begin(), spec.program.on_receive.end());
+  std::sort(spec.sync_targets.begin(), spec.sync_targets.end());
+  std::sort(spec.sync_sources.begin(), spec.sync_sources.end());
+  for (auto& step : spec.combine) {
+    cluster(step.to);
+    cluster(step.from);
+    for (auto* pieces : {&step.send, &step.recv})
+      for (auto& piece : *pieces) {
+        cluster(piece.origin);
+        cluster(piece.dest);
+      }
+  }
+  spec.send.assign(cluster_size, {});
+  spec.recv.assign(cluster_size, {});
+  return spec;
+}
+
 std::chrono::milliseconds derived_timeout(std::uint64_t bottleneck_bytes, std::uint64_t link_bps, std::chrono::milliseconds allowance) {
   const double rate = link_bps > 0 ? static_cast<double>(link_bps) : 1e9;
   const double wire_ms = static_cast<double>(bottleneck_bytes) * 8e3 / rate;
@@ -95,6 +122,7 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   peer_epoch_.assign(n, 0);
   peer_epoch_known_.assign(n, false);
   aborted_by_.resize(n);
+  last_started_.resize(kSlots);
   peer_proposal_.resize(n);
   join_acked_.assign(n, true);
   ethertype = config_.ethertype;
@@ -140,8 +168,18 @@ std::map<std::uint32_t, EarlyFrames>::iterator Engine::erase_early(std::map<std:
   return early_.erase(it);
 }
 
+std::uint32_t Engine::ahead(std::uint32_t id) const {
+  const auto& last = last_started_[id_slot(id)];
+  return last ? id_distance(id, *last) : 0;
+}
+
+bool Engine::after_last_started(std::uint32_t id) const {
+  const auto& last = last_started_[id_slot(id)];
+  return !last || later_id(id, *last);
+}
+
 bool Engine::may_keep_early(std::uint32_t id) const {
-  if (started_any_ && !later(id, last_started_)) return false;
+  if (!after_last_started(id)) return false;
   if (early_.size() < kMaxEarly || early_.count(id) != 0) return true;
   return ahead(farthest_early()->first) > ahead(id);
 }
@@ -153,8 +191,8 @@ std::map<std::uint32_t, EarlyFrames>::const_iterator Engine::farthest_early() co
 Result<void> Engine::start(ExchangeSpec spec) {
   const std::size_t n = config_.peers.size();
   auto invalid = [&](const std::string& what) { return Error(Errc::kInvalidArgument, "exchange " + std::to_string(spec.id) + ": " + what); };
-  if (started_any_ && !later(spec.id, last_started_))
-    return invalid("ids must grow; the last exchange started here was " + std::to_string(last_started_));
+  if (!after_last_started(spec.id))
+    return invalid("ids must grow; the last exchange of its group slot started here was " + std::to_string(*last_started_[id_slot(spec.id)]));
   const auto running = static_cast<std::size_t>(std::count_if(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->running(); }));
   if (running >= config_.max_live_exchanges)
     return Error(Errc::kBusy, "exchange " + std::to_string(spec.id) + ": " + std::to_string(running) + " exchanges are already running");
@@ -196,8 +234,7 @@ Result<void> Engine::start(ExchangeSpec spec) {
   Exchange* raw = ex.get();
   exchanges_[id] = std::move(ex);
   active_.push_back(raw);
-  last_started_ = id;
-  started_any_ = true;
+  last_started_[id_slot(id)] = id;
   EarlyFrames early;
   if (auto it = early_.find(id); it != early_.end()) {
     early_data_bytes_ -= std::min(early_data_bytes_, early_payload(it->second));
@@ -205,7 +242,7 @@ Result<void> Engine::start(ExchangeSpec spec) {
     early_.erase(it);
   }
   // Early entries for ids now in the past can never start.
-  for (auto it = early_.begin(); it != early_.end();) it = later(it->first, id) ? std::next(it) : erase_early(it);
+  for (auto it = early_.begin(); it != early_.end();) it = id_slot(it->first) != id_slot(id) || later_id(it->first, id) ? std::next(it) : erase_early(it);
   raw->begin(now, early);
   return {};
 }

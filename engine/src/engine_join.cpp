@@ -55,7 +55,7 @@ std::optional<Result<std::uint32_t>> Engine::join_result() {
       }
       return std::nullopt;
     }
-    if (later(*peer_proposal_[r], agreed)) agreed = *peer_proposal_[r];
+    if (later_id(*peer_proposal_[r], agreed)) agreed = *peer_proposal_[r];  // the session's slot only
   }
   joining_ = false;
   for (auto& p : peer_proposal_) p.reset();

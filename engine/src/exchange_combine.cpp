@@ -51,8 +51,17 @@ std::optional<std::string> combine_problem(const ExchangeSpec& spec, Rank me) {
   if (spec.combine.size() != spec.program.rounds.size())
     return "a combining schedule needs one round per step (" + std::to_string(spec.combine.size()) + " steps, " +
            std::to_string(spec.program.rounds.size()) + " rounds)";
+  // The ranks the steps name: all of them, or a group's (issue 13), whose exchange leaves the
+  // other ranks of the cluster out.
+  std::vector<bool> named(spec.send.size(), false);
+  for (const auto& step : spec.combine)
+    for (const auto* pieces : {&step.send, &step.recv})
+      for (const auto& piece : *pieces)
+        for (Rank r : {piece.origin, piece.dest})
+          if (r >= 0 && static_cast<std::size_t>(r) < named.size()) named[static_cast<std::size_t>(r)] = true;
   for (std::size_t r = 0; r < spec.send.size(); ++r) {
     if (static_cast<Rank>(r) == me) continue;
+    if (!named[r] && spec.send[r].len == 0 && spec.recv[r].len == 0) continue;
     if (spec.send[r].len != spec.combine_block || spec.recv[r].len != spec.combine_block)
       return "a combining schedule (" + spec.descriptor.plan + ") forwards blocks through other ranks and needs every block to be " +
              std::to_string(spec.combine_block) + " bytes; block " + std::to_string(r) + " sends " + std::to_string(spec.send[r].len) +

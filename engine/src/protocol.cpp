@@ -137,15 +137,17 @@ bool decode(Reader& r, FreeRequest& m) {
 
 void encode(Writer& w, const StartRequest& m) {
   w.put(static_cast<std::uint8_t>(m.kind)).str(m.spec).put(m.timeout_ms);
-  if (m.kind == Kind::kBarrier) return;
-  w.put(m.send_buffer).put(m.recv_buffer);
-  if (m.kind == Kind::kAlltoall) {
-    w.put(m.block);
-    return;
+  if (m.kind != Kind::kBarrier) {
+    w.put(m.send_buffer).put(m.recv_buffer);
+    if (m.kind == Kind::kAlltoall) {
+      w.put(m.block);
+    } else {
+      w.put(static_cast<std::uint32_t>(m.sends.size()));
+      put_blocks(w, m.sends);
+      put_blocks(w, m.recvs);
+    }
   }
-  w.put(static_cast<std::uint32_t>(m.sends.size()));
-  put_blocks(w, m.sends);
-  put_blocks(w, m.recvs);
+  if (m.group != 0) w.put(m.group);
 }
 bool decode(Reader& r, StartRequest& m) {
   const auto kind = r.get<std::uint8_t>();
@@ -153,18 +155,23 @@ bool decode(Reader& r, StartRequest& m) {
   m.timeout_ms = r.get<std::uint32_t>();
   if (!r.ok() || kind < static_cast<std::uint8_t>(Kind::kAlltoall) || kind > static_cast<std::uint8_t>(Kind::kBarrier)) return false;
   m.kind = static_cast<Kind>(kind);
-  if (m.kind == Kind::kBarrier) return r.done();
-  m.send_buffer = r.get<std::uint32_t>();
-  m.recv_buffer = r.get<std::uint32_t>();
-  if (m.kind == Kind::kAlltoall) {
-    m.block = r.get<std::uint64_t>();
-    return r.done();
+  if (m.kind != Kind::kBarrier) {
+    m.send_buffer = r.get<std::uint32_t>();
+    m.recv_buffer = r.get<std::uint32_t>();
+    if (m.kind == Kind::kAlltoall) {
+      m.block = r.get<std::uint64_t>();
+    } else {
+      // Sends and receives: as many of each, 16 bytes a block.
+      const auto count = r.get<std::uint32_t>();
+      if (!r.fits(2ULL * count, 2 * sizeof(std::uint64_t))) return false;
+      get_blocks(r, m.sends, count);
+      get_blocks(r, m.recvs, count);
+    }
   }
-  // Sends and receives: as many of each, 16 bytes a block.
-  const auto count = r.get<std::uint32_t>();
-  if (!r.fits(2ULL * count, 2 * sizeof(std::uint64_t))) return false;
-  get_blocks(r, m.sends, count);
-  get_blocks(r, m.recvs, count);
+  if (r.ok() && !r.at_end()) {
+    m.group = r.get<std::uint8_t>();
+    if (m.group == 0) return false;  // sent only when not 0
+  }
   return r.done();
 }
 
@@ -232,6 +239,41 @@ bool decode(Reader& r, ErrorReply& m) {
 
 void encode(Writer&, const EmptyReply&) {}
 
+void encode(Writer&, const GroupQueryRequest&) {}
+bool decode(Reader& r, GroupQueryRequest&) { return r.done(); }
+
+void encode(Writer& w, const GroupQueryReply& m) {
+  for (std::size_t i = 0; i < kGroupSlots / 64; ++i) w.put(i < m.free.size() ? m.free[i] : 0);
+  for (std::size_t s = 0; s < kGroupSlots; ++s) w.put(s < m.next.size() ? m.next[s] : 0);
+}
+bool decode(Reader& r, GroupQueryReply& m) {
+  m.free.resize(kGroupSlots / 64);
+  for (auto& word : m.free) word = r.get<std::uint64_t>();
+  m.next.resize(kGroupSlots);
+  for (auto& seq : m.next) seq = r.get<std::uint32_t>();
+  return r.done();
+}
+
+void encode(Writer& w, const GroupOpenRequest& m) {
+  w.put(m.slot).put(m.first).put(static_cast<std::uint32_t>(m.members.size()));
+  for (std::uint32_t rank : m.members) w.put(rank);
+}
+bool decode(Reader& r, GroupOpenRequest& m) {
+  m.slot = r.get<std::uint8_t>();
+  m.first = r.get<std::uint32_t>();
+  const auto count = r.get<std::uint32_t>();
+  if (!r.fits(count, sizeof(std::uint32_t))) return false;
+  m.members.resize(count);
+  for (auto& rank : m.members) rank = r.get<std::uint32_t>();
+  return r.done();
+}
+
+void encode(Writer& w, const GroupCloseRequest& m) { w.put(m.slot); }
+bool decode(Reader& r, GroupCloseRequest& m) {
+  m.slot = r.get<std::uint8_t>();
+  return r.done();
+}
+
 std::optional<Overlap> find_overlap(const std::vector<Range>& sends, const std::vector<Range>& recvs) {
   struct Item {
     Range range;
@@ -292,6 +334,9 @@ DecodedRequest decode_request(const std::vector<std::uint8_t>& msg) {
     case Type::kWait: return decoded(*h, r, WaitRequest{0, true}, "WAIT");
     case Type::kTest: return decoded(*h, r, WaitRequest{0, false}, "TEST");
     case Type::kStatus: return decoded(*h, r, StatusRequest{}, "STATUS");
+    case Type::kGroupQuery: return decoded(*h, r, GroupQueryRequest{}, "GROUP_QUERY");
+    case Type::kGroupOpen: return decoded(*h, r, GroupOpenRequest{}, "GROUP_OPEN");
+    case Type::kGroupClose: return decoded(*h, r, GroupCloseRequest{}, "GROUP_CLOSE");
     default: return {*h, true, std::nullopt, "unknown request type " + std::to_string(h->type)};
   }
 }

@@ -37,6 +37,10 @@ enum class Type : std::uint16_t {
   kError,            // code, message
   kOk,
   kRun,              // exchange request -> kDone once it finished here: START and WAIT in one
+  kGroupQuery,       // -> kGroupQueryReply: the group slots free here (issue 13)
+  kGroupQueryReply,
+  kGroupOpen,        // slot, first sequence, members -> kOk
+  kGroupClose,       // slot -> kOk
 };
 
 enum class Kind : std::uint8_t { kAlltoall = 1, kAlltoallv = 2, kBarrier = 3 };
@@ -190,6 +194,10 @@ struct StartRequest {
   std::uint32_t send_buffer = 0, recv_buffer = 0;
   std::uint64_t block = 0;          // alltoall: every block has this size, block d at d x block
   std::vector<Block> sends, recvs;  // alltoallv: one per rank
+  // The group slot the collective runs in (issue 13): 0, the whole cluster, or a group this
+  // client opened (GroupOpenRequest), whose ranks the blocks are then for. Sent only when not
+  // 0, after everything else: a START without it is one of protocol version 2's first kind.
+  std::uint8_t group = 0;
 
   // Where block i lies in the send (receive) buffer, for either kind.
   Block send_block(std::size_t i) const { return kind == Kind::kAlltoall ? Block{i * block, block} : sends[i]; }
@@ -243,6 +251,33 @@ struct DoneReply {
   friend bool operator==(const DoneReply&, const DoneReply&) = default;
 };
 
+// Issue 13, groups: exchanges among some machines of the cluster, with ids of their own. The
+// members' clients agree on a slot free on every member and on its first sequence (the largest
+// `next` of that slot among them), then each opens the group at its daemon.
+struct GroupQueryRequest {
+  static constexpr Type kType = Type::kGroupQuery;
+  friend bool operator==(const GroupQueryRequest&, const GroupQueryRequest&) = default;
+};
+inline constexpr std::size_t kGroupSlots = 256;  // slot 0 is the whole cluster's
+struct GroupQueryReply {
+  static constexpr Type kType = Type::kGroupQueryReply;
+  std::vector<std::uint64_t> free;  // kGroupSlots bits: slot s is free here when bit s is set
+  std::vector<std::uint32_t> next;  // by slot: the first sequence a new group of it may use here
+  friend bool operator==(const GroupQueryReply&, const GroupQueryReply&) = default;
+};
+struct GroupOpenRequest {
+  static constexpr Type kType = Type::kGroupOpen;
+  std::uint8_t slot = 0;
+  std::uint32_t first = 0;            // the sequence of the group's first exchange
+  std::vector<std::uint32_t> members;  // cluster ranks, by group rank
+  friend bool operator==(const GroupOpenRequest&, const GroupOpenRequest&) = default;
+};
+struct GroupCloseRequest {
+  static constexpr Type kType = Type::kGroupClose;
+  std::uint8_t slot = 0;
+  friend bool operator==(const GroupCloseRequest&, const GroupCloseRequest&) = default;
+};
+
 struct StatusRequest {
   static constexpr Type kType = Type::kStatus;
   friend bool operator==(const StatusRequest&, const StatusRequest&) = default;
@@ -277,6 +312,10 @@ void encode(Writer& w, const StartedReply& m);
 void encode(Writer& w, const WaitRequest& m);
 void encode(Writer& w, const DoneReply& m);
 void encode(Writer& w, const StatusRequest& m);
+void encode(Writer& w, const GroupQueryRequest& m);
+void encode(Writer& w, const GroupQueryReply& m);
+void encode(Writer& w, const GroupOpenRequest& m);
+void encode(Writer& w, const GroupCloseRequest& m);
 void encode(Writer& w, const StatusReply& m);
 void encode(Writer& w, const ErrorReply& m);
 void encode(Writer& w, const EmptyReply& m);
@@ -291,6 +330,10 @@ bool decode(Reader& r, StartedReply& m);
 bool decode(Reader& r, WaitRequest& m);
 bool decode(Reader& r, DoneReply& m);
 bool decode(Reader& r, StatusRequest& m);
+bool decode(Reader& r, GroupQueryRequest& m);
+bool decode(Reader& r, GroupQueryReply& m);
+bool decode(Reader& r, GroupOpenRequest& m);
+bool decode(Reader& r, GroupCloseRequest& m);
 bool decode(Reader& r, StatusReply& m);
 bool decode(Reader& r, ErrorReply& m);
 
@@ -317,7 +360,8 @@ inline Reader payload_of(const std::vector<std::uint8_t>& msg) {
 }
 
 // A request as the daemon serves it: one of the requests above, or why it is not one.
-using AnyRequest = std::variant<HelloRequest, RegisterRequest, FreeRequest, StartRequest, WaitRequest, StatusRequest>;
+using AnyRequest = std::variant<HelloRequest, RegisterRequest, FreeRequest, StartRequest, WaitRequest, StatusRequest, GroupQueryRequest,
+                                GroupOpenRequest, GroupCloseRequest>;
 struct DecodedRequest {
   Header header;      // request 0 when the header itself was not ours
   bool ours = false;  // magic and version are ours: the error (if any) is in the payload or type

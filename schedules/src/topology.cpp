@@ -431,4 +431,36 @@ std::vector<int> Topology::path(int u, int v) const {
   return out;
 }
 
+Topology sub_topology(const Topology& topology, const std::vector<Rank>& members) {
+  const std::string where = topology.source() + ", group of " + std::to_string(members.size()) + " machines: ";
+  if (members.size() < 2) throw TopologyError(where + "a group needs at least 2 machines");
+  std::vector<bool> kept_link(topology.links().size(), false), kept_node(topology.nodes().size(), false), member(static_cast<std::size_t>(topology.machine_count()), false);
+  for (Rank r : members) {
+    if (r < 0 || r >= topology.machine_count()) throw TopologyError(where + "rank " + std::to_string(r) + " is not a machine of the topology");
+    if (member[static_cast<std::size_t>(r)]) throw TopologyError(where + "rank " + std::to_string(r) + " is named twice");
+    member[static_cast<std::size_t>(r)] = true;
+    for (int edge : topology.path_between(members.front(), r)) kept_link[static_cast<std::size_t>(edge / 2)] = true;
+  }
+  TopologySpec spec;
+  spec.source = topology.source() + " (group)";
+  spec.graph_attrs = {{"mtu", std::to_string(topology.mtu())}, {"name", topology.name()}};
+  for (std::size_t l = 0; l < kept_link.size(); ++l) {
+    if (!kept_link[l]) continue;
+    const Link& link = topology.links()[l];
+    kept_node[static_cast<std::size_t>(link.a)] = kept_node[static_cast<std::size_t>(link.b)] = true;
+    spec.edges.push_back({topology.node(link.a).name, topology.node(link.b).name, {{"rate", format_rate(link.rate_bps)}}});
+  }
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const Node& m = topology.machine(members[i]);
+    spec.nodes.push_back({m.name, {{"mac", m.mac.str()}, {"rank", std::to_string(i)}}});
+  }
+  for (std::size_t id = 0; id < topology.nodes().size(); ++id) {
+    const Node& n = topology.nodes()[id];
+    if (!kept_node[id] || n.kind != NodeKind::kSwitch) continue;
+    spec.nodes.push_back({n.name, {}});
+    if (n.buffer_bytes != 0) spec.nodes.back().attrs["buffer"] = std::to_string(n.buffer_bytes);
+  }
+  return Topology::from_spec(spec);
+}
+
 }  // namespace aapc::sched

@@ -4,6 +4,7 @@
 //   aapc-test-client exchange SIZE SCHEDULE SYNC ITERS   all ranks; exit 0 when byte-exact
 //   aapc-test-client alltoallv                            all ranks; sparse sizes, zeros included
 //   aapc-test-client nonblocking SIZE                     all ranks; start, test() until done, wait()
+//   aapc-test-client group DIR halves|reversed           all ranks, two clients each: groups (issue 13)
 //   aapc-test-client hold                                 connect, allocate, wait for SIGUSR1, exchange
 //   aapc-test-client bad-requests                         one rank: malformed and lying requests
 //   aapc-test-client other-uid UID                        one rank: connect as UID, expect a refusal
@@ -13,9 +14,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -100,6 +105,84 @@ int nonblocking(std::size_t block) {
   return 0;
 }
 
+// Client::open_group's reduce over the members' processes, through files in `dir` (every
+// namespace of the emulated cluster sees one file system): step k's words of group rank r in
+// DIR/TAG-k-r, written whole by a rename.
+struct FileReduce {
+  std::filesystem::path dir;
+  std::string tag;
+  int me = 0, n = 0, step = 0;
+  void operator()(std::vector<std::uint64_t>& words, aapc::ReduceOp op) {
+    auto name = [&](int r) { return dir / (tag + "-" + std::to_string(step) + "-" + std::to_string(r)); };
+    {
+      std::ofstream out(name(me).string() + ".tmp");
+      for (auto w : words) out << w << "\n";
+    }
+    std::filesystem::rename(name(me).string() + ".tmp", name(me));
+    std::vector<std::uint64_t> result = words;
+    for (int r = 0; r < n; ++r) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!std::filesystem::exists(name(r))) {
+        if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("no reduce file " + name(r).string());
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      std::ifstream in(name(r));
+      for (auto& w : result) {
+        std::uint64_t v = 0;
+        in >> v;
+        w = op == aapc::ReduceOp::kAnd ? (w & v) : std::max(w, v);
+      }
+    }
+    words = result;
+    ++step;
+  }
+};
+
+// Issue 13: two clients on every machine, each in groups of its own, running at once. `halves`
+// opens a group of the lower and one of the upper half of the cluster (part of the tree each);
+// `reversed` one of every machine, in reverse order (group rank i is cluster rank n-1-i).
+// Every block is checked against its cluster ranks, so a block in the wrong group's exchange,
+// or of the wrong rank, shows.
+int group(const std::string& dir, const std::string& kind) {
+  aapc::Client c = aapc::Client::connect();
+  const int me = c.rank(), n = c.size();
+  std::vector<int> members;
+  if (kind == "halves") {
+    const int lo = me < n / 2 ? 0 : n / 2, hi = me < n / 2 ? n / 2 : n;
+    for (int r = lo; r < hi; ++r) members.push_back(r);
+  } else {
+    for (int r = n - 1; r >= 0; --r) members.push_back(r);
+  }
+  const std::string tag = kind + std::to_string(members.front());
+  FileReduce reduce{dir, tag, static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin()), static_cast<int>(members.size())};
+  auto opened = c.open_group(members, std::ref(reduce));
+  if (!opened) return fail(tag + ": open_group: " + opened.error().message());
+  aapc::Client& g = *opened;
+  const int gn = g.size();
+  if (g.members() != members || members[static_cast<std::size_t>(g.rank())] != me) return fail(tag + ": group ranks differ from the members");
+  const std::size_t block = 3000;
+  aapc::Buffer send = c.allocate(gn * block), recv = c.allocate(gn * block);
+  int iteration = 0;
+  for (const char* schedule : {"auto", "tree", "bruck", "pairwise"}) {
+    const std::size_t len = std::string(schedule) == "bruck" ? 64 : block;
+    for (int d = 0; d < gn; ++d)
+      for (std::size_t k = 0; k < len; ++k) send.data()[d * len + k] = pattern(me, members[d], iteration, k);
+    std::memset(recv.data(), 0xEE, gn * len);
+    aapc::Options o;
+    o.schedule = schedule;
+    auto r = g.alltoall(send, recv, len, o);
+    if (!r) return fail(tag + " rank " + std::to_string(me) + ", " + schedule + ": " + r.error().message());
+    for (int s = 0; s < gn; ++s)
+      for (std::size_t k = 0; k < len; ++k)
+        if (recv.data()[s * len + k] != pattern(members[s], me, iteration, k))
+          return fail(tag + " rank " + std::to_string(me) + ", " + schedule + ": byte " + std::to_string(k) + " from rank " + std::to_string(members[s]) + " differs");
+    ++iteration;
+  }
+  if (auto b = g.barrier(); !b) return fail(tag + ": barrier: " + b.error().message());
+  std::cout << "ok " << tag << " group of " << gn << " as rank " << g.rank() << "\n";
+  return 0;
+}
+
 volatile sig_atomic_t g_go = 0;
 void on_usr1(int) { g_go = 1; }
 
@@ -178,6 +261,23 @@ int bad_requests() {
   };
   if (start(4000, 200).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument)) return fail("a block past the buffer's end was accepted");
   if (start(~std::uint64_t{0} - 10, 100).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument)) return fail("an overflowing offset was accepted");
+  {
+    // Issue 13: a group's collective from a client that did not open it; a group without us.
+    aapc::proto::StartRequest m;
+    m.kind = aapc::proto::Kind::kBarrier;
+    m.group = 7;
+    if (raw.call(aapc::proto::message(m, raw.next++)).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument))
+      return fail("a collective of a group not open was accepted");
+    aapc::Client c = aapc::Client::connect();
+    aapc::proto::GroupOpenRequest open{9, 1, {}};
+    for (int r = 0; r < n; ++r)
+      if (r != c.rank()) open.members.push_back(static_cast<std::uint32_t>(r));
+    if (raw.call(aapc::proto::message(open, raw.next++)).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument))
+      return fail("a group without this machine was opened");
+    open.slot = 0;
+    if (raw.call(aapc::proto::message(open, raw.next++)).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument))
+      return fail("a group in slot 0 was opened");
+  }
   // Garbage, a wrong version, a truncated START.
   if (raw.call({1, 2, 3, 4, 5}).second != static_cast<std::uint32_t>(aapc::Errc::kProtocol)) return fail("garbage was not refused as a protocol error");
   {
@@ -220,6 +320,7 @@ int main(int argc, char** argv) {
     if (a.size() == 1 && a[0] == "alltoallv") return alltoallv();
     if (a.size() == 2 && a[0] == "nonblocking") return nonblocking(std::stoul(a[1]));
     if (a.size() == 1 && a[0] == "hold") return hold();
+    if (a.size() == 3 && a[0] == "group") return group(a[1], a[2]);
     if (a.size() == 1 && a[0] == "bad-requests") return bad_requests();
     if (a.size() == 2 && a[0] == "other-uid") return other_uid(static_cast<uid_t>(std::stoul(a[1])));
   } catch (const std::exception& e) {

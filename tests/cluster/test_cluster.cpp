@@ -363,6 +363,24 @@ TEST_CASE("a daemon killed mid-exchange: errors within seconds; its restart is r
   require_all_ok(everywhere(exchange(5000, "tree")), "after the restart");
 }
 
+TEST_CASE("issue 13: groups: two clients per machine, each in groups of its own (halves of the tree, all in reverse), byte-exact at once") {
+  Cluster cluster("8-two-switch");
+  const fs::path dir = kLogs / "reduce";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<Proc> procs;
+  for (const auto& m : machines())
+    for (const char* kind : {"halves", "reversed"}) procs.push_back(spawn_in(m, {kClient, "group", dir.string(), kind}));
+  for (auto& p : procs) {
+    if (!wait_for(p, 90s)) p.status = -2;
+    INFO(p.machine << ": " << p.output());
+    CHECK(p.status == 0);
+  }
+  auto status = sh("AAPC_SOCKET=" + socket_of(machines().front()) + " " + kTools + "/aapc status");
+  INFO(status.text);
+  CHECK(status.text.find("\"groups\": []") != std::string::npos);  // closed when their clients went
+}
+
 TEST_CASE("bad requests and foreign users are refused; the daemon keeps serving") {
   Cluster c("8-one-switch", "--socket-mode 0666");
   Proc bad = spawn_in("n0", {kClient, "bad-requests"});

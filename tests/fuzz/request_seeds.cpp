@@ -25,6 +25,10 @@ std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
   barrier.kind = Kind::kBarrier;
   StartRequest run = alltoall;  // START and WAIT in one (issue 14)
   run.run = true;
+  StartRequest grouped = alltoallv;  // in a group (issue 13)
+  grouped.sends.resize(2);
+  grouped.recvs.resize(2);
+  grouped.group = 5;
   return {
       {"hello", message(HelloRequest{"aapc-client 1"}, 1)},
       {"register", message(RegisterRequest{1 << 16}, 2)},
@@ -36,6 +40,10 @@ std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
       {"wait", message(WaitRequest{7, true}, 7)},
       {"test", message(WaitRequest{7, false}, 8)},
       {"status", message(StatusRequest{}, 9)},
+      {"start-group", message(grouped, 11)},
+      {"group-query", message(GroupQueryRequest{}, 12)},
+      {"group-open", message(GroupOpenRequest{5, 17, {2, 0, 1}}, 13)},
+      {"group-close", message(GroupCloseRequest{5}, 14)},
   };
 }
 

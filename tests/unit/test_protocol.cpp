@@ -9,6 +9,7 @@
 #include "aapc/sched/choice.hpp"
 #include "aapc/sched/dot.hpp"
 #include "protocol.hpp"
+#include "serial.hpp"
 
 using namespace aapc;
 
@@ -89,6 +90,36 @@ TEST_CASE("every control message round-trips, and a cut or a byte too many is re
   round_trip(proto::StatusRequest{});
   round_trip(proto::StatusReply{"{\"rank\": 0}"});
   round_trip(proto::ErrorReply{static_cast<std::uint32_t>(Errc::kInvalidArgument), "no buffer 3"});
+  // Issue 13: groups.
+  round_trip(proto::GroupQueryRequest{});
+  proto::GroupQueryReply query{std::vector<std::uint64_t>(4, 0x5555), std::vector<std::uint32_t>(256, 7)};
+  query.next[200] = 0xABCDEF;
+  round_trip(query);
+  round_trip(proto::GroupOpenRequest{9, 1234, {3, 0, 2}});
+  round_trip(proto::GroupCloseRequest{9});
+}
+
+TEST_CASE("issue 13: a START outside groups is version 2's first kind of START; a group's adds one byte, never 0") {
+  const auto plain = proto::message(alltoallv(), 1);
+  proto::StartRequest grouped = alltoallv();
+  grouped.group = 3;
+  auto with_group = proto::message(grouped, 1);
+  REQUIRE(with_group.size() == plain.size() + 1);
+  CHECK(std::equal(plain.begin() + sizeof(proto::Header), plain.end(), with_group.begin() + sizeof(proto::Header)));
+  auto d = proto::decode_request(with_group);
+  REQUIRE(d.request);
+  CHECK(std::get<proto::StartRequest>(*d.request) == grouped);
+  for (const auto& barrier : {proto::StartRequest{.kind = proto::Kind::kBarrier, .sends = {}, .recvs = {}, .group = 200}}) {
+    auto b = proto::decode_request(proto::message(barrier, 2));
+    REQUIRE(b.request);
+    CHECK(std::get<proto::StartRequest>(*b.request) == barrier);
+  }
+  proto::Writer longer(proto::Type::kStart, 3);
+  proto::encode(longer, grouped);
+  longer.put(std::uint8_t{1});  // a byte too many
+  CHECK(proto::decode_request(longer.done()).error == "malformed START");
+  with_group.back() = 0;  // a group byte of 0 is refused: slot 0 is said by leaving it out
+  CHECK(proto::decode_request(with_group).error == "malformed START");
 }
 
 TEST_CASE("an alltoall carries its block size once; its blocks lie at d x block") {
@@ -128,7 +159,7 @@ TEST_CASE("the request decoder names what is wrong and never crashes") {
   // Random bytes after a valid header, of every request type.
   std::mt19937 rng(16);
   for (int i = 0; i < 20000; ++i) {
-    proto::Writer w(static_cast<proto::Type>(1 + rng() % 16), 5);
+    proto::Writer w(static_cast<proto::Type>(1 + rng() % 20), 5);
     const std::size_t n = rng() % 48;
     for (std::size_t k = 0; k < n; ++k) w.put(static_cast<std::uint8_t>(rng() % 4 == 0 ? 0 : rng()));
     auto r = proto::decode_request(w.done());
@@ -228,4 +259,21 @@ TEST_CASE("RUN is START and WAIT in one request: the same payload, its own type"
   const auto start = proto::decode_request(proto::message(m, 8));
   REQUIRE(start.request);
   CHECK_FALSE(std::get<proto::StartRequest>(*start.request).run);
+}
+
+TEST_CASE("issue 13: exchange ids are numbered per group slot; ids of one slot compare as 24-bit serial numbers, across the wrap") {
+  using namespace aapc::engine;
+  const std::uint32_t a = make_id(5, 10);
+  CHECK(id_slot(a) == 5);
+  CHECK(id_seq(a) == 10);
+  CHECK(later_id(next_id_of(a), a));
+  CHECK_FALSE(later_id(a, a));
+  CHECK_FALSE(later_id(a, next_id_of(a)));
+  CHECK_FALSE(later_id(make_id(6, 11), a));  // another slot: unordered, both ways
+  CHECK_FALSE(later_id(a, make_id(6, 11)));
+  const std::uint32_t last = make_id(5, kSeqMask);
+  CHECK(next_id_of(last) == make_id(5, 0));  // wraps within its slot
+  CHECK(later_id(make_id(5, 3), last));
+  CHECK(id_distance(make_id(5, 3), last) == 4);
+  CHECK(next_id_of(make_id(kWorldSlot, kSeqMask)) == make_id(kWorldSlot, 0));  // the session's ids never reach slot 1
 }

@@ -2,12 +2,15 @@
 // file gets its own error naming the file and the culprit.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
 #include "aapc/sched/dot.hpp"
 #include "aapc/sched/generate.hpp"
+#include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/tree.hpp"
+#include "aapc/sched/verify.hpp"
 #include "paths.hpp"
 
 using namespace aapc::sched;
@@ -193,4 +196,59 @@ TEST_CASE("finding 11: more machines than the wire's 16-bit ranks can name are r
     CHECK_THAT(e.what(), Catch::Contains("big.dot: has 70000 machines; the wire's 16-bit rank fields allow at most 65535"));
   }
   CHECK(Topology::from_spec(spec_of(kMaxMachines)).machine_count() == 65535);
+}
+
+TEST_CASE("issue 13: a group's tree joins its members by the cluster's own links; its tree schedule is contention-free") {
+  std::mt19937_64 rng(13);
+  for (int trial = 0; trial < 40; ++trial) {
+    RandomTreeOptions o;
+    o.machines = 4 + static_cast<int>(rng() % 30);
+    o.switches = 1 + static_cast<int>(rng() % 8);
+    const Topology t = random_tree(o, rng);
+    std::vector<Rank> members(static_cast<std::size_t>(t.machine_count()));
+    std::iota(members.begin(), members.end(), 0);
+    std::shuffle(members.begin(), members.end(), rng);
+    members.resize(2 + rng() % (members.size() - 1));  // any order, any size from 2
+    INFO("trial " << trial << ": " << members.size() << " of " << t.machine_count() << " machines");
+    const Topology g = sub_topology(t, members);
+    REQUIRE(g.machine_count() == static_cast<int>(members.size()));
+    CHECK(g.mtu() == t.mtu());
+    auto names = [](const Topology& topo, const std::vector<int>& path) {
+      std::vector<std::string> out;
+      for (int e : path) out.push_back(topo.edge_name(e));
+      return out;
+    };
+    for (Rank i = 0; i < g.machine_count(); ++i) {
+      CHECK(g.machine(i).mac == t.machine(members[static_cast<std::size_t>(i)]).mac);
+      for (Rank j = 0; j < g.machine_count(); ++j)
+        CHECK(names(g, g.path_between(i, j)) == names(t, t.path_between(members[static_cast<std::size_t>(i)], members[static_cast<std::size_t>(j)])));
+    }
+    for (const Link& l : g.links()) {
+      const int a = *t.find_node(g.node(l.a).name), b = *t.find_node(g.node(l.b).name);
+      auto same = std::find_if(t.links().begin(), t.links().end(), [&](const Link& x) { return (x.a == a && x.b == b) || (x.a == b && x.b == a); });
+      REQUIRE(same != t.links().end());
+      CHECK(same->rate_bps == l.rate_bps);
+    }
+    const auto tree = make_schedule(g, *AlgorithmSpec::parse("tree"));
+    const VerifyReport report = verify(g, tree);
+    INFO(report.summary());
+    CHECK(report.ok());
+    CHECK(report.phases == TreeModel(g).load());
+  }
+}
+
+TEST_CASE("issue 13: a group of fewer than 2 machines, a rank twice or out of range is refused, naming it") {
+  const Topology t = parse("graph g { n0 [mac=\"02:00:00:00:00:01\"]; n1 [mac=\"02:00:00:00:00:02\"]; n2 [mac=\"02:00:00:00:00:03\"]; s -- n0; s -- n1; s -- n2; }");
+  auto error = [&](const std::vector<Rank>& members) {
+    try {
+      (void)sub_topology(t, members);
+    } catch (const TopologyError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(error({1}), Catch::Contains("needs at least 2 machines"));
+  CHECK_THAT(error({1, 2, 1}), Catch::Contains("rank 1 is named twice"));
+  CHECK_THAT(error({0, 3}), Catch::Contains("rank 3 is not a machine"));
+  CHECK(sub_topology(t, {2, 0}).machine(0).name == "n2");
 }

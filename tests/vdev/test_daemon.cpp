@@ -26,6 +26,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -367,6 +369,177 @@ TEST_CASE("issue 15 finding 2: while one client holds the rank, another's collec
   REQUIRE(ok_q);
   CHECK(received(rb, 0, 64));
   CHECK(received(rq, 1, 64));
+}
+
+// Client::open_group's reduce over threads of this process: `n` callers per step.
+struct ThreadReduce {
+  explicit ThreadReduce(int callers) : n(callers) {}
+  std::mutex m;
+  std::condition_variable cv;
+  int n, arrived = 0;
+  std::uint64_t generation = 0;
+  std::vector<std::uint64_t> acc, result;
+  void operator()(std::vector<std::uint64_t>& words, ReduceOp op) {
+    std::unique_lock lock(m);
+    if (arrived == 0) {
+      acc = words;
+    } else {
+      for (std::size_t i = 0; i < acc.size(); ++i) acc[i] = op == ReduceOp::kAnd ? (acc[i] & words[i]) : std::max(acc[i], words[i]);
+    }
+    if (++arrived == n) {
+      result = acc;
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+    } else {
+      const auto g = generation;
+      cv.wait(lock, [&] { return generation != g; });
+    }
+    words = result;
+  }
+};
+
+// Rank `cluster_rank`'s side of opening the group of `members` over `reduce`.
+Result<Client> open_in(const Client& c, const std::vector<int>& members, ThreadReduce& reduce) {
+  return c.open_group(members, [&](std::vector<std::uint64_t>& w, ReduceOp op) { reduce(w, op); });
+}
+
+TEST_CASE("issue 13: two groups of both machines, two clients each, run with the cluster's own collective at once, byte-exact") {
+  DaemonPair pair;
+  // The cluster's collective holds each rank for its client; groups are other clients'.
+  Client w0 = Client::connect(pair.d[0]->socket), w1 = Client::connect(pair.d[1]->socket);
+  Buffer sw0 = w0.allocate(128), rw0 = w0.allocate(128), sw1 = w1.allocate(128), rw1 = w1.allocate(128);
+  REQUIRE(alltoall_both(w0, sw0, rw0, w1, sw1, rw1).first);
+  // Group x in cluster order, group y reversed: y's rank 0 is cluster rank 1.
+  const std::vector<std::vector<int>> members = {{0, 1}, {1, 0}};
+  ThreadReduce reduce_x(2), reduce_y(2);
+  std::atomic<int> failures{0};
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      const int group = k / 2, cluster_rank = k % 2;
+      Client c = Client::connect(pair.d[cluster_rank]->socket);
+      auto g = open_in(c, members[static_cast<std::size_t>(group)], group == 0 ? reduce_x : reduce_y);
+      if (!g) {
+        errors[static_cast<std::size_t>(k)] = g.error().message();
+        ++failures;
+        return;
+      }
+      const int me = g->rank();
+      Buffer s = c.allocate(128), r = c.allocate(128);
+      for (int it = 0; it < 20; ++it) {
+        fill(s, me, 64);
+        std::memset(r.data(), 0, r.size());
+        auto done = g->alltoall(s, r, 64);
+        if (!done || !received(r, me, 64)) {
+          errors[static_cast<std::size_t>(k)] = done ? "bytes differ" : done.error().message();
+          ++failures;
+          return;
+        }
+      }
+      if (!g->barrier()) ++failures;
+    });
+  }
+  // Meanwhile the cluster's collectives go on.
+  for (int it = 0; it < 10; ++it) {
+    auto [a, b] = alltoall_both(w0, sw0, rw0, w1, sw1, rw1);
+    CHECK(a);
+    CHECK(b);
+    CHECK(received(rw0, 0, 64));
+  }
+  for (auto& t : threads) t.join();
+  INFO(errors[0] << " | " << errors[1] << " | " << errors[2] << " | " << errors[3]);
+  CHECK(failures == 0);
+  CHECK(status_of(w0)["groups"].empty());  // closed with their clients
+}
+
+TEST_CASE("issue 13: a group's ranks are its members' order; one member's bad list fails the group on every member") {
+  DaemonPair pair;
+  Client a = Client::connect(pair.d[0]->socket), b = Client::connect(pair.d[1]->socket);
+  ThreadReduce reduce(2);
+  Result<Client> ga = Error(Errc::kInternal, "not run"), gb = Error(Errc::kInternal, "not run");
+  std::thread t([&] { gb = open_in(b, {1, 1}, reduce); });
+  ga = open_in(a, {0, 1}, reduce);
+  t.join();
+  REQUIRE(!ga);
+  REQUIRE(!gb);
+  CHECK_THAT(gb.error().message(), Catch::Contains("member 1 is named twice"));
+  CHECK(ga.error().code() == Errc::kBusy);
+  CHECK(status_of(a)["groups"].empty());
+  // Then a good one opens, in the members' order.
+  std::thread t2([&] { gb = open_in(b, {1, 0}, reduce); });
+  ga = open_in(a, {1, 0}, reduce);
+  t2.join();
+  REQUIRE(ga);
+  REQUIRE(gb);
+  CHECK(ga->rank() == 1);
+  CHECK(gb->rank() == 0);
+  CHECK(ga->size() == 2);
+  CHECK(ga->members() == std::vector<int>{1, 0});
+  CHECK(a.rank() == 0);  // the cluster's client is unchanged
+  CHECK(status_of(a)["groups"].size() == 1);
+}
+
+TEST_CASE("issue 13: when a group's client closes it and goes away, its peer's next collective of the group fails at once, naming it") {
+  DaemonPair pair;
+  Client a = Client::connect(pair.d[0]->socket);
+  auto b = std::make_unique<Client>(Client::connect(pair.d[1]->socket));
+  ThreadReduce reduce(2);
+  Result<Client> ga = Error(Errc::kInternal, "not run"), gb = Error(Errc::kInternal, "not run");
+  std::thread t([&] { gb = open_in(*b, {0, 1}, reduce); });
+  ga = open_in(a, {0, 1}, reduce);
+  t.join();
+  REQUIRE(ga);
+  REQUIRE(gb);
+  gb = Error(Errc::kInternal, "gone");  // closes the group at rank 1
+  b.reset();  // and rank 1's client exits without calling the collective
+  std::this_thread::sleep_for(100ms);
+  Buffer s = a.allocate(128), r = a.allocate(128);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto done = ga->alltoall(s, r, 64);
+  REQUIRE(!done);
+  CHECK_THAT(done.error().message(), Catch::Contains("the client of rank 1 closed group slot"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s);  // not the exchange's deadline
+}
+
+TEST_CASE("issue 13: a group's client that exits without closing it: its peer's next collective fails at once; GROUP_OPEN is checked") {
+  DaemonPair pair;
+  Raw r0(pair.d[0]->socket);
+  auto r1 = std::make_unique<Raw>(pair.d[1]->socket);
+  const proto::GroupOpenRequest open{5, 1, {0, 1}};
+  REQUIRE(type_of(*r0.call(open)) == proto::Type::kOk);
+  REQUIRE(type_of(*r1->call(open)) == proto::Type::kOk);
+  // What GROUP_OPEN refuses: a slot in use, slot 0, a group without us, ranks out of range,
+  // and a first sequence that this node has used already.
+  CHECK(error_of(r0.call(open)).code == static_cast<std::uint32_t>(Errc::kBusy));
+  CHECK_THAT(error_of(r0.call(proto::GroupOpenRequest{0, 1, {0, 1}})).message, Catch::Contains("slot 0 is the whole cluster's"));
+  CHECK_THAT(error_of(r0.call(proto::GroupOpenRequest{6, 1, {1, 1}})).message, Catch::Contains("do not include this machine"));
+  CHECK_THAT(error_of(r0.call(proto::GroupOpenRequest{6, 1, {0, 9}})).message, Catch::Contains("rank 9 is not a machine"));
+  CHECK_THAT(error_of(r0.call(proto::GroupOpenRequest{6, 1u << 24, {0, 1}})).message, Catch::Contains("does not fit in 24 bits"));
+  r1.reset();  // rank 1's client exits: no GROUP_CLOSE
+  std::this_thread::sleep_for(100ms);
+  proto::StartRequest barrier;
+  barrier.kind = proto::Kind::kBarrier;
+  barrier.run = true;
+  barrier.group = 5;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto reply = r0.call(barrier);
+  REQUIRE(reply);
+  // Refused at the start: the peer's ABORT of that very id came first.
+  CHECK(error_of(reply).code == static_cast<std::uint32_t>(Errc::kPeerAborted));
+  CHECK_THAT(error_of(reply).message, Catch::Contains("the client of rank 1 went away"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+  // Closed, the slot is free again, and its next first sequence is past the ids used.
+  REQUIRE(type_of(*r0.call(proto::GroupCloseRequest{5})) == proto::Type::kOk);
+  auto query = r0.call(proto::GroupQueryRequest{});
+  REQUIRE(query);
+  proto::GroupQueryReply q;
+  proto::Reader rq = proto::payload_of(*query);
+  REQUIRE(proto::decode(rq, q));
+  CHECK(((q.free[0] >> 5) & 1U) == 1U);
+  CHECK(q.next[5] == 3);  // the barrier's id and the one the close used up
+  CHECK_THAT(error_of(r0.call(proto::GroupOpenRequest{5, 2, {0, 1}})).message, Catch::Contains("comes before 3"));
 }
 
 TEST_CASE("issue 14: aapcd runs alltoall with the combining schedules, and refuses them for alltoallv") {

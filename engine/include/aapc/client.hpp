@@ -11,9 +11,18 @@
 // Buffers are shared memory: the daemon reads and writes them directly, without copies. A
 // collective's send and receive blocks may not share memory.
 //
-// One client per machine runs collectives at a time: the first that starts one, until it
-// disconnects. Another client's collectives fail at once with Errc::kBusy, naming the holder;
-// status() and allocate() work for every client.
+// One client per machine runs the whole cluster's collectives at a time: the first that starts
+// one, until it disconnects. Another client's collectives fail at once with Errc::kBusy, naming
+// the holder; status() and allocate() work for every client.
+//
+// Groups (issue 13) run collectives among some machines, or among all of them for several
+// clients of a machine at once. Every member's client opens the group together:
+//
+//   aapc::Result<aapc::Client> g = client.open_group({0, 2, 5}, reduce);  // ranks of the cluster
+//   g->alltoall(send, recv, block);   // among ranks 0, 2 and 5; g->rank() is 0, 1 or 2
+//
+// A group's collectives are numbered apart from the cluster's and from other groups', so each
+// group keeps its own order, and any number of clients of a machine may each hold groups.
 //
 // A Client and everything made from it belong to one thread at a time.
 #pragma once
@@ -21,6 +30,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -89,6 +99,10 @@ class Exception : public std::runtime_error {
 
 struct Connection;
 struct StartMessage;
+struct GroupHandle;
+
+// What Client::open_group's `reduce` computes over the processes that open the group.
+enum class ReduceOp : std::uint8_t { kAnd, kMax };
 
 // Memory shared with the daemon. Move-only; released when destroyed.
 class Buffer {
@@ -141,9 +155,25 @@ class Client {
   static Client connect(const std::string& socket = "");
   static Result<Client> try_connect(const std::string& socket = "");
 
+  // This client's rank and the number of ranks: the cluster's, or in a group, the group's.
   int rank() const;
   int size() const;
+  // The cluster (also for a group).
   const ClusterInfo& info() const;
+
+  // Opens a group of `members` (distinct ranks of the cluster, this one's included; group rank
+  // i is members[i]) and returns a Client whose collectives run among them alone; it shares
+  // this one's connection and buffers. Collective over one process per member, each passing
+  // the same members. `reduce(words, op)` must replace `words` by their element-wise AND or
+  // maximum over those processes, as MPI_Allreduce with MPI_BAND or MPI_MAX on uint64_t does:
+  // the members agree through it on a slot free at every daemon and on the group's first
+  // exchange id (MPICH agrees on context ids the same way). Every member gets the same
+  // outcome: the group, or an error (a member's own problem, or Errc::kBusy when no slot is
+  // free on every member). The group closes when the last copy of the returned Client goes.
+  using Reduce = std::function<void(std::vector<std::uint64_t>& words, ReduceOp op)>;
+  Result<Client> open_group(const std::vector<int>& members, const Reduce& reduce) const;
+  // The cluster ranks of this client's ranks: members[i] is rank i (0..size-1 outside groups).
+  std::vector<int> members() const;
 
   // Shared memory of `bytes` bytes, registered with the daemon. Throws aapc::Exception.
   Buffer allocate(std::size_t bytes);
@@ -177,7 +207,10 @@ class Client {
   Result<void> check_blocks(const Buffer& send, const Buffer& recv, StartMessage& message) const;
   // START and WAIT in one request (RUN): a blocking collective.
   Result<Stats> run(const StartMessage& message);
+  // The START of a collective of `kind` in this client's group, if any.
+  StartMessage start_message(int kind, const Options& options) const;
   std::shared_ptr<Connection> conn_;
+  std::shared_ptr<GroupHandle> group_;  // none: the whole cluster
 };
 
 }  // namespace aapc

@@ -106,7 +106,9 @@ struct RecvBlock {
 // One exchange as this node sees it. Buffers belong to the caller and must stay valid until
 // the exchange is reported finished; the engine reads `send` and writes `recv` directly.
 struct ExchangeSpec {
-  std::uint32_t id = 0;     // larger than every id started before on this engine
+  // The group slot in the top 8 bits (0: the cluster-wide session), the sequence below
+  // (issue 13): later than every id of its slot started before on this engine.
+  std::uint32_t id = 0;
   sched::Program program;   // this node's rounds and tokens
   std::uint32_t sync_count = 0;  // sync ids of the plan are below this
   // Where each token this node emits goes: (sync id, rank), sorted by id.
@@ -165,6 +167,10 @@ std::chrono::milliseconds stall_allowance(const EngineConfig& config);
 // The spec of node `me` in a planned schedule: its program, the plan's token targets, its
 // descriptor's plan, and room for the buffers (send and recv sized to the cluster, empty).
 ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32_t id);
+// The same for a group (issue 13): `schedule` is planned over the group, whose rank i is
+// cluster rank members[i]; `me` is our rank in the group. The spec is in cluster ranks, with
+// room for `cluster_size` blocks: ranks outside the group have none and take no part.
+ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32_t id, const std::vector<Rank>& members, std::size_t cluster_size);
 
 enum class ExchangeState : std::uint8_t { kRunning, kDone, kFailed };
 
@@ -299,8 +305,10 @@ class Engine final : private ParseContext {
   // may still start (after the last one started), in one of kMaxEarly entries, which the
   // exchange that would start last here gives up to a nearer one (early_entry).
   bool may_keep_early(std::uint32_t id) const;
-  // How far after the last exchange started here `id` comes (0 before any start).
-  std::uint32_t ahead(std::uint32_t id) const { return started_any_ ? id - last_started_ : 0; }
+  // How far after the last exchange of its slot started here `id` comes (0 before any start).
+  std::uint32_t ahead(std::uint32_t id) const;
+  // Whether `id` is later than every exchange of its slot started here.
+  bool after_last_started(std::uint32_t id) const;
   // The entry of early_ for the exchange that would start last here (early_ not empty).
   std::map<std::uint32_t, EarlyFrames>::const_iterator farthest_early() const;
   void timers(Clock::time_point now);
@@ -350,8 +358,8 @@ class Engine final : private ParseContext {
   std::map<std::uint32_t, EarlyFrames> early_;
   std::size_t early_data_bytes_ = 0;  // payload bytes kept in early_
   std::vector<ExchangeReport> finished_;
-  std::uint32_t last_started_ = 0;
-  bool started_any_ = false;
+  // By group slot: the last exchange started here, if any.
+  std::vector<std::optional<std::uint32_t>> last_started_;
   std::vector<struct rte_mbuf*> rx_;
   // Frames out, pacing, the peers' liveness and the counters: what exchanges use (Link).
   std::unique_ptr<EngineLink> link_;

@@ -152,6 +152,13 @@ class Topology {
   std::vector<int> order_;
 };
 
+// The tree that joins `members` (distinct ranks of `topology`, at least 2), for an exchange among
+// them alone (issue 13, groups): member i becomes rank i, and only the switches and links on
+// paths between members remain, with their rates and buffers. A schedule free of contention
+// on it is free of contention on the whole tree: its paths are the same edges. Throws
+// TopologyError naming the member at fault.
+Topology sub_topology(const Topology& topology, const std::vector<Rank>& members);
+
 // The smallest switch buffer of the topology (buffer_or_default of each switch); 0 when it has
 // no switch (two machines cabled together).
 std::uint64_t smallest_switch_buffer(const Topology& topology);
