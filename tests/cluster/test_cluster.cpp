@@ -546,7 +546,13 @@ TEST_CASE("aapc-bench: a short sweep with the MPI baselines gives a well-formed 
   for (const auto& row : report["summary"]) {
     INFO(row.dump());
     CHECK(row["auto_chose"] == (row["size"] == 4096 ? "pairwise-ec" : "tree+sender-all"));
-    CHECK(row["auto_of_best"].get<double>() > 0);
+    // auto is compared with the best only where its timing is trusted: at 4 KiB it once timed
+    // at 102.9% of the limit (eager blocks start before rank 0's clock).
+    const auto is_auto = [&](const nlohmann::json& p) { return p["label"] == "auto" && p["size"] == row["size"]; };
+    const auto auto_point = std::find_if(report["points"].begin(), report["points"].end(), is_auto);
+    REQUIRE(auto_point != report["points"].end());
+    if ((*auto_point)["fraction_of_peak"].get<double>() <= 1.02) CHECK(row["auto_of_best"].get<double>() > 0);
+    else CHECK_FALSE(row.contains("auto_of_best"));
     // At 64 KiB auto's choice was also swept on its own: the two are compared turn by turn.
     if (row["size"] == 65536) CHECK(row["auto_of_choice"].get<double>() > 0);
   }

@@ -181,8 +181,10 @@ Json summary(const Args& a, const Sweep& sweep, const std::vector<Json>& runs, c
     double best = 0, chosen = 0;
     std::string best_label, choice;
     for (const auto& p : points) {
-      if (p["size"] != b || p["impl"] != "aapc" || !trusted(p)) continue;
-      if (p["label"] == "auto") chosen = p["aggregate_bps"], choice = p.value("chosen", std::string());
+      if (p["size"] != b || p["impl"] != "aapc") continue;
+      if (p["label"] == "auto") choice = p.value("chosen", std::string());  // what auto ran, however it timed
+      if (!trusted(p)) continue;
+      if (p["label"] == "auto") chosen = p["aggregate_bps"];
       if (p["aggregate_bps"].get<double>() > best) best = p["aggregate_bps"], best_label = p["label"];
     }
     // auto runs one of the other configurations; that one's own measurement, where the sweep
