@@ -40,14 +40,14 @@ std::vector<Piece> in_order(const std::vector<Piece>& by_rank, const std::vector
   return out;
 }
 
-// A staging buffer of at least `bytes`: a spare one, or a new one. Throws aapc::Exception.
-aapc::Buffer take_buffer(std::uint64_t bytes) {
+// A staging buffer of at least `bytes`: a spare one, or a new one of the connection that every
+// group of the process shares. Throws aapc::Exception.
+aapc::Buffer take_buffer(Plan& p, std::uint64_t bytes) {
   Process& pr = process();
-  if (!pr.client) pr.client.emplace(aapc::Client::connect());
   auto best = pr.spare.end();
   for (auto it = pr.spare.begin(); it != pr.spare.end(); ++it)
     if (it->size() >= bytes && (best == pr.spare.end() || it->size() < best->size())) best = it;
-  if (best == pr.spare.end()) return pr.client->allocate(std::max<std::uint64_t>(bytes, 1));
+  if (best == pr.spare.end()) return p.group->allocate(std::max<std::uint64_t>(bytes, 1));
   aapc::Buffer b = std::move(*best);
   pr.spare.erase(best);
   return b;
@@ -116,7 +116,7 @@ bool all_done(Op& op) {
 
 // The leader, once it knows every length: staging, then step 1.
 void post_gather(Op& op) {
-  const Plan& p = *op.plan;
+  Plan& p = *op.plan;
   const std::size_t n = p.place.machine_of.size();
   const std::uint64_t block = op.sb.by_rank.front().length;
   auto at = [&](int k, bool receive, int peer) {
@@ -127,11 +127,10 @@ void post_gather(Op& op) {
       [&](int i, int j) { return at(p.place.local_index(j), true, i); }));
   op.t0 = PMPI_Wtime();
   try {
-    op.stage_send = take_buffer(op.layout->send.total);
-    op.stage_recv = take_buffer(op.layout->recv.total);
+    op.stage_send = take_buffer(p, op.layout->send.total);
+    op.stage_recv = take_buffer(p, op.layout->recv.total);
   } catch (const std::exception& e) {
     op.error = e.what();
-    process().client.reset();
     process().spare.clear();
   }
   // Without staging (no daemon), into a sink: the local ranks send all the same.
@@ -171,18 +170,18 @@ std::size_t running_here() {
 
 // Step 2, in call order: the daemons pair exchanges by the order in which they start.
 bool start_exchange(Op& op) {
-  Process& pr = process();
-  if (pr.to_start.empty() || pr.to_start.front() != &op || running_here() >= kMostRunning) return false;
-  pr.to_start.pop_front();
-  if (op.error.empty() && !pr.client) op.error = "the connection to aapcd was lost";  // by an earlier call's failure
+  auto& queue = op.plan->to_start;
+  if (queue.empty() || queue.front() != &op || running_here() >= kMostRunning) return false;
+  queue.pop_front();
   if (!op.error.empty()) {
     finish_exchange(op);
     return true;
   }
   const LeaderLayout& l = *op.layout;
   const bool uniform = op.alltoall && op.plan->fewest == op.plan->most;
-  Result<Request> r = uniform ? pr.client->start_alltoall(op.stage_send, op.stage_recv, l.send.counts.front(), options())
-                              : pr.client->start_alltoallv(op.stage_send, sizes(l.send.counts), sizes(l.send.displs), op.stage_recv,
+  aapc::Client& group = *op.plan->group;  // shares pr.client's connection and buffers
+  Result<Request> r = uniform ? group.start_alltoall(op.stage_send, op.stage_recv, l.send.counts.front(), options())
+                              : group.start_alltoallv(op.stage_send, sizes(l.send.counts), sizes(l.send.displs), op.stage_recv,
                                                            sizes(l.recv.counts), sizes(l.recv.displs), options());
   if (r) {
     op.exchange.emplace(std::move(r.value()));
@@ -389,7 +388,7 @@ std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool all
                  MPI_UINT64_T, p.leader_rank, p.local, &op->reqs.back());
   }
   if (p.leader()) {
-    pr.to_start.push_back(op.get());
+    p.to_start.push_back(op.get());
     if (alltoall) post_gather(*op);
     else op->stage = Op::Stage::kCounts;
   } else {

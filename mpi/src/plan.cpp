@@ -81,9 +81,7 @@ std::string verdict(const std::vector<int>& report) {
   }
   std::set<int> machines;
   for (int r = 0; r < n; ++r) machines.insert(report[2 * static_cast<std::size_t>(r)]);
-  if (static_cast<int>(machines.size()) != cluster)
-    return "the communicator spans " + std::to_string(machines.size()) + " of the cluster's " + std::to_string(cluster) +
-           " machines, and aapc exchanges run over the whole cluster";
+  if (machines.size() < 2) return "its ranks are all on one machine (the MPI's shared memory carries it)";
   return "";
 }
 
@@ -108,18 +106,43 @@ void say(MPI_Comm comm, const Plan& p, int rank, int size) {
   }
 }
 
-// A communicator's machine-level exchanges are started by the processes that lead their
-// machines in the world (Process::machine_leader): were two processes of one machine to start
-// exchanges, they would do so in orders the other machines cannot know. Sets p.leader_rank;
-// empty if every machine of the communicator has its leader in it.
-std::string find_leaders(MPI_Comm comm, Plan& p) {
-  if (comm == MPI_COMM_WORLD) process().machine_leader = p.local_rank == 0;
-  const int mine = process().machine_leader ? p.local_rank : -1;
-  PMPI_Allreduce(&mine, &p.leader_rank, 1, MPI_INT, MPI_MAX, p.local);
-  const int here = p.leader_rank >= 0 ? 1 : 0;
-  int everywhere = 0;
-  PMPI_Allreduce(&here, &everywhere, 1, MPI_INT, MPI_MIN, comm);
-  return everywhere != 0 ? "" : "on some machine it lacks the rank that leads the machine in MPI_COMM_WORLD (the world's first rank there)";
+// The leaders of the communicator's machines open the aapc group of its machines (issue 13):
+// its exchanges have ids of their own, so each communicator keeps its own order, and leaders of
+// different communicators on one machine do not mix theirs up. The leaders agree on the group
+// through the MPI (an allreduce among them, Client::open_group), and every rank of the
+// communicator learns the outcome; empty when the group opened on every machine.
+std::string open_group(MPI_Comm comm, Plan& p) {
+  Process& pr = process();
+  MPI_Comm leaders = MPI_COMM_NULL;
+  int rank = 0;
+  PMPI_Comm_rank(comm, &rank);
+  PMPI_Comm_split(comm, p.leader() ? 0 : MPI_UNDEFINED, rank, &leaders);
+  std::string why;
+  if (p.leader()) {
+    if (!pr.client) {
+      auto c = aapc::Client::try_connect();
+      if (c) pr.client.emplace(std::move(c.value()));
+      else why = c.error().message();
+    }
+    int connected = why.empty() ? 1 : 0, everywhere = 0;  // every leader calls open_group, or none
+    PMPI_Allreduce(&connected, &everywhere, 1, MPI_INT, MPI_MIN, leaders);
+    if (everywhere == 0 && why.empty()) why = "a machine's leader could not connect to its aapcd";
+    if (everywhere != 0) {
+      auto g = pr.client->open_group(p.members, [&](std::vector<std::uint64_t>& words, aapc::ReduceOp op) {
+        PMPI_Allreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()), MPI_UINT64_T, op == aapc::ReduceOp::kAnd ? MPI_BAND : MPI_MAX,
+                       leaders);
+      });
+      if (g) p.group.emplace(std::move(g.value()));
+      else why = "opening its aapc group: " + g.error().message();
+    }
+    PMPI_Comm_free(&leaders);
+  }
+  // Every rank learns whether every leader has the group (the leaders agree among themselves).
+  int ok = why.empty() ? 1 : 0, all = 0;
+  PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
+  if (all != 0) return "";
+  p.group.reset();
+  return why.empty() ? "a machine's leader could not open the communicator's aapc group" : why;
 }
 
 Plan* make_plan(MPI_Comm comm) {
@@ -140,17 +163,22 @@ Plan* make_plan(MPI_Comm comm) {
   PMPI_Allgather(mine, 2, MPI_INT, report.data(), 2, MPI_INT, comm);
   p->why = verdict(report);
   if (p->why.empty()) {
+    // The communicator's machines, numbered by their cluster ranks: the group's ranks.
+    std::set<int> machines;
+    for (int r = 0; r < size; ++r) machines.insert(report[2 * static_cast<std::size_t>(r)]);
+    p->members.assign(machines.begin(), machines.end());
+    auto index = [&](int cluster_rank) { return static_cast<int>(std::lower_bound(p->members.begin(), p->members.end(), cluster_rank) - p->members.begin()); };
     std::vector<int> machine_of(static_cast<std::size_t>(size));
-    for (int r = 0; r < size; ++r) machine_of[static_cast<std::size_t>(r)] = report[2 * static_cast<std::size_t>(r)];
-    p->place = Placement::from(machine_of, cluster);
+    for (int r = 0; r < size; ++r) machine_of[static_cast<std::size_t>(r)] = index(report[2 * static_cast<std::size_t>(r)]);
+    p->place = Placement::from(machine_of, static_cast<int>(p->members.size()));
     p->fewest = p->most = p->place.ranks_on.front().size();
     for (const auto& on : p->place.ranks_on) p->fewest = std::min(p->fewest, on.size()), p->most = std::max(p->most, on.size());
-    p->machine = mine[0];
+    p->machine = index(mine[0]);
     PMPI_Comm_split(comm, p->machine, rank, &p->local);
     PMPI_Comm_set_errhandler(p->local, MPI_ERRORS_RETURN);  // a hand-over's failure is the call's (exchange.cpp, all_done)
     PMPI_Comm_rank(p->local, &p->local_rank);
     PMPI_Comm_size(p->local, &p->local_size);
-    p->why = find_leaders(comm, *p);
+    p->why = open_group(comm, *p);
     p->aapc = p->why.empty();
     if (!p->aapc) PMPI_Comm_free(&p->local);
   }

@@ -20,41 +20,44 @@ namespace aapc::mpi {
 // communicator, with the same outcome on every rank (a rank that falls back alone while the
 // others go through aapc would deadlock: Open MPI PR #13656). Cached on the communicator as
 // an attribute and freed with it.
+struct Op;
+
 struct Plan {
   bool aapc = false;
   std::string why;  // the reason for the decision, for AAPC_MPI_VERBOSE
+  // The communicator's machines are numbered 0..M-1 by their cluster ranks, `members`.
   Placement place;
+  std::vector<int> members;  // cluster rank of each of the communicator's machines, increasing
   std::size_t fewest = 0, most = 0;  // ranks on a machine, at least and at most
-  int machine = -1;  // this rank's
+  int machine = -1;  // this rank's, in 0..M-1
   MPI_Comm local = MPI_COMM_NULL;  // the ranks of this machine, ordered by comm rank
   int local_rank = 0;
   int local_size = 1;
-  int leader_rank = 0;  // in `local`: the process that leads the machine (Process::machine_leader)
+  // In `local`: the process that leads the machine for this communicator, its first rank
+  // there. It alone starts the communicator's exchanges on the machine, in the aapc group of
+  // its machines (`group`), whose exchanges are numbered apart from every other's.
+  static constexpr int leader_rank = 0;
   bool leader() const { return local_rank == leader_rank; }
+  std::optional<aapc::Client> group;  // the leader's
+  // The leader's ops that have yet to start their machine-level exchange, in call order: the
+  // daemons pair a group's exchanges by the order in which they start.
+  std::deque<Op*> to_start;
   bool carried = false;  // an all-to-all of it went through aapc
   std::uint32_t calls = 0;  // all-to-alls carried so far: the same count on every rank
   int ops = 0;              // of them in flight: the plan outlives its communicator until 0
   bool doomed = false;      // its communicator was freed
 };
 
-struct Op;
-
 // One per process.
 struct Process {
   std::recursive_mutex mutex;  // guards what follows and every Op
-  std::optional<aapc::Client> client;  // kept by processes that lead a machine in some plan
+  std::optional<aapc::Client> client;  // kept by processes that lead a machine in some plan: their groups' connection
   std::optional<aapc::ClusterInfo> info;
   std::vector<aapc::Buffer> spare;  // staging buffers of finished calls, for the next ones
   std::vector<Op*> in_flight;       // every op not yet done (owned by its call or request)
-  // The leader's ops that have yet to start their machine-level exchange, in call order: the
-  // daemons pair exchanges by the order in which they start.
-  std::deque<Op*> to_start;
   int keyval = MPI_KEYVAL_INVALID;
   int error_class = -1;
   int error_code = -1;
-  // This process leads its machine in MPI_COMM_WORLD's plan: it alone starts the machine's
-  // aapc exchanges, for every communicator, so that every daemon sees them in one order.
-  bool machine_leader = false;
 };
 
 Process& process();
@@ -66,7 +69,7 @@ Plan& plan_of(MPI_Comm comm);
 // An op of `p` is over: frees a doomed plan with its last op.
 void op_over(Plan& p);
 
-// At MPI_Init: the world's plan, which names the process that leads each machine.
+// At MPI_Init: the world's plan.
 void on_init();
 
 // AAPC_MPI_MIN_BLOCK: an MPI_Alltoall with smaller machine-level blocks runs the MPI's own.

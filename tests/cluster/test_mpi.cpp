@@ -68,10 +68,12 @@ TEST_CASE("an unmodified C MPI program is right with the library, ppn 1, 2 and u
     INFO(r.text);
     CHECK(r.status == 0);
     CHECK(r.text.find("all cases ok") != std::string::npos);
-    // The world went through aapc, and a communicator over half the machines did not.
     CHECK(r.text.find(std::string(kThroughAapc) + " (") != std::string::npos);
     CHECK(r.text.find(kCarried) != std::string::npos);
     CHECK(r.text.find(kCarriedNonblocking) != std::string::npos);
+    // Issue 13: communicators over part of the machines (each half), and one whose ranks do
+    // not include the world's first rank on a machine (the odd ranks), each in an aapc group.
+    for (const char* part : {"half-low", "half-high", "parity-odd"}) CHECK(r.text.find(std::string(part) + ": its first all-to-all was carried by aapc") != std::string::npos);
   }
 }
 
