@@ -69,7 +69,7 @@ void Daemon::Impl::close_group(std::uint32_t slot, const std::string& why) {
   if (it == groups.end()) return;
   // A peer may wait in the collective this node would have started next: it fails at once.
   // Its id is used up, so a group opened later in the slot starts after it.
-  engine->abort_unstarted(take_id(slot), why);
+  engine->abort_unstarted(take_id(slot), why, it->second.members);
   spdlog::info("group slot {} closed", slot);
   groups.erase(it);
 }

@@ -224,7 +224,8 @@ Result<void> Engine::start(ExchangeSpec spec) {
       return Error(Errc::kPeerSilent, "exchange " + std::to_string(spec.id) + ": peer rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) +
                                           ") has not been heard from since it was found silent " +
                                           std::to_string(duration_cast<milliseconds>(now - d.since).count()) + " ms ago (" + d.why + ")");
-    AbortedBy& ab = aborted_by_[r];
+    auto by = aborted_by_[r].find(id_slot(spec.id));
+    const AbortedBy& ab = by != aborted_by_[r].end() ? by->second : AbortedBy{};
     if (ab.active && now - ab.when < config_.peer_deadline && ab.exchange == spec.id)
       return Error(Errc::kPeerAborted, "exchange " + std::to_string(spec.id) + ": rank " + std::to_string(r) + " aborted exchange " +
                                            std::to_string(ab.exchange) + " a moment ago (" + ab.reason + ")");
@@ -252,11 +253,11 @@ void Engine::announce() {
     if (static_cast<Rank>(r) != config_.rank) link_->send_control(static_cast<Rank>(r), FrameType::kPing, 0, 0, 0);
 }
 
-void Engine::abort_unstarted(std::uint32_t id, const std::string& reason) {
+void Engine::abort_unstarted(std::uint32_t id, const std::string& reason, const std::vector<Rank>& ranks) {
   for (std::size_t r = 0; r < config_.peers.size(); ++r)
-    if (static_cast<Rank>(r) != config_.rank)
+    if (static_cast<Rank>(r) != config_.rank && (ranks.empty() || std::find(ranks.begin(), ranks.end(), static_cast<Rank>(r)) != ranks.end()))
       link_->send_control(static_cast<Rank>(r), FrameType::kAbort, id, 0, static_cast<std::uint32_t>(Errc::kAborted), 0,
-                   reinterpret_cast<const std::uint8_t*>(reason.data()), reason.size());
+                          reinterpret_cast<const std::uint8_t*>(reason.data()), reason.size());
 }
 
 void Engine::timers(Clock::time_point now) {

@@ -59,7 +59,7 @@ std::optional<Result<std::uint32_t>> Engine::join_result() {
   }
   joining_ = false;
   for (auto& p : peer_proposal_) p.reset();
-  for (auto& ab : aborted_by_) ab.active = false;  // a new session, agreed by everyone
+  for (auto& by : aborted_by_) by[kWorldSlot].active = false;  // a new session, agreed by everyone
   return Result<std::uint32_t>(agreed);
 }
 

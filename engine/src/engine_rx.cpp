@@ -83,7 +83,7 @@ void Engine::on_abort(const Parsed& f, Clock::time_point now) {
   } else if (ex == nullptr && after_last_started(f.h.exchange)) {
     // An exchange this node has not started yet, which the peer will never start
     // (abort_unstarted): starting exactly that id fails at once, for a peer deadline.
-    aborted_by_[static_cast<std::size_t>(src)] = {f.h.exchange, now, reason, true};
+    aborted_by_[static_cast<std::size_t>(src)][id_slot(f.h.exchange)] = {f.h.exchange, now, reason, true};
   } else {
     link_->count_drop(DropReason::kNotLive);
   }
@@ -127,7 +127,8 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
     on_ack_list(f, now);
     return;
   }
-  if (auto& ab = aborted_by_[static_cast<std::size_t>(src)]; ab.active && later_id(f.h.exchange, ab.exchange)) ab.active = false;
+  auto& by = aborted_by_[static_cast<std::size_t>(src)];
+  if (auto ab = by.find(id_slot(f.h.exchange)); ab != by.end() && ab->second.active && later_id(f.h.exchange, ab->second.exchange)) ab->second.active = false;
   Exchange* ex = find(f.h.exchange);
   if (ex == nullptr && f.h.type == FrameType::kPoll && std::find(done_ids_.begin(), done_ids_.end(), f.h.exchange) != done_ids_.end()) {
     // Finding 8: at 30% loss the ACKs of a block could all be lost within the linger time;

@@ -542,6 +542,31 @@ TEST_CASE("issue 13: a group's client that exits without closing it: its peer's 
   CHECK_THAT(error_of(r0.call(proto::GroupOpenRequest{5, 2, {0, 1}})).message, Catch::Contains("comes before 3"));
 }
 
+TEST_CASE("issue 13: a group closed after the session's client went away does not hide that from the session's next collective") {
+  DaemonPair pair;
+  Client w0 = Client::connect(pair.d[0]->socket);
+  auto w1 = std::make_unique<Client>(Client::connect(pair.d[1]->socket));
+  Buffer s0 = w0.allocate(128), r0 = w0.allocate(128), s1 = w1->allocate(128), r1 = w1->allocate(128);
+  REQUIRE(alltoall_both(w0, s0, r0, *w1, s1, r1).first);
+  Client a0 = Client::connect(pair.d[0]->socket);
+  auto a1 = std::make_unique<Client>(Client::connect(pair.d[1]->socket));
+  ThreadReduce reduce(2);
+  Result<Client> g0 = Error(Errc::kInternal, "not run"), g1 = Error(Errc::kInternal, "not run");
+  std::thread t([&] { g1 = open_in(*a1, {0, 1}, reduce); });
+  g0 = open_in(a0, {0, 1}, reduce);
+  t.join();
+  REQUIRE(g1);
+  s1 = Buffer();
+  r1 = Buffer();
+  w1.reset();  // rank 1's session is over: its daemon tells rank 0's of the next collective
+  std::this_thread::sleep_for(50ms);
+  g1 = Error(Errc::kInternal, "closed");  // and then of the group's
+  std::this_thread::sleep_for(50ms);
+  auto next = w0.alltoall(s0, r0, 64);
+  REQUIRE(!next);
+  CHECK_THAT(next.error().message(), Catch::Contains("the client of rank 1 went away"));
+}
+
 TEST_CASE("issue 14: aapcd runs alltoall with the combining schedules, and refuses them for alltoallv") {
   DaemonPair pair;
   Client a = Client::connect(pair.d[0]->socket), p = Client::connect(pair.d[1]->socket);

@@ -260,8 +260,9 @@ class Engine final : private ParseContext {
   void announce();
   // The deadline an exchange of `spec` gets when its timeout is 0 (default_timeout).
   std::chrono::milliseconds default_timeout(const ExchangeSpec& spec) const { return engine::default_timeout(spec, config_, chunk_); }
-  // Tells every peer that exchange `id`, which this node will never start, is off.
-  void abort_unstarted(std::uint32_t id, const std::string& reason);
+  // Tells the peers that exchange `id`, which this node will never start, is off: `ranks`, or
+  // every peer when empty.
+  void abort_unstarted(std::uint32_t id, const std::string& reason, const std::vector<Rank>& ranks = {});
   // True while `peer` is remembered as dead (an exchange found it silent, and nothing came
   // from it since): start() refuses exchanges that involve it (issue 15, finding 7).
   bool peer_dead(Rank peer) const;
@@ -344,7 +345,9 @@ class Engine final : private ParseContext {
     std::string reason;
     bool active = false;
   };
-  std::vector<AbortedBy> aborted_by_;
+  // By peer, then group slot: its latest ABORT of an exchange of the slot not started here
+  // (a group's close must not hide the session's).
+  std::vector<std::map<std::uint32_t, AbortedBy>> aborted_by_;
   std::map<std::uint32_t, std::unique_ptr<Exchange>> exchanges_;  // running and lingering
   // The poll loop looks only at these: running, settling (Exchange::settling), or finished and
   // not yet reported. Reported
