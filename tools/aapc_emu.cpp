@@ -606,6 +606,8 @@ int cmd_mpirun(const RunOptions& o, const MpiOptions& m, const std::vector<std::
     job.ppn = ranks_per_machine(m.ppn, state["machines"].size());
     aapc::tools::MpiCluster cluster(state, kStateDir / "mpi");
     const int st = aapc::tools::exit_status(std::system(cluster.command(job).c_str()));
+    if (const std::size_t left = cluster.end_job(); left > 0)
+      std::cerr << "aapc-emu: ended " << left << " processes the MPI job left running (MPICH can spin in MPI_Finalize)\n";
     if (st != 0) std::cerr << "aapc-emu: the MPI job exited with " << st << (st == 124 ? " (timed out)" : "") << "\n";
     return st == 0 ? 0 : 1;
   });

@@ -88,6 +88,7 @@ std::vector<Json> MpiLauncher::run(const MpiVariant& v, const Args& a, const std
     label(p);
     on_point(p);
   });
+  cluster_.end_job();  // nothing of it may take the cores from the next job
   if (v.preload) run_collect(emu + " stop", [](const Json&) {});
   if (v.preload && r.other.find("MPI_COMM_WORLD (") != std::string::npos && r.other.find("all-to-all through aapc") == std::string::npos) {
     std::cerr << "aapc-bench: " << v.label << ": libaapc-mpi did not carry MPI_COMM_WORLD:\n" << r.other;

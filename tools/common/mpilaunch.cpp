@@ -1,9 +1,13 @@
 #include "common/mpilaunch.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "common/procutil.hpp"
 
@@ -47,6 +51,24 @@ MpiCluster::MpiCluster(const nlohmann::json& state, const fs::path& workdir)
 MpiCluster::~MpiCluster() {
   std::error_code ec;
   for (const auto& m : state_["machines"]) fs::remove_all(fs::path("/etc/netns") / m["netns"].get<std::string>(), ec);
+}
+
+std::size_t MpiCluster::end_job() const {
+  std::vector<pid_t> left;
+  for (const auto& m : state_["machines"]) {
+    std::istringstream pids(run({"ip", "netns", "pids", m["netns"].get<std::string>()}).text);
+    for (pid_t pid = 0; pids >> pid;) {
+      std::string comm;
+      std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/comm"), comm);
+      if (comm != "aapcd" && ::kill(pid, SIGKILL) == 0) left.push_back(pid);
+    }
+  }
+  // Gone from the process table (reaped by their parents, or by init) within a second or two.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (pid_t pid : left)
+    while (fs::exists("/proc/" + std::to_string(pid) + "/comm") && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return left.size();
 }
 
 std::string MpiCluster::launcher(const std::string& impl) {

@@ -33,6 +33,13 @@ class MpiCluster {
 
   // The shell command that runs `job` from the first machine's namespace.
   std::string command(const MpiJob& job) const;
+  // After a job: kills what it left running in the machines' namespaces (everything there
+  // but aapcd), and returns how many. Debian's MPICH over UCX/TCP leaves ranks spinning in
+  // MPI_Finalize after the launcher returned, for up to the 20 s after which mpi-alltoall
+  // ends them: a job started meanwhile shared the 2 cores with them (measured: an aapc
+  // all-to-all on two halves of 8-two-switch took 168-175 ms right after an MPICH job, 73-75
+  // ms otherwise).
+  std::size_t end_job() const;
   // The mpirun of `impl`, or empty when it is not installed.
   static std::string launcher(const std::string& impl);
 
