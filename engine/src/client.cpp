@@ -213,9 +213,10 @@ struct GroupHandle {
   std::uint8_t slot = 0;
   std::vector<int> members;
   int rank = -1;
+  bool everywhere = false;  // open on every member (else its close tells nobody: GroupCloseRequest::tell)
   ~GroupHandle() {
-    if (conn && generation == conn->generation)
-      (void)conn->exchange_raw(proto::message(proto::GroupCloseRequest{slot}, conn->next_request++), -1);  // best effort: closed on disconnect too
+    if (conn && generation == conn->generation)  // best effort: closed on disconnect too
+      (void)conn->exchange_raw(proto::message(proto::GroupCloseRequest{slot, everywhere}, conn->next_request++), -1);
   }
 };
 
@@ -285,6 +286,7 @@ Result<Client> Client::open_group(const std::vector<int>& members, const Reduce&
     std::vector<std::uint64_t> ok(1, opened_error ? 0 : 1);
     reduce(ok, ReduceOp::kAnd);
     if (ok[0] == 1) {
+      handle->everywhere = true;
       Client g = *this;
       g.group_ = std::move(handle);
       return g;

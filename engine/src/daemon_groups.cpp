@@ -22,7 +22,7 @@ void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::Gro
 }
 
 void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::GroupOpenRequest& m) {
-  if (auto why = open_group(c, m)) return reply_error(c.fd, request, groups.count(m.slot) != 0 ? Errc::kBusy : Errc::kInvalidArgument, *why);
+  if (auto why = open_group(c, m)) return reply_error(c.fd, request, why->code(), why->message());
   proto::send_message(c.fd, proto::message(proto::EmptyReply{proto::Type::kOk}, request));
 }
 
@@ -30,33 +30,37 @@ void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::Gro
   auto it = groups.find(m.slot);
   if (it == groups.end() || it->second.client != c.fd)
     return reply_error(c.fd, request, Errc::kInvalidArgument, "group slot " + std::to_string(m.slot) + " is not open by this client");
-  close_group(m.slot, "the client of rank " + std::to_string(rank) + " closed group slot " + std::to_string(m.slot));
+  close_group(m.slot, m.tell ? "the client of rank " + std::to_string(rank) + " closed group slot " + std::to_string(m.slot) : "");
   proto::send_message(c.fd, proto::message(proto::EmptyReply{proto::Type::kOk}, request));
 }
 
-std::optional<std::string> Daemon::Impl::open_group(const ClientState& c, const proto::GroupOpenRequest& m) {
+// Why `m` cannot open here, if it cannot. Busy when the slot was taken, or used, here since
+// GROUP_QUERY (another client's group): the members try again with another query.
+std::optional<Error> Daemon::Impl::open_group(const ClientState& c, const proto::GroupOpenRequest& m) {
   const std::string what = "group slot " + std::to_string(m.slot) + ": ";
-  if (m.slot == kWorldSlot) return what + "slot 0 is the whole cluster's; groups take slots 1 to " + std::to_string(kSlots - 1);
+  auto invalid = [&](const std::string& why) { return Error(Errc::kInvalidArgument, what + why); };
+  if (m.slot == kWorldSlot) return invalid("slot 0 is the whole cluster's; groups take slots 1 to " + std::to_string(kSlots - 1));
   if (auto it = groups.find(m.slot); it != groups.end())
-    return what + "already open here (by client pid " + std::to_string(clients.count(it->second.client) != 0 ? clients.at(it->second.client).pid : 0) +
-           "); agree on a slot that GROUP_QUERY reports free on every member";
+    return Error(Errc::kBusy, what + "already open here (by client pid " +
+                                  std::to_string(clients.count(it->second.client) != 0 ? clients.at(it->second.client).pid : 0) +
+                                  "); agree on a slot that GROUP_QUERY reports free on every member");
   const auto owned = static_cast<std::size_t>(std::count_if(groups.begin(), groups.end(), [&](const auto& g) { return g.second.client == c.fd; }));
-  if (owned >= kMaxGroupsPerClient) return what + "this client has " + std::to_string(owned) + " groups open, the most one may; close some first";
-  if (m.first > kSeqMask) return what + "the first sequence " + std::to_string(m.first) + " does not fit in 24 bits";
+  if (owned >= kMaxGroupsPerClient) return invalid("this client has " + std::to_string(owned) + " groups open, the most one may; close some first");
+  if (m.first > kSeqMask) return invalid("the first sequence " + std::to_string(m.first) + " does not fit in 24 bits");
   if (!later_id(make_id(m.slot, m.first), make_id(m.slot, slot_next[m.slot] - 1)))
-    return what + "the first sequence " + std::to_string(m.first) + " comes before " + std::to_string(slot_next[m.slot]) +
-           ", which this node uses next in the slot: take the largest of the members' (GROUP_QUERY)";
+    return Error(Errc::kBusy, what + "the first sequence " + std::to_string(m.first) + " comes before " + std::to_string(slot_next[m.slot]) +
+                                  ", which this node uses next in the slot: take the largest of the members' (GROUP_QUERY)");
   Group g;
   g.client = c.fd;
   for (std::uint32_t r : m.members) {
     if (r == static_cast<std::uint32_t>(rank)) g.me = static_cast<Rank>(g.members.size());
     g.members.push_back(static_cast<Rank>(std::min<std::uint32_t>(r, kMaxRanks)));
   }
-  if (g.me < 0) return what + "the members do not include this machine (rank " + std::to_string(rank) + ")";
+  if (g.me < 0) return invalid("the members do not include this machine (rank " + std::to_string(rank) + ")");
   try {
     g.planner = std::make_unique<Planner>(sched::sub_topology(topo, g.members));
   } catch (const sched::TopologyError& e) {
-    return what + e.what();
+    return invalid(e.what());
   }
   g.next_id = make_id(m.slot, m.first);
   spdlog::info("client pid {} opened group slot {} of {} machines (our rank {} in it), from id {}", c.pid, m.slot, g.members.size(), g.me, g.next_id);
@@ -69,7 +73,7 @@ void Daemon::Impl::close_group(std::uint32_t slot, const std::string& why) {
   if (it == groups.end()) return;
   // A peer may wait in the collective this node would have started next: it fails at once.
   // Its id is used up, so a group opened later in the slot starts after it.
-  engine->abort_unstarted(take_id(slot), why, it->second.members);
+  if (!why.empty()) engine->abort_unstarted(take_id(slot), why, it->second.members);
   spdlog::info("group slot {} closed", slot);
   groups.erase(it);
 }

@@ -216,8 +216,8 @@ struct Daemon::Impl {
   void serve(ClientState& c, std::uint32_t request, const proto::GroupQueryRequest& m);
   void serve(ClientState& c, std::uint32_t request, const proto::GroupOpenRequest& m);
   void serve(ClientState& c, std::uint32_t request, const proto::GroupCloseRequest& m);
-  std::optional<std::string> open_group(const ClientState& c, const proto::GroupOpenRequest& m);
-  // Closes a group; `why` tells peers waiting in its next collective.
+  std::optional<Error> open_group(const ClientState& c, const proto::GroupOpenRequest& m);
+  // Closes a group; `why` tells peers waiting in its next collective (empty: nobody is told).
   void close_group(std::uint32_t slot, const std::string& why);
   // The group of a START's slot, held by client `c`; why not, if not.
   std::optional<std::string> group_problem(const ClientState& c, std::uint32_t slot) const;

@@ -268,10 +268,12 @@ bool decode(Reader& r, GroupOpenRequest& m) {
   return r.done();
 }
 
-void encode(Writer& w, const GroupCloseRequest& m) { w.put(m.slot); }
+void encode(Writer& w, const GroupCloseRequest& m) { w.put(m.slot).put(static_cast<std::uint8_t>(m.tell ? 1 : 0)); }
 bool decode(Reader& r, GroupCloseRequest& m) {
   m.slot = r.get<std::uint8_t>();
-  return r.done();
+  const auto tell = r.get<std::uint8_t>();
+  m.tell = tell == 1;
+  return tell <= 1 && r.done();
 }
 
 std::optional<Overlap> find_overlap(const std::vector<Range>& sends, const std::vector<Range>& recvs) {

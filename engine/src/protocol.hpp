@@ -275,6 +275,10 @@ struct GroupOpenRequest {
 struct GroupCloseRequest {
   static constexpr Type kType = Type::kGroupClose;
   std::uint8_t slot = 0;
+  // Tell the members (an ABORT of the group's next exchange), who may wait in it. Not when
+  // the group did not open on every member (Client::open_group takes it back): its members
+  // may hold the slot for another group, whose exchange of that id the ABORT would hit.
+  bool tell = true;
   friend bool operator==(const GroupCloseRequest&, const GroupCloseRequest&) = default;
 };
 

@@ -43,7 +43,7 @@ std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
       {"start-group", message(grouped, 11)},
       {"group-query", message(GroupQueryRequest{}, 12)},
       {"group-open", message(GroupOpenRequest{5, 17, {2, 0, 1}}, 13)},
-      {"group-close", message(GroupCloseRequest{5}, 14)},
+      {"group-close", message(GroupCloseRequest{5, true}, 14)},
   };
 }
 

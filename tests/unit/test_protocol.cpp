@@ -96,7 +96,8 @@ TEST_CASE("every control message round-trips, and a cut or a byte too many is re
   query.next[200] = 0xABCDEF;
   round_trip(query);
   round_trip(proto::GroupOpenRequest{9, 1234, {3, 0, 2}});
-  round_trip(proto::GroupCloseRequest{9});
+  round_trip(proto::GroupCloseRequest{9, true});
+  round_trip(proto::GroupCloseRequest{9, false});
 }
 
 TEST_CASE("issue 13: a START outside groups is version 2's first kind of START; a group's adds one byte, never 0") {

@@ -542,6 +542,82 @@ TEST_CASE("issue 13: a group's client that exits without closing it: its peer's 
   CHECK_THAT(error_of(r0.call(proto::GroupOpenRequest{5, 2, {0, 1}})).message, Catch::Contains("comes before 3"));
 }
 
+TEST_CASE("issue 13: a group taken back because it did not open on every member tells nobody; its slot's ids are not used up") {
+  // Rank 0's client opened slot 5, which rank 1 holds for another group (raced in between
+  // GROUP_QUERY and GROUP_OPEN): rank 0 takes it back. Two other clients then open slot 5 from
+  // the same first id and run a barrier. Had the take-back told rank 1, that ABORT would have
+  // hit the other group's first exchange.
+  DaemonPair pair;
+  Raw a(pair.d[0]->socket), b(pair.d[1]->socket), c(pair.d[0]->socket);
+  const proto::GroupOpenRequest open{5, 1, {0, 1}};
+  REQUIRE(type_of(*a.call(open)) == proto::Type::kOk);
+  REQUIRE(type_of(*a.call(proto::GroupCloseRequest{5, false})) == proto::Type::kOk);
+  REQUIRE(type_of(*b.call(open)) == proto::Type::kOk);
+  std::this_thread::sleep_for(50ms);
+  REQUIRE(type_of(*c.call(open)) == proto::Type::kOk);
+  proto::StartRequest barrier;
+  barrier.kind = proto::Kind::kBarrier;
+  barrier.run = true;
+  barrier.group = 5;
+  proto::send_message(b.fd, proto::message(barrier, 8));
+  proto::send_message(c.fd, proto::message(barrier, 8));
+  for (const Raw* r : {&b, &c}) {
+    auto reply = r->next();
+    REQUIRE(reply);
+    INFO(error_of(reply).message);
+    CHECK(type_of(*reply) == proto::Type::kDone);
+  }
+  // A sequence already used here is "busy": the slot moved on since the members' query.
+  CHECK(error_of(a.call(proto::GroupOpenRequest{6, 1, {0, 1}})).code == 0);
+  REQUIRE(type_of(*a.call(proto::GroupCloseRequest{6, true})) == proto::Type::kOk);
+  CHECK(error_of(a.call(proto::GroupOpenRequest{6, 1, {0, 1}})).code == static_cast<std::uint32_t>(Errc::kBusy));
+}
+
+TEST_CASE("issue 13: open_group tries again when a member's slot is taken between the members' query and their open") {
+  DaemonPair pair;
+  Client a = Client::connect(pair.d[0]->socket), b = Client::connect(pair.d[1]->socket);
+  Raw other(pair.d[1]->socket);  // another client of rank 1, which takes the slot first
+  ThreadReduce reduce(2);
+  int step = 0;
+  std::uint32_t raced = 0;
+  auto racing = [&](std::vector<std::uint64_t>& words, ReduceOp op) {
+    reduce(words, op);
+    if (step++ == 0) {  // a's first reduce: the free slots, agreed
+      for (raced = 1; ((words[raced / 64] >> (raced % 64)) & 1U) == 0; ++raced) {
+      }
+      REQUIRE(type_of(*other.call(proto::GroupOpenRequest{static_cast<std::uint8_t>(raced), 1, {0, 1}})) == proto::Type::kOk);
+    }
+  };
+  Result<Client> ga = Error(Errc::kInternal, "not run"), gb = Error(Errc::kInternal, "not run");
+  std::thread t([&] { gb = open_in(b, {0, 1}, reduce); });
+  ga = a.open_group({0, 1}, racing);
+  t.join();
+  REQUIRE(ga);
+  REQUIRE(gb);
+  auto groups = status_of(a)["groups"];
+  REQUIRE(groups.size() == 1);
+  CHECK(groups[0]["slot"] != raced);  // the second try took another slot
+  std::thread tb([&] { CHECK(gb->barrier()); });
+  CHECK(ga->barrier());
+  tb.join();
+  // Rank 0 took its open of the raced slot back without a word and without using an id: the
+  // other client's group there runs from id 1 with a partner on rank 0.
+  Raw partner(pair.d[0]->socket);
+  REQUIRE(type_of(*partner.call(proto::GroupOpenRequest{static_cast<std::uint8_t>(raced), 1, {0, 1}})) == proto::Type::kOk);
+  proto::StartRequest barrier;
+  barrier.kind = proto::Kind::kBarrier;
+  barrier.run = true;
+  barrier.group = static_cast<std::uint8_t>(raced);
+  proto::send_message(other.fd, proto::message(barrier, 8));
+  proto::send_message(partner.fd, proto::message(barrier, 8));
+  for (const Raw* r : {&other, &partner}) {
+    auto reply = r->next();
+    REQUIRE(reply);
+    INFO(error_of(reply).message);
+    CHECK(type_of(*reply) == proto::Type::kDone);
+  }
+}
+
 TEST_CASE("issue 13: a group closed after the session's client went away does not hide that from the session's next collective") {
   DaemonPair pair;
   Client w0 = Client::connect(pair.d[0]->socket);
