@@ -404,6 +404,16 @@ Result<Client> open_in(const Client& c, const std::vector<int>& members, ThreadR
   return c.open_group(members, [&](std::vector<std::uint64_t>& w, ReduceOp op) { reduce(w, op); });
 }
 
+// Both ranks open a group at once, x with members `mx`, y with `my`.
+std::pair<Result<Client>, Result<Client>> open_both(const Client& x, const std::vector<int>& mx, const Client& y, const std::vector<int>& my) {
+  ThreadReduce reduce(2);
+  Result<Client> gy = Error(Errc::kInternal, "not run");
+  std::thread t([&] { gy = open_in(y, my, reduce); });
+  Result<Client> gx = open_in(x, mx, reduce);
+  t.join();
+  return {std::move(gx), std::move(gy)};
+}
+
 TEST_CASE("issue 13: two groups of both machines, two clients each, run with the cluster's own collective at once, byte-exact") {
   DaemonPair pair;
   // The cluster's collective holds each rank for its client; groups are other clients'.
@@ -485,11 +495,7 @@ TEST_CASE("issue 13: when a group's client closes it and goes away, its peer's n
   DaemonPair pair;
   Client a = Client::connect(pair.d[0]->socket);
   auto b = std::make_unique<Client>(Client::connect(pair.d[1]->socket));
-  ThreadReduce reduce(2);
-  Result<Client> ga = Error(Errc::kInternal, "not run"), gb = Error(Errc::kInternal, "not run");
-  std::thread t([&] { gb = open_in(*b, {0, 1}, reduce); });
-  ga = open_in(a, {0, 1}, reduce);
-  t.join();
+  auto [ga, gb] = open_both(a, {0, 1}, *b, {0, 1});
   REQUIRE(ga);
   REQUIRE(gb);
   gb = Error(Errc::kInternal, "gone");  // closes the group at rank 1
@@ -542,6 +548,22 @@ TEST_CASE("issue 13: a group's client that exits without closing it: its peer's 
   CHECK_THAT(error_of(r0.call(proto::GroupOpenRequest{5, 2, {0, 1}})).message, Catch::Contains("comes before 3"));
 }
 
+// A barrier in group `slot` from two raw clients (RUN), both done.
+void barrier_both(const Raw& x, const Raw& y, std::uint8_t slot) {
+  proto::StartRequest barrier;
+  barrier.kind = proto::Kind::kBarrier;
+  barrier.run = true;
+  barrier.group = slot;
+  proto::send_message(x.fd, proto::message(barrier, 8));
+  proto::send_message(y.fd, proto::message(barrier, 8));
+  for (const Raw* r : {&x, &y}) {
+    auto reply = r->next();
+    REQUIRE(reply);
+    INFO(error_of(reply).message);
+    CHECK(type_of(*reply) == proto::Type::kDone);
+  }
+}
+
 TEST_CASE("issue 13: a group taken back because it did not open on every member tells nobody; its slot's ids are not used up") {
   // Rank 0's client opened slot 5, which rank 1 holds for another group (raced in between
   // GROUP_QUERY and GROUP_OPEN): rank 0 takes it back. Two other clients then open slot 5 from
@@ -555,18 +577,7 @@ TEST_CASE("issue 13: a group taken back because it did not open on every member 
   REQUIRE(type_of(*b.call(open)) == proto::Type::kOk);
   std::this_thread::sleep_for(50ms);
   REQUIRE(type_of(*c.call(open)) == proto::Type::kOk);
-  proto::StartRequest barrier;
-  barrier.kind = proto::Kind::kBarrier;
-  barrier.run = true;
-  barrier.group = 5;
-  proto::send_message(b.fd, proto::message(barrier, 8));
-  proto::send_message(c.fd, proto::message(barrier, 8));
-  for (const Raw* r : {&b, &c}) {
-    auto reply = r->next();
-    REQUIRE(reply);
-    INFO(error_of(reply).message);
-    CHECK(type_of(*reply) == proto::Type::kDone);
-  }
+  barrier_both(b, c, 5);
   // A sequence already used here is "busy": the slot moved on since the members' query.
   CHECK(error_of(a.call(proto::GroupOpenRequest{6, 1, {0, 1}})).code == 0);
   REQUIRE(type_of(*a.call(proto::GroupCloseRequest{6, true})) == proto::Type::kOk);
@@ -604,18 +615,7 @@ TEST_CASE("issue 13: open_group tries again when a member's slot is taken betwee
   // other client's group there runs from id 1 with a partner on rank 0.
   Raw partner(pair.d[0]->socket);
   REQUIRE(type_of(*partner.call(proto::GroupOpenRequest{static_cast<std::uint8_t>(raced), 1, {0, 1}})) == proto::Type::kOk);
-  proto::StartRequest barrier;
-  barrier.kind = proto::Kind::kBarrier;
-  barrier.run = true;
-  barrier.group = static_cast<std::uint8_t>(raced);
-  proto::send_message(other.fd, proto::message(barrier, 8));
-  proto::send_message(partner.fd, proto::message(barrier, 8));
-  for (const Raw* r : {&other, &partner}) {
-    auto reply = r->next();
-    REQUIRE(reply);
-    INFO(error_of(reply).message);
-    CHECK(type_of(*reply) == proto::Type::kDone);
-  }
+  barrier_both(other, partner, static_cast<std::uint8_t>(raced));
 }
 
 TEST_CASE("issue 13: a group closed after the session's client went away does not hide that from the session's next collective") {
@@ -626,11 +626,7 @@ TEST_CASE("issue 13: a group closed after the session's client went away does no
   REQUIRE(alltoall_both(w0, s0, r0, *w1, s1, r1).first);
   Client a0 = Client::connect(pair.d[0]->socket);
   auto a1 = std::make_unique<Client>(Client::connect(pair.d[1]->socket));
-  ThreadReduce reduce(2);
-  Result<Client> g0 = Error(Errc::kInternal, "not run"), g1 = Error(Errc::kInternal, "not run");
-  std::thread t([&] { g1 = open_in(*a1, {0, 1}, reduce); });
-  g0 = open_in(a0, {0, 1}, reduce);
-  t.join();
+  auto [g0, g1] = open_both(a0, {0, 1}, *a1, {0, 1});
   REQUIRE(g1);
   s1 = Buffer();
   r1 = Buffer();
