@@ -67,8 +67,9 @@ int delete_plan(MPI_Comm, int, void* attr, void*) {
   return MPI_SUCCESS;
 }
 
-// The same verdict on every rank: it is computed from what all of them reported.
-std::string verdict(const std::vector<int>& report) {
+// The same verdict on every rank: it is computed from what all of them reported, and the
+// machines they are on.
+std::string verdict(const std::vector<int>& report, const std::set<int>& machines) {
   const int n = static_cast<int>(report.size() / 2);
   if (n < 2) return "a communicator of one rank";
   int cluster = -1;
@@ -79,8 +80,6 @@ std::string verdict(const std::vector<int>& report) {
     if (cluster < 0) cluster = c;
     if (c != cluster) return "ranks 0 and " + std::to_string(r) + " are in different aapc clusters";
   }
-  std::set<int> machines;
-  for (int r = 0; r < n; ++r) machines.insert(report[2 * static_cast<std::size_t>(r)]);
   if (machines.size() < 2) return "its ranks are all on one machine (the MPI's shared memory carries it)";
   return "";
 }
@@ -161,11 +160,11 @@ Plan* make_plan(MPI_Comm comm) {
   mine[1] = cluster;
   std::vector<int> report(2 * static_cast<std::size_t>(size));
   PMPI_Allgather(mine, 2, MPI_INT, report.data(), 2, MPI_INT, comm);
-  p->why = verdict(report);
+  // The communicator's machines, numbered by their cluster ranks: the group's ranks.
+  std::set<int> machines;
+  for (int r = 0; r < size; ++r) machines.insert(report[2 * static_cast<std::size_t>(r)]);
+  p->why = verdict(report, machines);
   if (p->why.empty()) {
-    // The communicator's machines, numbered by their cluster ranks: the group's ranks.
-    std::set<int> machines;
-    for (int r = 0; r < size; ++r) machines.insert(report[2 * static_cast<std::size_t>(r)]);
     p->members.assign(machines.begin(), machines.end());
     auto index = [&](int cluster_rank) { return static_cast<int>(std::lower_bound(p->members.begin(), p->members.end(), cluster_rank) - p->members.begin()); };
     std::vector<int> machine_of(static_cast<std::size_t>(size));
