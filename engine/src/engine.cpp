@@ -92,7 +92,7 @@ std::chrono::milliseconds default_timeout(const ExchangeSpec& spec, const Engine
   for (const auto& b : spec.send) block = std::max(block, b.len);
   for (const auto& b : spec.recv) block = std::max(block, b.len);
   // The bytes of a block on the wire: every frame has its headers (and tag).
-  const std::uint64_t frame = chunk + kFrameOverhead + (config.key ? kTagLen : 0);
+  const std::uint64_t frame = chunk + kDataFrameOverhead + (config.key ? kTagLen : 0);
   const std::uint64_t wire = frame_count(block, chunk) * frame;
   const std::uint64_t rate = config.link_bps != 0 ? config.link_bps : config.pace_bps;
   return derived_timeout(spec.bottleneck_load * wire, rate, stall_allowance(config));
@@ -110,10 +110,11 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   const std::size_t n = config_.peers.size();
   if (n < 2 || n > kMaxRanks) throw std::invalid_argument("engine needs 2 to 65535 peers");
   if (config_.rank < 0 || static_cast<std::size_t>(config_.rank) >= n) throw std::invalid_argument("engine rank out of range");
-  if (config_.mtu < static_cast<int>(kHeaderLen) + 64 || config_.mtu - static_cast<int>(kHeaderLen) > 65535)
-    throw std::invalid_argument("engine MTU must be between " + std::to_string(kHeaderLen + 64) + " and 65579");
+  // Control frames, whose header is the longer one, keep at least 64 bytes of payload room.
+  if (config_.mtu < static_cast<int>(kHeaderLen) + 64 || config_.mtu - static_cast<int>(kDataHeaderLen) > 65535)
+    throw std::invalid_argument("engine MTU must be between " + std::to_string(kHeaderLen + 64) + " and " + std::to_string(65535 + kDataHeaderLen));
   // With a key, the tag after the payload must fit the MTU too.
-  chunk_ = static_cast<std::uint32_t>(config_.mtu) - static_cast<std::uint32_t>(kHeaderLen) - (config_.key ? static_cast<std::uint32_t>(kTagLen) : 0U);
+  chunk_ = static_cast<std::uint32_t>(config_.mtu) - static_cast<std::uint32_t>(kDataHeaderLen) - (config_.key ? static_cast<std::uint32_t>(kTagLen) : 0U);
   epoch_ = config_.epoch != 0 ? config_.epoch : clock_epoch();
   for (std::size_t r = 0; r < n; ++r) mac_index_.emplace_back(config_.peers[r], static_cast<Rank>(r));
   std::sort(mac_index_.begin(), mac_index_.end());
@@ -159,7 +160,7 @@ ParseContext::Expected Engine::expect_data(std::uint32_t exchange, std::uint32_t
   Exchange* ex = find(exchange);
   if (ex != nullptr) return ex->expect(epoch, src);
   // Issue 14: eager frames of an exchange not started here yet are kept (keep_early_data).
-  if (may_keep_early(exchange)) return {DropReason::kOk, 0, static_cast<std::uint16_t>(chunk_), true};
+  if (may_keep_early(exchange)) return {DropReason::kOk, 0, chunk_, true};
   return {DropReason::kNotLive, 0, 0};
 }
 

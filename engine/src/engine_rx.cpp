@@ -20,15 +20,14 @@ namespace {
 // (and so is that one with a cluster key: the tag covers header and payload as one run).
 // False when a chained frame cannot be.
 bool frame_parts(rte_mbuf* m, bool keyed, std::span<const std::uint8_t>& head, std::span<const std::uint8_t>& tail) {
-  if (m->nb_segs == 2 && !keyed && rte_pktmbuf_data_len(m) == kFrameOverhead) {
-    head = {rte_pktmbuf_mtod(m, const std::uint8_t*), kFrameOverhead};
+  head = {rte_pktmbuf_mtod(m, const std::uint8_t*), rte_pktmbuf_data_len(m)};
+  if (m->nb_segs == 2 && !keyed && frame_header_len(head) == head.size()) {
     tail = {rte_pktmbuf_mtod(m->next, const std::uint8_t*), rte_pktmbuf_data_len(m->next)};
     return true;
   }
   if (m->nb_segs > 1 && rte_pktmbuf_linearize(m) != 0) return false;
-  std::span<const std::uint8_t> frame(rte_pktmbuf_mtod(m, const std::uint8_t*), rte_pktmbuf_data_len(m));
-  head = frame.first(std::min(frame.size(), kFrameOverhead));
-  tail = frame.subspan(head.size());
+  head = {rte_pktmbuf_mtod(m, const std::uint8_t*), rte_pktmbuf_data_len(m)};
+  tail = {};  // parse() finds where the header ends
   return true;
 }
 
@@ -190,7 +189,7 @@ void Engine::keep_early(const Parsed& f) {
 // posted block. Only eager blocks come early; what does not fit is dropped, and its sender's
 // poll brings it again.
 void Engine::keep_early_data(const Parsed& f) {
-  if (frame_count(f.h.block_len, f.h.chunk) > config_.eager_frames) {
+  if (f.h.seq >= config_.eager_frames) {  // not of an eager block
     link_->count_drop(DropReason::kNotLive);
     return;
   }
@@ -228,7 +227,9 @@ void Engine::receive(Clock::time_point now) {
       Exchange* ex = f.reason >= DropReason::kRankMismatch && f.reason != DropReason::kNotLive ? find(f.h.exchange) : nullptr;
       if (ex != nullptr) {
         ex->count_drop(f.reason);
-        if (f.reason == DropReason::kUnexpectedBlock && f.h.type == FrameType::kData && alive_epoch(f)) ex->unexpected_data(f.src_rank, f.h.block_len, now);
+        // A DATA frame tells its block's length only at the end of the first pass (wire.hpp).
+        if (f.reason == DropReason::kUnexpectedBlock && f.h.type == FrameType::kData && f.h.block_len != 0 && alive_epoch(f))
+          ex->unexpected_data(f.src_rank, f.h.block_len, now);
       } else {
         link_->count_drop(f.reason);
       }

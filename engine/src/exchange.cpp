@@ -64,7 +64,7 @@ Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
     for (const auto& b : out_) spec_.dummy_len = std::max(spec_.dummy_len, b.len);
   if (spec_.combine.empty()) copy_eager_blocks();  // a combining exchange's messages are its own already
   counters_.rounds.resize(spec_.program.rounds.size());
-  descriptor_ = encode_descriptor(spec_.descriptor, std::min<std::size_t>(chunk, kMaxDescriptor));
+  descriptor_ = encode_descriptor(spec_.descriptor, std::min<std::size_t>(link_.control_room(), kMaxDescriptor));
   soft_deadline_ = spec_.timeout.count() <= 0;
   deadline_ = soft_deadline_ ? default_timeout(spec_, link_.config(), chunk) : spec_.timeout;
   stall_ = stall_allowance(link_.config());
@@ -104,16 +104,16 @@ void Exchange::replay_early(const EarlyFrames& early, Clock::time_point now) {
       count_drop(DropReason::kStaleEpoch);
       continue;
     }
-    if (in_[idx(d.src)].len != d.h.block_len) {
-      count_drop(DropReason::kUnexpectedBlock);
-      unexpected_data(d.src, d.h.block_len, now);
-      continue;
-    }
     Parsed f;
     f.h = d.h;
+    if (data_fits(f.h, in_[idx(d.src)].len, link_.chunk()) != DropReason::kOk) {
+      count_drop(DropReason::kUnexpectedBlock);
+      if (f.h.block_len != 0) unexpected_data(d.src, f.h.block_len, now);  // else its polls or last frame will tell
+      continue;
+    }
     f.src_rank = d.src;
     f.payload = d.payload;
-    f.offset = static_cast<std::uint64_t>(d.h.seq) * d.h.chunk;
+    f.offset = static_cast<std::uint64_t>(d.h.seq) * link_.chunk();
     on_data(f, now);
   }
 }
@@ -135,8 +135,8 @@ void Exchange::unexpected_data(Rank src, std::uint64_t len, Clock::time_point no
 ParseContext::Expected Exchange::expect(std::uint32_t epoch, Rank src) const {
   if (state_ == ExchangeState::kFailed) return {DropReason::kNotLive, 0, 0};
   if (epoch_known_[idx(src)] && epoch_[idx(src)] != epoch) return {DropReason::kStaleEpoch, 0, 0};
-  if (in_[idx(src)].len == 0) return {DropReason::kUnexpectedBlock, 0, 0};
-  return {DropReason::kOk, in_[idx(src)].len, static_cast<std::uint16_t>(link_.chunk())};
+  if (in_[idx(src)].len == 0) return {DropReason::kUnexpectedBlock, 0, link_.chunk()};
+  return {DropReason::kOk, in_[idx(src)].len, link_.chunk()};
 }
 
 bool Exchange::accept_epoch(Rank src, std::uint32_t epoch) {
@@ -227,6 +227,7 @@ void Exchange::fail(Errc code, const std::string& message, Rank peer, Clock::tim
   if (tell && code != Errc::kPeerAborted) {
     std::string reason = "rank " + std::to_string(link_.rank()) + ": " + message;
     if (reason.size() > 400) reason.resize(400);
+    if (reason.size() > link_.control_room()) reason.resize(link_.control_room());
     for (std::size_t r = 0; r < n_; ++r)
       if (static_cast<Rank>(r) != link_.rank())
         link_.send_control(static_cast<Rank>(r), FrameType::kAbort, spec_.id, 0, static_cast<std::uint32_t>(code), 0,

@@ -48,7 +48,7 @@ void Exchange::send_nack(Rank src, InBlock& in) {
   // No rate limit is needed: NACKs answer a poll, or the first arrival of a frame that ends a
   // burst (kFlagLast), and each burst answers a NACK. (One NACK per half RTO held back the
   // answer to a burst that came back within that time, which it always does on a LAN.)
-  const std::size_t max_ranges = link_.chunk() / 8;  // a NACK fits the frames' payload, tag included
+  const std::size_t max_ranges = link_.control_room() / 8;  // a NACK fits a control frame's payload
   std::vector<std::uint8_t> payload;
   std::uint32_t ranges = 0;
   std::uint32_t f = 0;
@@ -161,8 +161,11 @@ void Exchange::on_control(const Parsed& f, Clock::time_point now) {
       break;
     case FrameType::kPoll: {
       InBlock& in = in_[idx(src)];
-      if (in.len == 0 || in.len != f.h.block_len) {
+      if (in.len != f.h.block_len) {
+        // The sender's block is of another length. Its DATA frames do not say so (only the
+        // last of its first pass does, and that one may be lost): its polls do.
         count_drop(DropReason::kUnexpectedBlock);
+        unexpected_data(src, f.h.block_len, now);
         return;
       }
       if (in.complete) {

@@ -55,7 +55,7 @@ void Exchange::start_round(Clock::time_point now) {
     if (send.dst == link_.rank()) {
       if (round.dummy && link_.config().pace_bps > 0) {
         // A dummy message to oneself keeps the node busy for a block's wire time.
-        double bits = static_cast<double>(spec_.dummy_len + (spec_.dummy_len / chunk + 1) * kFrameOverhead) * 8.0;
+        double bits = static_cast<double>(spec_.dummy_len + (spec_.dummy_len / chunk + 1) * kDataFrameOverhead) * 8.0;
         delay_until_ = std::max(delay_until_, now + nanoseconds(static_cast<std::int64_t>(bits * 1e9 / static_cast<double>(link_.config().pace_bps))));
         round_state_ = RoundState::kDelay;
       }
@@ -130,9 +130,7 @@ void Exchange::send_data(OutBlock* block, Rank dst, std::uint32_t index, std::ui
   h.phase = phase < 0 ? kNoPhase : static_cast<std::uint16_t>(phase);
   h.exchange = spec_.id;
   h.dst = static_cast<std::uint16_t>(dst);
-  h.seq = index;
-  h.block_len = len;
-  h.chunk = static_cast<std::uint16_t>(chunk);
+  h.seq = index;  // the block's length and the chunk are not on the wire in DATA frames
   std::uint32_t payload = frame_payload(len, chunk, index);
   h.payload_len = static_cast<std::uint16_t>(payload);
   static const std::vector<std::uint8_t> zeros(65536, 0);

@@ -43,7 +43,7 @@ rte_mbuf* Link::build_copy(Rank dst, const Header& h, const std::uint8_t* payloa
   if (m == nullptr) return nullptr;
   // No padding of short frames: NICs pad to the Ethernet minimum themselves, and without it
   // every byte of a frame is checked (a truncated frame is always caught).
-  const std::size_t frame_len = kFrameOverhead + frame_tail(len, key_);
+  const std::size_t frame_len = frame_overhead(h.type) + frame_tail(len, key_);
   auto* p = static_cast<std::uint8_t*>(static_cast<void*>(rte_pktmbuf_append(m, static_cast<std::uint16_t>(frame_len))));
   if (p == nullptr) {
     rte_pktmbuf_free(m);
@@ -65,7 +65,7 @@ rte_mbuf* Link::build_zero_copy(Rank dst, const Header& h, const std::uint8_t* p
                                 const nic::ExternalRegion& region) {
   rte_mbuf* m = rte_pktmbuf_alloc(port_.pool());
   if (m == nullptr) return nullptr;
-  auto* p = static_cast<std::uint8_t*>(static_cast<void*>(rte_pktmbuf_append(m, kFrameOverhead)));
+  auto* p = static_cast<std::uint8_t*>(static_cast<void*>(rte_pktmbuf_append(m, static_cast<std::uint16_t>(frame_overhead(h.type)))));
   rte_mbuf* data = p != nullptr ? region.attach(payload, static_cast<std::uint16_t>(len)) : nullptr;
   if (data == nullptr) {
     rte_pktmbuf_free(m);
@@ -128,7 +128,7 @@ void Link::ack_later(Rank dst, const AckEntry& entry, Clock::time_point now) {
   list.push_back(entry);
   ++counters_.acks_gathered;
   acks_due_ = std::min(acks_due_, now + std::min(config_.ack_delay, config_.rto / 4));  // before any sender polls
-  if (list.size() * kAckEntryLen + kAckEntryLen > chunk_) send_acks(now, true);
+  if (list.size() * kAckEntryLen + kAckEntryLen > control_room()) send_acks(now, true);
 }
 
 void Link::send_acks(Clock::time_point now, bool all) {

@@ -30,6 +30,8 @@ class Link {
   const EngineConfig& config() const { return config_; }
   Rank rank() const { return config_.rank; }
   std::uint32_t chunk() const { return chunk_; }
+  // The payload room of a control frame: a DATA frame's chunk less the longer header.
+  std::uint32_t control_room() const { return chunk_ - static_cast<std::uint32_t>(kControlExtra); }
 
   // Builds a frame to `dst` (our epoch and rank filled in, sealed with the cluster key if
   // any) and queues it behind the pacing bucket; false when no mbuf was available.

@@ -26,7 +26,11 @@ inline std::uint16_t get16(const std::uint8_t* p) { return static_cast<std::uint
 inline std::uint32_t get32(const std::uint8_t* p) { return (static_cast<std::uint32_t>(get16(p)) << 16) | get16(p + 2); }
 inline std::uint64_t get64(const std::uint8_t* p) { return (static_cast<std::uint64_t>(get32(p)) << 32) | get32(p + 4); }
 
-constexpr std::size_t kCrcOffset = 40;  // within our header
+// Where a header of `hlen` bytes (its byte 5: kHeaderLen or kDataHeaderLen) keeps the payload
+// length and the CRC: both headers end with the CRC.
+constexpr std::size_t payload_len_at(std::size_t hlen) { return hlen == kDataHeaderLen ? 24 : 32; }
+constexpr std::size_t crc_at(std::size_t hlen) { return hlen - 4; }
+static_assert(crc_at(kHeaderLen) == 40 && crc_at(kDataHeaderLen) == 26);
 
 // libsodium picks its fastest implementations for this CPU in sodium_init(). Thread-safe and
 // idempotent.
@@ -49,21 +53,24 @@ std::array<std::uint8_t, crypto_aead_chacha20poly1305_ietf_NPUBBYTES> nonce_of(c
 // Writes the tag of a frame after its payload: our header (CRC included) and the payload lie
 // next to each other in the frame and are authenticated as associated data.
 void put_tag(std::uint8_t* p, std::size_t payload_len, const FrameKey& key, std::uint64_t counter) {
-  std::uint8_t* tag = p + kHeaderLen + payload_len;
+  const std::size_t ad = p[5] + payload_len;
+  std::uint8_t* tag = p + ad;
   put64(tag, counter);
   const auto n = nonce_of(p, tag);
   std::uint8_t none[1] = {0};  // no message: libsodium's prototypes want pointers all the same
-  crypto_aead_chacha20poly1305_ietf_encrypt_detached(none, tag + 8, nullptr, none, 0, p, kHeaderLen + payload_len, nullptr, n.data(),
-                                                     key.bytes.data());
+  crypto_aead_chacha20poly1305_ietf_encrypt_detached(none, tag + 8, nullptr, none, 0, p, ad, nullptr, n.data(), key.bytes.data());
 }
 
 bool tag_verifies(const std::uint8_t* p, std::size_t payload_len, const FrameKey& key) {
-  const std::uint8_t* tag = p + kHeaderLen + payload_len;
+  const std::size_t ad = p[5] + payload_len;
+  const std::uint8_t* tag = p + ad;
   const auto n = nonce_of(p, tag);
   std::uint8_t none[1] = {0};
-  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(none, nullptr, none, 0, tag + 8, p, kHeaderLen + payload_len, n.data(),
-                                                            key.bytes.data()) == 0;
+  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(none, nullptr, none, 0, tag + 8, p, ad, n.data(), key.bytes.data()) == 0;
 }
+
+// The CRC of a header (its bytes before the CRC field) and a payload.
+std::uint32_t header_crc(const std::uint8_t* p) { return crc32c(0, p, crc_at(p[5])); }
 
 }  // namespace
 
@@ -114,7 +121,7 @@ std::string_view drop_reason_name(DropReason reason) {
   return i < std::size(kNames) ? kNames[i] : "?";
 }
 
-void encode(std::uint8_t* out, const MacAddr& dst_mac, const MacAddr& src_mac, std::uint16_t ethertype, const Header& h) {
+std::size_t encode(std::uint8_t* out, const MacAddr& dst_mac, const MacAddr& src_mac, std::uint16_t ethertype, const Header& h) {
   std::memcpy(out, dst_mac.data(), 6);
   std::memcpy(out + 6, src_mac.data(), 6);
   put16(out + 12, ethertype);
@@ -123,56 +130,58 @@ void encode(std::uint8_t* out, const MacAddr& dst_mac, const MacAddr& src_mac, s
   p[2] = kVersion;
   p[3] = static_cast<std::uint8_t>(h.type);
   p[4] = h.flags;
-  p[5] = static_cast<std::uint8_t>(kHeaderLen);
+  const std::size_t hlen = header_len(h.type);
+  p[5] = static_cast<std::uint8_t>(hlen);
   put16(p + 6, h.phase);
   put32(p + 8, h.exchange);
   put32(p + 12, h.epoch);
   put16(p + 16, h.src);
   put16(p + 18, h.dst);
   put32(p + 20, h.seq);
-  put64(p + 24, h.block_len);
-  put16(p + 32, h.payload_len);
-  put16(p + 34, h.chunk);
-  put32(p + 36, h.aux);
-  put32(p + kCrcOffset, 0);
+  if (hlen == kHeaderLen) {
+    put64(p + 24, h.block_len);
+    put16(p + 34, h.chunk);
+    put32(p + 36, h.aux);
+  }
+  put16(p + payload_len_at(hlen), h.payload_len);
+  put32(p + crc_at(hlen), 0);
+  return kEthHeaderLen + hlen;
 }
 
 void seal(std::uint8_t* frame, const FrameKey* key, std::uint64_t counter) {
   std::uint8_t* p = frame + kEthHeaderLen;
-  std::uint16_t payload = get16(p + 32);
+  const std::size_t hlen = p[5];
+  std::uint16_t payload = get16(p + payload_len_at(hlen));
   if (key != nullptr) p[2] = kVersionAuth;
-  std::uint32_t crc = crc32c(0, p, kCrcOffset);
-  crc = crc32c(crc, p + kHeaderLen, payload);
-  put32(p + kCrcOffset, crc);
+  put32(p + crc_at(hlen), crc32c(header_crc(p), p + hlen, payload));
   if (key != nullptr) put_tag(p, payload, *key, counter);
 }
 
 void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len, const FrameKey* key, std::uint64_t counter) {
   std::uint8_t* p = frame + kEthHeaderLen;
   if (key != nullptr) p[2] = kVersionAuth;
-  std::uint32_t crc = crc32c(0, p, kCrcOffset);
-  crc = crc32c_copy(crc, p + kHeaderLen, payload, len);
-  put32(p + kCrcOffset, crc);
+  put32(p + crc_at(p[5]), crc32c_copy(header_crc(p), p + p[5], payload, len));
   if (key != nullptr) put_tag(p, len, *key, counter);
 }
 
 void seal_apart(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len) {
   std::uint8_t* p = frame + kEthHeaderLen;
-  std::uint32_t crc = crc32c(0, p, kCrcOffset);
-  crc = crc32c(crc, payload, len);
-  put32(p + kCrcOffset, crc);
+  put32(p + crc_at(p[5]), crc32c(header_crc(p), payload, len));
 }
 
 namespace {
 
-// The fields of our header, of a frame known to hold one: magic, version, type and header
-// length checked; not the payload length nor the CRC.
-DropReason decode_fields(const std::uint8_t* p, Header& h) {
+// The fields of our header, of a frame of `avail` bytes from our header on (at least
+// kDataHeaderLen): magic, version, type and header length checked, the header wholly there;
+// not the payload length nor the CRC.
+DropReason decode_fields(const std::uint8_t* p, std::size_t avail, Header& h) {
   if (get16(p) != kMagic) return DropReason::kBadMagic;
   if (p[2] != kVersion && p[2] != kVersionAuth) return DropReason::kBadVersion;
   if (p[3] == 0 || p[3] >= kFrameTypes) return DropReason::kBadType;
-  if (p[5] != kHeaderLen) return DropReason::kBadLength;
   h.type = static_cast<FrameType>(p[3]);
+  const std::size_t hlen = header_len(h.type);
+  if (p[5] != hlen) return DropReason::kBadLength;
+  if (avail < hlen) return DropReason::kRunt;
   h.flags = p[4];
   h.phase = get16(p + 6);
   h.exchange = get32(p + 8);
@@ -180,33 +189,38 @@ DropReason decode_fields(const std::uint8_t* p, Header& h) {
   h.src = get16(p + 16);
   h.dst = get16(p + 18);
   h.seq = get32(p + 20);
-  h.block_len = get64(p + 24);
-  h.payload_len = get16(p + 32);
-  h.chunk = get16(p + 34);
-  h.aux = get32(p + 36);
+  if (hlen == kHeaderLen) {
+    h.block_len = get64(p + 24);
+    h.chunk = get16(p + 34);
+    h.aux = get32(p + 36);
+  }
+  h.payload_len = get16(p + payload_len_at(hlen));
   return DropReason::kOk;
 }
 
 bool crc_matches(const std::uint8_t* p, const std::uint8_t* payload, std::uint16_t payload_len) {
-  std::uint32_t crc = crc32c(0, p, kCrcOffset);
-  crc = crc32c(crc, payload, payload_len);
-  return crc == get32(p + kCrcOffset);
+  return crc32c(header_crc(p), payload, payload_len) == get32(p + crc_at(p[5]));
 }
-bool crc_matches(const std::uint8_t* p, std::uint16_t payload_len) { return crc_matches(p, p + kHeaderLen, payload_len); }
+bool crc_matches(const std::uint8_t* p, std::uint16_t payload_len) { return crc_matches(p, p + p[5], payload_len); }
 
 // Bytes after our header: the payload, and the tag of a tagged (kVersionAuth) frame.
 std::size_t tail_len(const std::uint8_t* p, std::uint16_t payload_len) { return payload_len + (p[2] == kVersionAuth ? kTagLen : 0); }
 
-// Our header (in `head`, of our EtherType and at least kFrameOverhead long) of a frame whose
-// payload and tag are `tail`: fields, lengths and CRC.
+// Our header (in `head`, of our EtherType and at least kDataFrameOverhead long) of a frame
+// whose payload and tag are `tail`: fields, lengths and CRC. A `head` longer than its header
+// holds the start of the payload, and then `tail` must be empty.
 DropReason decode(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, Header& h) {
   const std::uint8_t* p = head.data() + kEthHeaderLen;
-  if (DropReason r = decode_fields(p, h); r != DropReason::kOk) return r;
+  if (DropReason r = decode_fields(p, head.size() - kEthHeaderLen, h); r != DropReason::kOk) return r;
+  if (const std::size_t n = kEthHeaderLen + p[5]; head.size() > n) {
+    if (!tail.empty()) return DropReason::kBadLength;
+    tail = head.subspan(n);
+  }
   if (tail_len(p, h.payload_len) > tail.size()) return DropReason::kBadLength;
   if (!crc_matches(p, tail.data(), h.payload_len)) return DropReason::kBadCrc;
   return DropReason::kOk;
 }
-DropReason decode(std::span<const std::uint8_t> frame, Header& h) { return decode(frame.first(kFrameOverhead), frame.subspan(kFrameOverhead), h); }
+DropReason decode(std::span<const std::uint8_t> frame, Header& h) { return decode(frame, {}, h); }
 
 }  // namespace
 
@@ -216,18 +230,19 @@ Captured peek_captured(std::span<const std::uint8_t> captured, std::size_t wire_
     out.reason = DropReason::kEtherType;
     return out;
   }
-  if (captured.size() < kFrameOverhead) {
+  if (captured.size() < kDataFrameOverhead) {
     out.reason = DropReason::kRunt;
     return out;
   }
   const std::uint8_t* p = captured.data() + kEthHeaderLen;
-  out.reason = decode_fields(p, out.h);
+  out.reason = decode_fields(p, captured.size() - kEthHeaderLen, out.h);
   if (out.reason != DropReason::kOk) return out;
-  if (tail_len(p, out.h.payload_len) > wire_len - kFrameOverhead) {
+  const std::size_t overhead = kEthHeaderLen + p[5];
+  if (wire_len < overhead || tail_len(p, out.h.payload_len) > wire_len - overhead) {
     out.reason = DropReason::kBadLength;
     return out;
   }
-  if (captured.size() >= kFrameOverhead + out.h.payload_len) {
+  if (captured.size() >= overhead + out.h.payload_len) {
     out.crc_checked = true;
     if (!crc_matches(p, out.h.payload_len)) out.reason = DropReason::kBadCrc;
   }
@@ -235,15 +250,31 @@ Captured peek_captured(std::span<const std::uint8_t> captured, std::size_t wire_
 }
 
 std::optional<Header> peek(std::span<const std::uint8_t> frame, std::uint16_t ethertype) {
-  if (frame.size() < kFrameOverhead || get16(frame.data() + 12) != ethertype) return std::nullopt;
+  if (frame.size() < kDataFrameOverhead || get16(frame.data() + 12) != ethertype) return std::nullopt;
   Header h;
   if (decode(frame, h) != DropReason::kOk) return std::nullopt;
   return h;
 }
 
+std::size_t frame_header_len(std::span<const std::uint8_t> frame) {
+  if (frame.size() < kDataFrameOverhead) return 0;
+  const std::size_t n = kEthHeaderLen + frame[kEthHeaderLen + 5];
+  return (n == kFrameOverhead || n == kDataFrameOverhead) && frame.size() >= n ? n : 0;
+}
+
 Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx) {
-  if (frame.size() < kFrameOverhead) return parse(frame, {}, ctx);
-  return parse(frame.first(kFrameOverhead), frame.subspan(kFrameOverhead), ctx);
+  const std::size_t n = frame_header_len(frame);
+  if (n == 0) return parse(frame, {}, ctx);  // names what is wrong with it
+  return parse(frame.first(n), frame.subspan(n), ctx);
+}
+
+DropReason data_fits(Header& h, std::uint64_t posted, std::uint32_t chunk) {
+  const bool ends_first_pass = (h.flags & kFlagLast) != 0 && (h.flags & kFlagRetransmit) == 0;
+  h.block_len = ends_first_pass ? static_cast<std::uint64_t>(h.seq) * chunk + h.payload_len : 0;
+  const std::uint32_t count = frame_count(posted, chunk);
+  if (h.seq >= count || h.payload_len != frame_payload(posted, chunk, h.seq)) return DropReason::kUnexpectedBlock;
+  if (ends_first_pass && h.seq + 1 != count) return DropReason::kUnexpectedBlock;  // the sender's block is shorter
+  return DropReason::kOk;
 }
 
 Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const ParseContext& ctx) {
@@ -255,37 +286,41 @@ Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> t
   if (head.size() < kEthHeaderLen) return drop(DropReason::kRunt);
   const std::uint8_t* f = head.data();
   if (get16(f + 12) != ctx.ethertype) return drop(DropReason::kEtherType);
-  if (head.size() < kFrameOverhead) return drop(DropReason::kRunt);
+  if (head.size() < kDataFrameOverhead) return drop(DropReason::kRunt);
   if (std::memcmp(f, ctx.my_mac.data(), 6) != 0) return drop(DropReason::kNotForUs);
   MacAddr src_mac;
   std::memcpy(src_mac.data(), f + 6, 6);
   Rank src_rank = ctx.rank_of(src_mac);
   if (src_rank < 0) return drop(DropReason::kUnknownSource);
 
-  if (DropReason r = decode(head.first(kFrameOverhead), tail, out.h); r != DropReason::kOk) return drop(r);
+  if (const std::size_t n = frame_header_len(head); n != 0 && head.size() > n && tail.empty()) {
+    tail = head.subspan(n);  // a whole frame in `head`
+    head = head.first(n);
+  }
+  if (DropReason r = decode(head, tail, out.h); r != DropReason::kOk) return drop(r);
   Header& h = out.h;
   // Issue 15, finding 4: with a cluster key nothing passes without a tag that verifies; and a
   // tagged frame at a node without the key means the cluster is configured in two ways. The
   // tag authenticates header and payload as one run of bytes: they must lie together.
   const std::uint8_t* p = f + kEthHeaderLen;
   if ((p[2] == kVersionAuth) != (ctx.key != nullptr)) return drop(DropReason::kBadAuth);
-  if (ctx.key != nullptr && (tail.data() != p + kHeaderLen || !tag_verifies(p, h.payload_len, *ctx.key))) return drop(DropReason::kBadAuth);
+  if (ctx.key != nullptr && (tail.data() != p + p[5] || !tag_verifies(p, h.payload_len, *ctx.key))) return drop(DropReason::kBadAuth);
   if (h.src != src_rank || h.dst != ctx.my_rank) return drop(DropReason::kRankMismatch);
   out.src_rank = src_rank;
   out.payload = tail.first(h.payload_len);
 
   switch (h.type) {
     case FrameType::kData: {
-      if (h.chunk == 0 || h.block_len == 0 || h.payload_len == 0) return drop(DropReason::kBadLength);
-      std::uint32_t count = frame_count(h.block_len, h.chunk);
-      if (h.seq >= count || h.payload_len != frame_payload(h.block_len, h.chunk, h.seq)) return drop(DropReason::kBadOffset);
+      if (h.payload_len == 0) return drop(DropReason::kBadLength);
       if ((h.flags & kFlagDummy) != 0) return drop(DropReason::kDummy);  // nothing is written for dummy traffic
       ParseContext::Expected e = ctx.expect_data(h.exchange, h.epoch, src_rank);
-      if (e.status != DropReason::kOk) return drop(e.status);
-      if (!e.early && e.block_len != h.block_len) return drop(DropReason::kUnexpectedBlock);
-      if (e.chunk != h.chunk) return drop(DropReason::kBadOffset);
-      out.offset = static_cast<std::uint64_t>(h.seq) * h.chunk;
-      if (out.offset + h.payload_len > h.block_len) return drop(DropReason::kBadOffset);  // implied, kept as a guard
+      // A block from a peer that should send none is one of another length too (0 bytes).
+      if (e.status != DropReason::kOk && e.status != DropReason::kUnexpectedBlock) return drop(e.status);
+      if (e.chunk == 0 || h.payload_len > e.chunk) return drop(DropReason::kBadOffset);  // no block of ours has such a frame
+      out.offset = static_cast<std::uint64_t>(h.seq) * e.chunk;
+      if (e.early) break;  // checked against the posted block when the exchange starts (data_fits)
+      if (DropReason r = data_fits(h, e.status == DropReason::kOk ? e.block_len : 0, e.chunk); r != DropReason::kOk) return drop(r);
+      if (out.offset + h.payload_len > e.block_len) return drop(DropReason::kBadOffset);  // implied, kept as a guard
       break;
     }
     case FrameType::kNack: {

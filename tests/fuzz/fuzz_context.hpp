@@ -7,7 +7,7 @@
 namespace aapc::fuzz {
 
 inline constexpr std::uint64_t kPostedBlock = 100'000;
-inline constexpr std::uint16_t kChunk = 1456;
+inline constexpr std::uint16_t kChunk = 1500 - engine::kDataHeaderLen;
 inline constexpr std::uint32_t kExchange = 7;
 
 inline engine::MacAddr mac(int rank) { return {0x02, 0, 0, 0, 0, static_cast<std::uint8_t>(rank + 1)}; }
@@ -25,7 +25,7 @@ class Context final : public engine::ParseContext {
   }
   Expected expect_data(std::uint32_t exchange, std::uint32_t, engine::Rank src) const override {
     if (exchange != kExchange) return {engine::DropReason::kNotLive, 0, 0};
-    if (src != 0) return {engine::DropReason::kUnexpectedBlock, 0, 0};
+    if (src != 0) return {engine::DropReason::kUnexpectedBlock, 0, kChunk};
     return {engine::DropReason::kOk, kPostedBlock, kChunk};
   }
 };

@@ -12,10 +12,12 @@ const char* const kReplayName = "fuzz_parse_replay";
 
 namespace {
 
-std::vector<std::uint8_t> frame(engine::FrameType type, std::uint32_t seq, std::uint64_t block_len, std::size_t payload, int src = 0) {
-  std::vector<std::uint8_t> f(engine::kFrameOverhead + payload, 0x42);
+std::vector<std::uint8_t> frame(engine::FrameType type, std::uint32_t seq, std::uint64_t block_len, std::size_t payload, int src = 0,
+                                std::uint8_t flags = 0) {
+  std::vector<std::uint8_t> f(engine::frame_overhead(type) + payload, 0x42);
   engine::Header h;
   h.type = type;
+  h.flags = flags;
   h.exchange = kExchange;
   h.epoch = 1234;
   h.src = static_cast<std::uint16_t>(src);
@@ -59,7 +61,8 @@ std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
   const std::uint32_t last = engine::frame_count(kPostedBlock, kChunk) - 1;
   return {
       {"data-first", frame(FrameType::kData, 0, kPostedBlock, kChunk)},
-      {"data-last", frame(FrameType::kData, last, kPostedBlock, engine::frame_payload(kPostedBlock, kChunk, last))},
+      {"data-last", frame(FrameType::kData, last, kPostedBlock, engine::frame_payload(kPostedBlock, kChunk, last), 0, engine::kFlagLast)},
+      {"data-resent", frame(FrameType::kData, 5, kPostedBlock, kChunk, 0, engine::kFlagRetransmit | engine::kFlagLast)},
       {"sync", frame(FrameType::kSync, 12, 0, 0, 2)},
       {"ready", frame(FrameType::kReady, 0, 0, 0, 3)},
       {"nack", frame(FrameType::kNack, 3, kPostedBlock, 24)},
@@ -76,9 +79,11 @@ std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
 
 // The CRC, recomputed when the mutated frame's length fields allow it.
 void reseal(std::vector<std::uint8_t>& x) {
-  if (x.size() < engine::kFrameOverhead) return;
-  std::size_t payload = (static_cast<std::size_t>(x[engine::kEthHeaderLen + 32]) << 8) | x[engine::kEthHeaderLen + 33];
-  if (payload <= x.size() - engine::kFrameOverhead) engine::seal(x.data());
+  const std::size_t n = engine::frame_header_len(x);
+  if (n == 0) return;
+  const std::size_t at = engine::kEthHeaderLen + (n == engine::kDataFrameOverhead ? 24 : 32);  // the payload length (wire.hpp)
+  std::size_t payload = (static_cast<std::size_t>(x[at]) << 8) | x[at + 1];
+  if (payload <= x.size() - n) engine::seal(x.data());
 }
 
 std::string seed_fault(const std::vector<std::uint8_t>& input) {

@@ -17,9 +17,9 @@ inline std::vector<std::uint8_t> fabric_frame(engine::Header h, int src, int dst
   h.src = static_cast<std::uint16_t>(src);
   h.dst = static_cast<std::uint16_t>(dst);
   h.payload_len = static_cast<std::uint16_t>(payload.size());
-  std::vector<std::uint8_t> f(engine::kFrameOverhead + engine::frame_tail(payload.size(), key));
-  engine::encode(f.data(), Fabric::mac(dst), Fabric::mac(src), engine::kDefaultEtherType, h);
-  std::copy(payload.begin(), payload.end(), f.begin() + static_cast<std::ptrdiff_t>(engine::kFrameOverhead));
+  std::vector<std::uint8_t> f(engine::frame_overhead(h.type) + engine::frame_tail(payload.size(), key));
+  const std::size_t at = engine::encode(f.data(), Fabric::mac(dst), Fabric::mac(src), engine::kDefaultEtherType, h);
+  std::copy(payload.begin(), payload.end(), f.begin() + static_cast<std::ptrdiff_t>(at));
   engine::seal(f.data(), key);
   return f;
 }

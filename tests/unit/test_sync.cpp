@@ -192,21 +192,22 @@ TEST_CASE("auto picks the calibrated schedule and sync variant, and verified pla
   Topology one = load_topology(aapc::test::topology_path("8-one-switch"));
   Topology two = load_topology(aapc::test::topology_path("8-two-switch"));
   Topology three = load_topology(aapc::test::topology_path("12-three-level"));
-  for (std::uint64_t b : {std::uint64_t{359}, std::uint64_t{4096}, std::uint64_t{1} << 20, kAnyBlockSize}) {
+  for (std::uint64_t b : {std::uint64_t{362}, std::uint64_t{4096}, std::uint64_t{1} << 20, kAnyBlockSize}) {
     Choice c = auto_choice(one, b);
     CHECK(c.algorithm.algorithm == Algorithm::kSyncShuffle);
     CHECK(c.sync.kind == SyncKind::kNone);
   }
-  // Tiny blocks, where half the cluster's blocks fit one frame (MTU 1500 less 68 bytes):
-  // Bruck's combining exchange, on any topology and any number of machines.
-  for (auto [t, last_tiny] : {std::pair{&one, std::uint64_t{358}}, std::pair{&three, std::uint64_t{238}}}) {
+  // Tiny blocks, where half the cluster's blocks fit one frame (MTU 1500 less the 30-byte DATA
+  // header and a key's 24-byte tag): Bruck's combining exchange, on any topology and any
+  // number of machines.
+  for (auto [t, last_tiny] : {std::pair{&one, std::uint64_t{361}}, std::pair{&three, std::uint64_t{241}}}) {
     for (std::uint64_t b : {std::uint64_t{1}, std::uint64_t{8}, last_tiny}) {
       Choice c = auto_choice(*t, b);
       CHECK(c.algorithm.algorithm == Algorithm::kBruck);
       CHECK(verify(*t, plan_sync(*t, make_schedule(*t, c.algorithm), c.sync)).ok());
     }
   }
-  CHECK(auto_choice(three, 239).algorithm.algorithm == Algorithm::kPairwiseEc);
+  CHECK(auto_choice(three, 242).algorithm.algorithm == Algorithm::kPairwiseEc);
   // Trees: below three switch buffers (64 KiB each here) over the bottleneck load, the
   // pairwise exchange without tokens; from there, the tree's phases with sender-based tokens.
   // 8-two-switch: load 16, so blocks below 12 KiB; 12-three-level: load 36, up to 5,461 bytes.

@@ -15,7 +15,7 @@ using namespace aapc::engine;
 namespace {
 
 std::vector<std::uint8_t> make(Header h, std::size_t payload, int src = 0, std::uint8_t fill = 0x33) {
-  std::vector<std::uint8_t> f(kFrameOverhead + payload);
+  std::vector<std::uint8_t> f(frame_overhead(h.type) + payload);
   h.src = static_cast<std::uint16_t>(src);
   h.dst = 1;
   h.payload_len = static_cast<std::uint16_t>(payload);
@@ -31,8 +31,6 @@ Header data_header(std::uint32_t seq = 0) {
   h.exchange = fuzz::kExchange;
   h.epoch = 5;
   h.seq = seq;
-  h.block_len = fuzz::kPostedBlock;
-  h.chunk = fuzz::kChunk;
   h.phase = 3;
   return h;
 }
@@ -76,10 +74,10 @@ TEST_CASE("CRC32C of long runs, in lanes, equals the bitwise CRC; copy_and_seal 
   for (std::size_t len : {std::size_t{1}, std::size_t{700}, std::size_t{1456}, std::size_t{1537}, std::size_t{4000}}) {
     Header h;
     h.payload_len = static_cast<std::uint16_t>(len);
-    std::vector<std::uint8_t> a(kFrameOverhead + len), b(kFrameOverhead + len);
+    std::vector<std::uint8_t> a(kDataFrameOverhead + len), b(kDataFrameOverhead + len);
     encode(a.data(), MacAddr{2, 0, 0, 0, 0, 1}, MacAddr{2, 0, 0, 0, 0, 2}, kDefaultEtherType, h);
-    std::copy(a.begin(), a.begin() + kFrameOverhead, b.begin());
-    std::memcpy(a.data() + kFrameOverhead, data.data() + 5, len);
+    std::copy(a.begin(), a.begin() + kDataFrameOverhead, b.begin());
+    std::memcpy(a.data() + kDataFrameOverhead, data.data() + 5, len);
     seal(a.data());
     copy_and_seal(b.data(), data.data() + 5, len);
     CHECK(a == b);
@@ -145,20 +143,21 @@ TEST_CASE("every malformed frame is dropped for its own reason") {
   r[kEthHeaderLen + 17] = 2;  // claims source rank 2 from rank 0's MAC
   seal(r.data());
   CHECK(reason(r) == DropReason::kRankMismatch);
-  // Against the posted block.
+  // Against the posted block (issue 17, part 4: a DATA frame does not carry its block's
+  // length; a frame that does not fit the posted block is of another block).
   h = data_header();
   h.exchange = 99;
   CHECK(reason(make(h, fuzz::kChunk)) == DropReason::kNotLive);
-  CHECK(reason(make(data_header(), fuzz::kChunk, 2)) == DropReason::kUnexpectedBlock);
+  CHECK(reason(make(data_header(), fuzz::kChunk, 2)) == DropReason::kUnexpectedBlock);  // rank 2 sends us nothing
+  const std::uint32_t frames = frame_count(fuzz::kPostedBlock, fuzz::kChunk);
+  CHECK(reason(make(data_header(frames), fuzz::kChunk)) == DropReason::kUnexpectedBlock);  // beyond the block
+  CHECK(reason(make(data_header(1), fuzz::kChunk - 1)) == DropReason::kUnexpectedBlock);  // short, not the block's last
+  CHECK(reason(make(data_header(frames - 1), fuzz::kChunk)) == DropReason::kUnexpectedBlock);  // the last, too long
+  CHECK(reason(make(data_header(), fuzz::kChunk + 1)) == DropReason::kBadOffset);  // longer than any frame of ours
   h = data_header();
-  h.block_len = fuzz::kPostedBlock - 1;
-  CHECK(reason(make(h, fuzz::kChunk)) == DropReason::kUnexpectedBlock);
-  h = data_header(frame_count(fuzz::kPostedBlock, fuzz::kChunk));
-  CHECK(reason(make(h, fuzz::kChunk)) == DropReason::kBadOffset);
-  CHECK(reason(make(data_header(1), fuzz::kChunk - 1)) == DropReason::kBadOffset);
-  h = data_header();
-  h.chunk = 1000;
-  CHECK(reason(make(h, 1000)) == DropReason::kBadOffset);
+  h.chunk = 1000;      // not on the wire in DATA frames: no effect
+  h.block_len = 5000;  // neither
+  CHECK(reason(make(h, fuzz::kChunk)) == DropReason::kOk);
   h = data_header();
   h.flags = kFlagDummy;
   CHECK(reason(make(h, fuzz::kChunk)) == DropReason::kDummy);
@@ -173,6 +172,78 @@ TEST_CASE("every malformed frame is dropped for its own reason") {
   CHECK(reason(make(a, 0)) == DropReason::kBadLength);  // aux must name what is acknowledged
   a.aux = static_cast<std::uint32_t>(FrameType::kSync);
   CHECK(reason(make(a, 0)) == DropReason::kOk);
+}
+
+// Issue 17, part 4: DATA frames carry only what every frame needs, in 30 bytes; the others
+// keep the 44-byte control header. At MTU 1500 a frame carries 1,470 payload bytes, not 1,456.
+TEST_CASE("DATA frames have a 30-byte header, control frames a 44-byte one") {
+  static const fuzz::Context ctx;
+  Header d = data_header(4);
+  d.flags = kFlagRetransmit;
+  std::vector<std::uint8_t> f(kDataFrameOverhead + 10);
+  CHECK(encode(f.data(), fuzz::mac(1), fuzz::mac(0), kDefaultEtherType, d) == kDataFrameOverhead);
+  CHECK(f[kEthHeaderLen + 5] == kDataHeaderLen);
+  CHECK(frame_header_len(f) == 44);
+  CHECK(fuzz::kChunk == 1470);
+  // A whole frame of payload fits an MTU of 1500 after the 30 bytes.
+  auto full = make(data_header(2), fuzz::kChunk);
+  CHECK(full.size() == kEthHeaderLen + 1500);
+  Parsed p = parse(full, ctx);
+  REQUIRE(p.reason == DropReason::kOk);
+  CHECK(p.payload.data() == full.data() + kDataFrameOverhead);
+  CHECK(p.h.block_len == 0);  // the frame does not tell its block's length
+  // The same frame in two pieces: header, then payload elsewhere (as received without a copy).
+  std::vector<std::uint8_t> payload(full.begin() + kDataFrameOverhead, full.end());
+  Parsed q = parse(std::span(full).first(kDataFrameOverhead), payload, ctx);
+  REQUIRE(q.reason == DropReason::kOk);
+  CHECK(q.payload.data() == payload.data());
+  // The last frame of a first pass tells the sender's block length: the posted one here...
+  const std::uint32_t frames = frame_count(fuzz::kPostedBlock, fuzz::kChunk);
+  Header last = data_header(frames - 1);
+  last.flags = kFlagLast;
+  Parsed l = parse(make(last, frame_payload(fuzz::kPostedBlock, fuzz::kChunk, frames - 1)), ctx);
+  REQUIRE(l.reason == DropReason::kOk);
+  CHECK(l.h.block_len == fuzz::kPostedBlock);
+  // ...or a shorter one, which the frame names though it fits the posted block.
+  last = data_header(2);
+  last.flags = kFlagLast;
+  l = parse(make(last, 100), ctx);
+  CHECK(l.reason == DropReason::kUnexpectedBlock);
+  CHECK(l.h.block_len == 2ULL * fuzz::kChunk + 100);
+  last.flags = kFlagLast | kFlagRetransmit;  // the end of a burst of resent frames tells nothing
+  l = parse(make(last, 100), ctx);
+  CHECK(l.reason == DropReason::kUnexpectedBlock);
+  CHECK(l.h.block_len == 0);
+  last = data_header(2);
+  last.flags = kFlagLast | kFlagRetransmit;
+  CHECK(reason(make(last, fuzz::kChunk)) == DropReason::kOk);
+  // A control frame keeps the long header: block length, chunk and aux.
+  Header poll;
+  poll.type = FrameType::kPoll;
+  poll.exchange = fuzz::kExchange;
+  poll.block_len = 123456789012ULL;
+  poll.chunk = fuzz::kChunk;
+  auto c = make(poll, 0);
+  CHECK(c.size() == kFrameOverhead);
+  CHECK(frame_header_len(c) == kFrameOverhead);
+  Parsed pc = parse(c, ctx);
+  REQUIRE(pc.reason == DropReason::kOk);
+  CHECK(pc.h.block_len == 123456789012ULL);
+  CHECK(pc.h.chunk == fuzz::kChunk);
+  // A header length that does not go with the type.
+  auto bad = full;
+  bad[kEthHeaderLen + 5] = kHeaderLen;
+  CHECK(reason(bad) == DropReason::kBadLength);
+  bad = c;
+  bad[kEthHeaderLen + 5] = kDataHeaderLen;
+  CHECK(reason(bad) == DropReason::kBadLength);
+  // A DATA header cut short.
+  bad = full;
+  bad.resize(kDataFrameOverhead - 1);
+  CHECK(reason(bad) == DropReason::kRunt);
+  bad = c;
+  bad.resize(kFrameOverhead - 1);
+  CHECK(reason(bad) == DropReason::kRunt);
 }
 
 TEST_CASE("NACK ranges must lie within the block") {
@@ -220,7 +291,7 @@ TEST_CASE("finding 4: a tagged frame passes only with the cluster key it was sea
   h.src = 0;
   h.dst = 1;
   h.payload_len = fuzz::kChunk;
-  std::vector<std::uint8_t> f(kFrameOverhead + frame_tail(fuzz::kChunk, &key));
+  std::vector<std::uint8_t> f(kDataFrameOverhead + frame_tail(fuzz::kChunk, &key));
   encode(f.data(), fuzz::mac(1), fuzz::mac(0), kDefaultEtherType, h);
   const std::vector<std::uint8_t> body(fuzz::kChunk, 0x44);
   copy_and_seal(f.data(), body.data(), body.size(), &key, 7);
@@ -242,8 +313,8 @@ TEST_CASE("finding 4: a tagged frame passes only with the cluster key it was sea
     auto x = f;
     x[at] ^= 0x01;
     std::uint8_t* p = x.data() + kEthHeaderLen;
-    std::uint32_t crc = crc32c(crc32c(0, p, 40), p + kHeaderLen, fuzz::kChunk);
-    for (int i = 0; i < 4; ++i) p[40 + i] = static_cast<std::uint8_t>(crc >> (24 - 8 * i));
+    std::uint32_t crc = crc32c(crc32c(0, p, 26), p + kDataHeaderLen, fuzz::kChunk);
+    for (int i = 0; i < 4; ++i) p[26 + i] = static_cast<std::uint8_t>(crc >> (24 - 8 * i));
     const DropReason r = parse(x, keyed).reason;
     CHECK((r == DropReason::kBadAuth || r == DropReason::kRankMismatch || r == DropReason::kUnknownSource));
     if (at != kEthHeaderLen + 16) CHECK(r == DropReason::kBadAuth);

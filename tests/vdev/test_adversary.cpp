@@ -34,7 +34,7 @@ std::vector<std::uint8_t> forge(FrameType type, std::uint32_t exchange, std::uin
   h.type = type;
   h.exchange = exchange;
   h.epoch = epoch;
-  h.chunk = 1500 - engine::kHeaderLen;
+  h.chunk = 1500 - engine::kDataHeaderLen;
   return test::fabric_frame(h, src, dst, std::span(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size()));
 }
 
@@ -108,8 +108,6 @@ std::vector<std::uint8_t> forge_data(std::uint32_t exchange, std::uint32_t epoch
   h.type = FrameType::kData;
   h.exchange = exchange;
   h.epoch = epoch;
-  h.block_len = block;
-  h.chunk = static_cast<std::uint16_t>(chunk);
   const std::vector<std::uint8_t> payload(engine::frame_payload(block, chunk, 0), 0x5A);
   return test::fabric_frame(h, 0, 1, payload, key);
 }
@@ -124,7 +122,7 @@ TEST_CASE("finding 4: with a cluster key, frames forged without it or with anoth
   const std::uint64_t block = 5'000;
   test::expect_ok(test::run_exchange(fabric, ring(4), 1, block), "before");
   const std::uint32_t chunk = fabric.engine(1).chunk(), epoch = fabric.engine(0).epoch();
-  CHECK(chunk == 1500 - engine::kHeaderLen - engine::kTagLen);
+  CHECK(chunk == 1500 - engine::kDataHeaderLen - engine::kTagLen);
   // Everything a forger who read the exchange id and epoch (aapc status) could send while
   // exchange 2 runs: DATA (65,280 of 65,536 bytes wrong, reported ok, before the key), an
   // ABORT, a PING with a far-future epoch; without a tag, and with a tag of another key.

@@ -139,7 +139,7 @@ TEST_CASE("pacing holds the engine to the link rate") {
   auto run = test::run_exchange(fabric, planned(t, "ring", "none"), 1, block);
   expect_ok(run, "paced");
   // 2 MiB plus headers at 200 Mbit/s: at least 84 ms, and not much more.
-  double wire_s = static_cast<double>(block + (block / fabric.engine(0).chunk() + 1) * engine::kFrameOverhead) * 8 / static_cast<double>(rate);
+  double wire_s = static_cast<double>(block + (block / fabric.engine(0).chunk() + 1) * engine::kDataFrameOverhead) * 8 / static_cast<double>(rate);
   double took = std::chrono::duration<double>(run.elapsed).count();
   CHECK(took >= wire_s * 0.95);
   CHECK(took <= wire_s * 1.5);

@@ -46,7 +46,7 @@ TEST_CASE("MTU 9000 over net_ring: exchanges byte-exact, data frames of 9014 byt
     opts.capture_dir = dir.string();
     test::Fabric fabric(opts);
     const std::uint64_t chunk = fabric.engine(0).chunk();
-    REQUIRE(chunk == kJumbo - engine::kHeaderLen);  // the payload per frame follows the MTU
+    REQUIRE(chunk == kJumbo - engine::kDataHeaderLen);  // the payload per frame follows the MTU
     Topology t = single_switch_topology(p);
     std::uint32_t id = 1;
     for (std::uint64_t block : {std::uint64_t{1}, chunk - 1, chunk, 3 * chunk + 17, std::uint64_t{256} * 1024})
@@ -62,7 +62,7 @@ TEST_CASE("MTU 9000 over net_ring: exchanges byte-exact, data frames of 9014 byt
     std::size_t full = 0;
     for (const auto& f : frames) {
       auto h = engine::peek(f.bytes);
-      if (h && h->type == engine::FrameType::kData && h->payload_len == kJumbo - engine::kHeaderLen) {
+      if (h && h->type == engine::FrameType::kData && h->payload_len == kJumbo - engine::kDataHeaderLen) {
         CHECK(f.len == kJumboFrame);
         ++full;
       }
@@ -75,7 +75,7 @@ TEST_CASE("MTU 9000 over net_pcap: a block received from 9014-byte frames in a p
   auto dir = test::scratch_dir("jumbo-pcap");
   Topology t = single_switch_topology(2);
   Schedule s = make_schedule(t, {Algorithm::kRing, 0});
-  const std::uint64_t block = 3 * (kJumbo - engine::kHeaderLen) + 17;
+  const std::uint64_t block = 3 * (kJumbo - engine::kDataHeaderLen) + 17;
   {
     auto opts = test::nodes(2);
     opts.mtu = kJumbo;

@@ -107,16 +107,16 @@ TEST_CASE("replayed, forged and lying frames are dropped and counted; the buffer
   // Forged frames for a live exchange (id 10) at rank 1, which posted a block of `block`
   // bytes from rank 0.
   const engine::MacAddr m0 = test::Fabric::mac(0), m1 = test::Fabric::mac(1);
-  const std::uint32_t chunk = 1500 - engine::kHeaderLen;
+  const std::uint32_t chunk = 1500 - engine::kDataHeaderLen;
   auto forge = [&](engine::Header h, std::size_t payload, const engine::MacAddr& src_mac, std::optional<std::uint16_t> claimed_len = {}) {
-    std::vector<std::uint8_t> f(engine::kFrameOverhead + payload, 0x5A);
+    std::vector<std::uint8_t> f(engine::frame_overhead(h.type) + payload, 0x5A);
     h.epoch = 77;
     h.src = 0;
     h.dst = 1;
     h.payload_len = claimed_len.value_or(static_cast<std::uint16_t>(payload));
     engine::encode(f.data(), m1, src_mac, engine::kDefaultEtherType, h);
     if (claimed_len) {
-      std::vector<std::uint8_t> padded(engine::kFrameOverhead + *claimed_len, 0x5A);
+      std::vector<std::uint8_t> padded(engine::frame_overhead(h.type) + *claimed_len, 0x5A);
       std::copy(f.begin(), f.end(), padded.begin());
       engine::seal(padded.data());  // a valid CRC over more bytes than the frame will carry
       padded.resize(f.size());
@@ -128,21 +128,18 @@ TEST_CASE("replayed, forged and lying frames are dropped and counted; the buffer
   engine::Header data;
   data.type = engine::FrameType::kData;
   data.exchange = 10;
-  data.block_len = block;
-  data.chunk = static_cast<std::uint16_t>(chunk);
   std::vector<std::vector<std::uint8_t>> forged;
   forged.push_back(forge(data, chunk, {0x02, 0x99, 0, 0, 0, 1}));  // unknown source MAC
   engine::Header h = data;
-  h.block_len = block + 1;
-  forged.push_back(forge(h, chunk, m0));  // a block of another length than posted
+  h.flags = engine::kFlagLast;
+  forged.push_back(forge(h, chunk, m0));  // the last frame of a first pass: a block of another length than posted
   h = data;
   h.seq = 1000;
   forged.push_back(forge(h, chunk, m0));  // frame index beyond the block
   h = data;
   forged.push_back(forge(h, chunk - 1, m0));  // payload shorter than the frame's share
   h = data;
-  h.chunk = 1000;
-  forged.push_back(forge(h, 1000, m0));  // another cut than the receiver's
+  forged.push_back(forge(h, chunk + 1, m0));  // longer than any frame of the receiver's cut
   h = data;
   h.seq = engine::frame_count(block, chunk) - 1;
   forged.push_back(forge(h, engine::frame_payload(block, chunk, h.seq), m0, static_cast<std::uint16_t>(1400)));  // claims more than it carries
@@ -205,8 +202,8 @@ TEST_CASE("replayed, forged and lying frames are dropped and counted; the buffer
   CHECK(drops(eng, DropReason::kNotLive) >= captured.size() / 2);  // the earlier exchange's frames
   CHECK(drops(eng, DropReason::kNotForUs) > 0);                      // those rank 1 itself sent
   CHECK(drops(eng, DropReason::kUnknownSource) == 1);
-  CHECK(drops(eng, DropReason::kUnexpectedBlock) == 1);
-  CHECK(drops(eng, DropReason::kBadOffset) == 4);  // index beyond, short payload, other cut, NACK range
+  CHECK(drops(eng, DropReason::kUnexpectedBlock) == 3);  // another length, index beyond, short payload
+  CHECK(drops(eng, DropReason::kBadOffset) == 2);        // longer than a chunk, NACK range
   CHECK(drops(eng, DropReason::kBadLength) == 1);
   auto r = eng.report(10);
   REQUIRE(r);

@@ -4,14 +4,15 @@
 -- Frames are Ethernet frames of EtherType 0x88B5 (IEEE local experimental; change it under
 -- Preferences > Protocols > AAPC, or `-o aapc.ethertype:34998` (decimal, here 0x88B6), when
 -- the cluster was configured with another one; `-o aapc.verify_crc:FALSE` turns the CRC
--- check off) carrying a 44-byte big-endian header and a payload:
+-- check off) carrying a big-endian header and a payload. Every frame but DATA has this
+-- 44-byte header:
 --
 --   offset size field                        filter name
 --    0     2   magic 0xAA9C                   aapc.magic
---    2     1   version (3; 4: tagged)         aapc.version
+--    2     1   version (5; 6: tagged)         aapc.version
 --    3     1   type                           aapc.type (DATA 1 .. JOIN 9)
 --    4     1   flags                          aapc.flags, aapc.flags.retransmit/.dummy/.last/.ack_list
---    5     1   header length (44)             aapc.hdr_len
+--    5     1   header length (44; DATA 30)    aapc.hdr_len
 --    6     2   phase (0xFFFF: none)           aapc.phase
 --    8     4   exchange id                    aapc.exchange
 --   12     4   epoch of the sender            aapc.epoch
@@ -24,19 +25,25 @@
 --   36     4   aux                            aapc.aux
 --   40     4   CRC32C                         aapc.crc
 --   44     n   payload                        aapc.payload
---  44+n   24   version 4: tag                 aapc.tag
+--  44+n   24   version 6: tag                 aapc.tag
 --              a frame counter (8 bytes) and the ChaCha20-Poly1305 MAC (16) of header and
 --              payload under the cluster key (not verified here: the dissector has no key)
 --
--- Generated fields: aapc.offset (DATA: seq * chunk, where the payload goes in the block),
--- aapc.ack_of (ACK: the type acknowledged, from aux), aapc.abort_code (ABORT: the reason
+-- DATA frames have a 30-byte header: bytes 0..23 as above (seq: the frame's index), then
+--   24     2   payload length                 aapc.payload_len
+--   26     4   CRC32C                         aapc.crc
+--   30     n   payload                        aapc.payload
+--  30+n   24   version 6: tag                 aapc.tag
+-- (no block length, chunk nor aux: the receiver checks a frame against the block it posted).
+--
+-- Generated fields: aapc.ack_of (ACK: the type acknowledged, from aux), aapc.abort_code (ABORT: the reason
 -- code, from aux), aapc.abort.reason (ABORT: the payload text), aapc.nack.first and
 -- aapc.nack.count (one pair per NACK range), aapc.crc.computed, aapc.crc_ok (true/false
 -- when the CRC could be checked) and aapc.crc_bad (present, true, only on a mismatch).
 --
--- The CRC is CRC32C (Castagnoli) over the first 40 bytes of the header and then the
--- payload_len bytes of payload: the 4 bytes of the CRC field itself are skipped, not fed
--- as zeros (this is what seal() and decode() in engine/src/wire.cpp do). It is checked only
+-- The CRC is CRC32C (Castagnoli) over the header's bytes before the CRC field (40, or 26
+-- in DATA) and then the payload_len bytes of payload: the 4 bytes of the CRC field itself are
+-- skipped, not fed as zeros (this is what seal() and decode() in engine/src/wire.cpp do). It is checked only
 -- when the capture holds the whole payload; captures made with the engine's default snap
 -- length (64 bytes) hold the headers only, and get the note "CRC not verified: frame
 -- truncated by the capture" instead of a verdict.
@@ -80,11 +87,13 @@ local aapc = Proto("aapc", "aapc all-to-all exchange")
 
 local DEFAULT_ETHERTYPE = 0x88B5
 local MAGIC = 0xAA9C
-local VERSION = 3  -- 1 and 2 before READY, SYNC and ACK carried exchange descriptors
-local VERSION_AUTH = 4  -- frames of a cluster with a key: a 24-byte tag follows the payload
+-- 1 and 2 before READY, SYNC and ACK carried exchange descriptors; 3 and 4 before DATA had
+-- a header of its own
+local VERSION = 5
+local VERSION_AUTH = 6  -- frames of a cluster with a key: a 24-byte tag follows the payload
 local TAG_LEN = 24
-local HEADER_LEN = 44
-local CRC_OFFSET = 40
+local HEADER_LEN = 44       -- every frame but DATA
+local DATA_HEADER_LEN = 30  -- DATA
 local NO_PHASE = 0xFFFF
 
 local TYPE_DATA, TYPE_SYNC, TYPE_READY, TYPE_NACK, TYPE_ACK = 1, 2, 3, 4, 5
@@ -132,7 +141,6 @@ local f = {
   aux = ProtoField.uint32("aapc.aux", "Aux", base.DEC, nil, nil, "ACK: the type acknowledged; ABORT: a reason code"),
   crc = ProtoField.uint32("aapc.crc", "CRC32C", base.HEX),
   -- generated
-  offset = ProtoField.uint64("aapc.offset", "Offset in block", base.DEC, nil, nil, "DATA: seq * chunk"),
   ack_of = ProtoField.uint32("aapc.ack_of", "Acknowledges", base.DEC, type_names),
   abort_code = ProtoField.uint32("aapc.abort_code", "Abort reason code", base.DEC, errc_names),
   abort_reason = ProtoField.string("aapc.abort.reason", "Abort reason"),
@@ -148,7 +156,7 @@ local f = {
 aapc.fields = {
   f.magic, f.version, f.type, f.flags, f.flag_retransmit, f.flag_dummy, f.flag_last, f.flag_ack_list, f.hdr_len,
   f.phase, f.exchange, f.epoch, f.src, f.dst, f.seq, f.block_len, f.payload_len, f.chunk, f.aux,
-  f.crc, f.offset, f.ack_of, f.abort_code, f.abort_reason, f.nack_range, f.nack_first,
+  f.crc, f.ack_of, f.abort_code, f.abort_reason, f.nack_range, f.nack_first,
   f.nack_count, f.payload, f.tag, f.crc_computed, f.crc_ok, f.crc_bad,
 }
 
@@ -201,22 +209,27 @@ function aapc.dissector(tvb, pinfo, tree)
   if reported < 0 then reported = captured end
   pinfo.cols.protocol:set("AAPC")
 
-  local root = tree:add(aapc, tvb(0, math.min(captured, HEADER_LEN)))
+  -- The header's length goes with the type (DATA has the short one).
+  local is_data = captured >= 4 and tvb(3, 1):uint() == TYPE_DATA
+  local hlen = is_data and DATA_HEADER_LEN or HEADER_LEN
+  local root = tree:add(aapc, tvb(0, math.min(captured, hlen)))
 
-  if reported < HEADER_LEN then
-    root:add_proto_expert_info(ex.malformed, string.format("frame too short: %d bytes after the Ethernet header, the aapc header has %d", reported, HEADER_LEN))
+  if reported < hlen then
+    root:add_proto_expert_info(ex.malformed, string.format("frame too short: %d bytes after the Ethernet header, the aapc header has %d", reported, hlen))
     pinfo.cols.info:set(string.format("aapc frame too short (%d bytes)", reported))
     if captured > 0 then root:add(f.payload, tvb(0, captured)) end
     return captured
   end
-  if captured < HEADER_LEN then
-    -- The capture kept less than the header (snap length below 58): decode what is there.
+  if captured < hlen then
+    -- The capture kept less than the header: decode what is there.
     local fields = {
       { 0, 2, f.magic }, { 2, 1, f.version }, { 3, 1, f.type }, { 4, 1, f.flags }, { 5, 1, f.hdr_len },
       { 6, 2, f.phase }, { 8, 4, f.exchange }, { 12, 4, f.epoch }, { 16, 2, f.src }, { 18, 2, f.dst },
-      { 20, 4, f.seq }, { 24, 8, f.block_len }, { 32, 2, f.payload_len }, { 34, 2, f.chunk },
-      { 36, 4, f.aux }, { 40, 4, f.crc },
+      { 20, 4, f.seq },
     }
+    local rest = is_data and { { 24, 2, f.payload_len }, { 26, 4, f.crc } }
+      or { { 24, 8, f.block_len }, { 32, 2, f.payload_len }, { 34, 2, f.chunk }, { 36, 4, f.aux }, { 40, 4, f.crc } }
+    for _, d in ipairs(rest) do fields[#fields + 1] = d end
     for _, d in ipairs(fields) do
       if d[1] + d[2] <= captured then root:add(d[3], tvb(d[1], d[2])) end
     end
@@ -234,11 +247,12 @@ function aapc.dissector(tvb, pinfo, tree)
   local src = tvb(16, 2):uint()
   local dst = tvb(18, 2):uint()
   local seq = tvb(20, 4):uint()
-  local block_len = tvb(24, 8):uint64()
-  local payload_len = tvb(32, 2):uint()
-  local chunk = tvb(34, 2):uint()
-  local aux = tvb(36, 4):uint()
-  local crc = tvb(40, 4):uint()
+  local payload_at = is_data and 24 or 32
+  local crc_at = hlen - 4
+  local payload_len = tvb(payload_at, 2):uint()
+  local block_len = not is_data and tvb(24, 8):uint64() or nil
+  local aux = not is_data and tvb(36, 4):uint() or 0
+  local crc = tvb(crc_at, 4):uint()
 
   local tname = type_names[ftype]
   root:append_text(string.format(", %s, %d -> %d, exchange %d", tname or ("type " .. ftype), src, dst, exchange))
@@ -266,8 +280,8 @@ function aapc.dissector(tvb, pinfo, tree)
   flags_item:add(f.flag_last, tvb(4, 1))
   flags_item:add(f.flag_ack_list, tvb(4, 1))
   item = root:add(f.hdr_len, tvb(5, 1))
-  if hdr_len ~= HEADER_LEN then
-    item:add_proto_expert_info(ex.malformed, string.format("bad header length %d (expected %d)", hdr_len, HEADER_LEN))
+  if hdr_len ~= hlen then
+    item:add_proto_expert_info(ex.malformed, string.format("bad header length %d (expected %d)", hdr_len, hlen))
     problems[#problems + 1] = "bad header length"
   end
   root:add(f.phase, tvb(6, 2))
@@ -276,40 +290,41 @@ function aapc.dissector(tvb, pinfo, tree)
   root:add(f.src, tvb(16, 2))
   root:add(f.dst, tvb(18, 2))
   root:add(f.seq, tvb(20, 4))
-  root:add(f.block_len, tvb(24, 8))
-  local plen_item = root:add(f.payload_len, tvb(32, 2))
-  root:add(f.chunk, tvb(34, 2))
-  local aux_item = root:add(f.aux, tvb(36, 4))
-  local crc_item = root:add(f.crc, tvb(40, 4))
+  local aux_item
+  if not is_data then root:add(f.block_len, tvb(24, 8)) end
+  local plen_item = root:add(f.payload_len, tvb(payload_at, 2))
+  if not is_data then
+    root:add(f.chunk, tvb(34, 2))
+    aux_item = root:add(f.aux, tvb(36, 4))
+  end
+  local crc_item = root:add(f.crc, tvb(crc_at, 4))
 
-  -- The payload (and the tag of version 4): within the frame as sent, and how much of it the
+  -- The payload (and the tag of version 6): within the frame as sent, and how much of it the
   -- capture holds.
   local tag_len = version == VERSION_AUTH and TAG_LEN or 0
-  local payload_fits = HEADER_LEN + payload_len + tag_len <= reported
+  local payload_fits = hlen + payload_len + tag_len <= reported
   if not payload_fits then
     plen_item:add_proto_expert_info(ex.malformed, string.format("payload length %d%s beyond the frame (%d bytes after the header)",
-      payload_len, tag_len > 0 and " and tag" or "", reported - HEADER_LEN))
+      payload_len, tag_len > 0 and " and tag" or "", reported - hlen))
     problems[#problems + 1] = "payload length beyond the frame"
   end
-  local payload_captured = math.max(0, math.min(payload_len, captured - HEADER_LEN))
-  local whole = payload_fits and HEADER_LEN + payload_len <= captured
+  local payload_captured = math.max(0, math.min(payload_len, captured - hlen))
+  local whole = payload_fits and hlen + payload_len <= captured
 
   -- Type-specific decoding.
   local info_extra = ""
   if ftype == TYPE_DATA then
-    local off = UInt64(seq) * chunk
-    root:add(f.offset, off):set_generated()
     info_extra = string.format(" frame %d", seq)
   elseif ftype == TYPE_SYNC then
     info_extra = string.format(" id %d", seq)
   elseif ftype == TYPE_NACK then
-    local ranges = root:add(f.nack_range, tvb(HEADER_LEN, payload_captured))
+    local ranges = root:add(f.nack_range, tvb(hlen, payload_captured))
     ranges:set_text(string.format("Missing ranges: %d", seq))
     local shown, missing = 0, 0
     local first_missing
     for i = 0, seq - 1 do
-      local at = HEADER_LEN + 8 * i
-      if at + 8 > HEADER_LEN + payload_captured then break end
+      local at = hlen + 8 * i
+      if at + 8 > hlen + payload_captured then break end
       local first, count = tvb(at, 4):uint(), tvb(at + 4, 4):uint()
       local r = ranges:add(f.nack_range, tvb(at, 8))
       r:set_text(string.format("Range %d: frames %d..%d (%d)", i, first, first + count - 1, count))
@@ -339,8 +354,8 @@ function aapc.dissector(tvb, pinfo, tree)
     aux_item:append_text(" (" .. (errc_names[aux] or "?") .. ")")
     local text = ""
     if payload_captured > 0 then
-      text = tvb(HEADER_LEN, payload_captured):string()
-      root:add(f.abort_reason, tvb(HEADER_LEN, payload_captured))
+      text = tvb(hlen, payload_captured):string()
+      root:add(f.abort_reason, tvb(hlen, payload_captured))
     end
     info_extra = string.format(" (%s) \"%s\"", errc_names[aux] or ("code " .. aux), text)
   elseif ftype == TYPE_POLL then
@@ -349,18 +364,18 @@ function aapc.dissector(tvb, pinfo, tree)
     info_extra = string.format(" id %d", seq)
   end
   if payload_captured > 0 and ftype ~= TYPE_NACK and ftype ~= TYPE_ABORT then
-    root:add(f.payload, tvb(HEADER_LEN, payload_captured))
+    root:add(f.payload, tvb(hlen, payload_captured))
   end
-  if tag_len > 0 and payload_fits and HEADER_LEN + payload_len + tag_len <= captured then
-    root:add(f.tag, tvb(HEADER_LEN + payload_len, tag_len))
+  if tag_len > 0 and payload_fits and hlen + payload_len + tag_len <= captured then
+    root:add(f.tag, tvb(hlen + payload_len, tag_len))
   end
 
-  -- CRC32C over header bytes 0..39 and the payload.
+  -- CRC32C over the header's bytes before the CRC and the payload.
   local crc_note = ""
   if aapc.prefs.verify_crc and payload_fits then
     if whole then
-      local c = crc32c_update(0xFFFFFFFF, tvb(0, CRC_OFFSET):raw())
-      if payload_len > 0 then c = crc32c_update(c, tvb(HEADER_LEN, payload_len):raw()) end
+      local c = crc32c_update(0xFFFFFFFF, tvb(0, crc_at):raw())
+      if payload_len > 0 then c = crc32c_update(c, tvb(hlen, payload_len):raw()) end
       c = bnot(c)
       root:add(f.crc_computed, c):set_generated()
       if c == crc then
@@ -384,7 +399,7 @@ function aapc.dissector(tvb, pinfo, tree)
   pinfo.cols.info:set(info)
   -- What follows header and payload (Ethernet padding of short frames) is the Ethernet
   -- dissector's trailer.
-  if payload_fits then return math.min(captured, HEADER_LEN + payload_len + tag_len) end
+  if payload_fits then return math.min(captured, hlen + payload_len + tag_len) end
   return captured
 end
 

@@ -1,15 +1,17 @@
 // The wire format (DESIGN.md): an Ethernet frame of EtherType 0x88B5 (IEEE local
-// experimental, configurable) carrying a fixed 44-byte header and a payload. Multi-byte
-// fields are big-endian.
+// experimental, configurable) carrying one of two headers and a payload. Multi-byte fields
+// are big-endian. Both headers begin alike (bytes 0..23), and both end with their CRC.
 //
+// Every frame but DATA: the control header, 44 bytes.
 //   offset size field
 //    0     2   magic 0xAA9C
-//    2     1   version: 3, or 4 for a frame authenticated with the cluster key (below).
+//    2     1   version: 5, or 6 for a frame authenticated with the cluster key (below).
 //               Versions 1 and 2 had no payload in READY, SYNC and ACK (before issue 15,
-//               finding 10); their frames are dropped as bad_version
+//               finding 10), 3 and 4 a 44-byte DATA header (before issue 17, part 4); their
+//               frames are dropped as bad_version
 //    3     1   type: DATA, SYNC, READY, NACK, ACK, ABORT, POLL, PING, JOIN
 //    4     1   flags: RETRANSMIT, DUMMY, LAST, ACK_LIST (an ACK whose payload lists AckEntry)
-//    5     1   header length (44)
+//    5     1   header length: 44, or 30 for DATA
 //    6     2   phase (of DATA, for traces; 0xFFFF when none)
 //    8     4   exchange id
 //   12     4   epoch of the sender
@@ -17,23 +19,36 @@
 //   18     2   destination rank
 //   20     4   seq: DATA frame index; SYNC/ACK-of-SYNC sync id; NACK number of ranges;
 //               JOIN the proposed next exchange id
-//   24     8   block length in bytes (DATA, POLL, NACK, ACK of a block; READY: the block
-//               the sender of READY expects from the receiver)
+//   24     8   block length in bytes (POLL, NACK, ACK of a block; READY: the block the
+//               sender of READY expects from the receiver)
 //   32     2   payload length
-//   34     2   chunk: payload bytes of every full DATA frame of the block
+//   34     2   chunk: payload bytes of every full DATA frame of a block
 //   36     4   aux: for ACK, the type acknowledged; for ABORT, a reason code
 //   40     4   CRC32C of header bytes 0..39, then the payload (this field itself skipped)
-//   44     n   payload (payload length bytes): DATA bytes, NACK ranges, ABORT reason; for
-//               READY and SYNC the sender's exchange descriptor (descriptor.hpp), for their
-//               ACKs the receiver's once its exchange has started (else none); for
-//               ACK_LIST ACKs the acknowledgements gathered (issue 14), 20 bytes each
-//  44+n   24   version 4 only, the tag: 8 bytes of frame counter, then the 16-byte Poly1305
-//               MAC of header bytes 0..43 and the payload (ChaCha20-Poly1305 IETF, libsodium,
-//               with them as associated data and no message), under the 32-byte cluster key;
-//               nonce: source rank (2 bytes), epoch (4), low 48 bits of the counter
+//   44     n   payload (payload length bytes): NACK ranges, ABORT reason; for READY and SYNC
+//               the sender's exchange descriptor (descriptor.hpp), for their ACKs the
+//               receiver's once its exchange has started (else none); for ACK_LIST ACKs the
+//               acknowledgements gathered (issue 14), 20 bytes each
+//
+// DATA: the data header, 30 bytes (issue 17, part 4: only what every frame needs; 14 more
+// payload bytes a frame, 1,470 instead of 1,456 at MTU 1500).
+//    0..23     as above (phase, exchange, epoch, ranks, seq = the frame's index)
+//   24     2   payload length
+//   26     4   CRC32C of header bytes 0..25, then the payload
+//   30     n   payload: the block's bytes from seq x chunk on
+// A DATA frame carries neither its block's length nor the chunk: the receiver checks it
+// against the block it posted, cut in its own chunk (every node of a cluster has the same MTU
+// and key, hence the same chunk). The last frame of a block's first pass (LAST without
+// RETRANSMIT) tells the sender's block length all the same, seq x chunk + payload length,
+// and so does every POLL: a block of another length than the posted one is named from both.
+//
+// Version 6 only, after the payload of either header: 24 bytes, the tag: 8 bytes of frame
+// counter, then the 16-byte Poly1305 MAC of the header and the payload (ChaCha20-Poly1305
+// IETF, libsodium, with them as associated data and no message), under the 32-byte cluster
+// key; nonce: source rank (2 bytes), epoch (4), low 48 bits of the counter
 //
 // Authentication (issue 15, finding 4): CRC32C guards against noise, not against crafted
-// frames. With a cluster key every frame is version 4 (kVersionAuth) and carries the tag; the frame's chunk
+// frames. With a cluster key every frame is version 6 (kVersionAuth) and carries the tag; the frame's chunk
 // is 24 bytes smaller so that it still fits the MTU. Every sender numbers its frames, so that
 // no nonce repeats under one key (ranks differ; a restart has a later epoch): a repeated
 // nonce would give the one-time Poly1305 key away. (A keyed BLAKE2b tag needs no nonce but
@@ -62,13 +77,18 @@ using MacAddr = std::array<std::uint8_t, 6>;
 
 inline constexpr std::uint16_t kDefaultEtherType = 0x88B5;
 inline constexpr std::uint16_t kMagic = 0xAA9C;
-inline constexpr std::uint8_t kVersion = 3;
-inline constexpr std::uint8_t kVersionAuth = 4;  // a tag follows the payload
+inline constexpr std::uint8_t kVersion = 5;
+inline constexpr std::uint8_t kVersionAuth = 6;  // a tag follows the payload
 inline constexpr std::size_t kTagLen = 24;  // counter (8) + MAC (16)
 inline constexpr std::size_t kKeyLen = 32;
 inline constexpr std::size_t kEthHeaderLen = 14;
-inline constexpr std::size_t kHeaderLen = 44;
+inline constexpr std::size_t kHeaderLen = 44;      // the control header: every frame but DATA
+inline constexpr std::size_t kDataHeaderLen = 30;  // the data header (issue 17, part 4)
 inline constexpr std::size_t kFrameOverhead = kEthHeaderLen + kHeaderLen;
+inline constexpr std::size_t kDataFrameOverhead = kEthHeaderLen + kDataHeaderLen;
+// How much longer a control header is than a data header: a control frame's payload is that
+// much smaller than a DATA frame's chunk, to fit the same MTU.
+inline constexpr std::size_t kControlExtra = kHeaderLen - kDataHeaderLen;
 inline constexpr std::uint16_t kNoPhase = 0xFFFF;
 inline constexpr std::size_t kMaxRanks = 0xFFFF;
 
@@ -85,6 +105,9 @@ enum class FrameType : std::uint8_t {
 };
 inline constexpr int kFrameTypes = 10;
 std::string_view frame_type_name(FrameType type);
+// Our header's length for a frame of `type`, and with the Ethernet header before it.
+inline constexpr std::size_t header_len(FrameType type) { return type == FrameType::kData ? kDataHeaderLen : kHeaderLen; }
+inline constexpr std::size_t frame_overhead(FrameType type) { return kEthHeaderLen + header_len(type); }
 
 enum Flags : std::uint8_t {
   kFlagRetransmit = 1,
@@ -149,6 +172,8 @@ struct Header {
   std::uint16_t src = 0;
   std::uint16_t dst = 0;
   std::uint32_t seq = 0;
+  // Not on the wire in DATA frames: encode() leaves them out there, and parse() gives a DATA
+  // frame's block_len only where the frame tells it (wire format above), else 0.
   std::uint64_t block_len = 0;
   std::uint16_t payload_len = 0;
   std::uint16_t chunk = 0;
@@ -169,13 +194,14 @@ struct FrameKey {
   std::array<std::uint8_t, kKeyLen> bytes{};
 };
 
-// Writes Ethernet header + our header (CRC left zero) into `out` (at least kFrameOverhead
-// bytes). The payload goes right after; then call seal().
-void encode(std::uint8_t* out, const MacAddr& dst_mac, const MacAddr& src_mac, std::uint16_t ethertype, const Header& h);
+// Writes Ethernet header + our header (CRC left zero) into `out` (at least
+// frame_overhead(h.type) bytes), and returns that length. The payload goes right after; then
+// call seal().
+std::size_t encode(std::uint8_t* out, const MacAddr& dst_mac, const MacAddr& src_mac, std::uint16_t ethertype, const Header& h);
 // Computes the CRC over header and the payload that follows it, and stores it. With a key, the
 // frame becomes kVersionAuth and the tag is written after the payload: the frame needs
-// kFrameOverhead + payload + kTagLen bytes, and `counter` must differ for every frame that
-// this sender (rank and epoch) seals with the key.
+// frame_overhead(type) + payload + kTagLen bytes, and `counter` must differ for every frame
+// that this sender (rank and epoch) seals with the key.
 void seal(std::uint8_t* frame, const FrameKey* key = nullptr, std::uint64_t counter = 0);
 // Copies `len` payload bytes after the header while computing the CRC, then seals: one pass
 // over the data instead of two (plus one for the tag, with a key).
@@ -204,10 +230,10 @@ class ParseContext {
   struct Expected {
     DropReason status = DropReason::kNotLive;  // kOk when the block exists
     std::uint64_t block_len = 0;
-    std::uint16_t chunk = 0;
+    std::uint32_t chunk = 0;  // this node's: the sender's is the same (wire format above)
     // Issue 14: the exchange has not started here, and its eager frames are kept for its
-    // start: the frame is checked against its own block length, which the exchange checks
-    // against the posted one when it starts.
+    // start: the frame is checked against the chunk only here, and against the posted block
+    // when the exchange starts (data_fits).
     bool early = false;
   };
   virtual Expected expect_data(std::uint32_t exchange, std::uint32_t epoch, Rank src) const = 0;
@@ -221,15 +247,24 @@ struct Parsed {
   std::uint64_t offset = 0;  // DATA: where the payload goes in the block
 };
 
+// Whether DATA frame `h` (its seq, payload length and flags) fits the block of `posted` bytes
+// cut in `chunk`-byte frames: kOk, or kUnexpectedBlock. Sets h.block_len to the sender's
+// block length where the frame tells it (the last frame of a first pass), else to 0.
+DropReason data_fits(Header& h, std::uint64_t posted, std::uint32_t chunk);
+
 // Validates a whole frame: Ethernet header, our header, lengths, CRC32C, the tag (ctx.key)
-// and, for DATA, the offsets against the posted block. Trailing bytes beyond the payload (Ethernet padding of
+// and, for DATA, the offsets against the posted block (data_fits). Trailing bytes beyond the payload (Ethernet padding of
 // short frames) are allowed.
 Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx);
-// The same for a frame in two pieces: `head` holds the Ethernet and our header (its first
-// kFrameOverhead bytes count), `tail` the payload (and tag) that follow them, wherever they
-// are (a payload received as a segment of its own, issue 17). With a cluster key, the tag
+// The same for a frame in two pieces: `head` holds the Ethernet and our header (exactly, as
+// frame_header_len() says), `tail` the payload (and tag) that follow them, wherever they are
+// (a payload received as a segment of its own, issue 17). With a cluster key, the tag
 // verifies only when `tail` lies right after the header.
 Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const ParseContext& ctx);
+// How many of a frame's first bytes are its Ethernet and our header, as its header-length
+// byte says: kEthHeaderLen + 30 or + 44, or 0 when the frame is too short to say or says
+// something else (parse() then names why).
+std::size_t frame_header_len(std::span<const std::uint8_t> frame);
 
 // Reads the header of a frame of ours without the receiver's context (for traces and tools):
 // checks EtherType, magic, version, lengths and CRC; nullopt when any fails. The tag of a
