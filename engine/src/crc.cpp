@@ -9,6 +9,7 @@
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>
+#include <smmintrin.h>
 #endif
 
 namespace aapc::engine {
@@ -69,6 +70,21 @@ template <bool kCopy>
 __attribute__((target("sse4.2"))) std::uint64_t lanes3(std::uint64_t c, std::uint8_t* dst, const std::uint8_t* src, std::size_t lane,
                                                       const Shift& s) {
   std::uint64_t a = c, b = 0, d = 0;
+  if constexpr (kCopy) {
+    // Copying: 16-byte loads and stores, each checked as two 8-byte words.
+    for (std::size_t i = 0; i < lane; i += 16) {
+      const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + lane + i));
+      const __m128i vd = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * lane + i));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), va);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + lane + i), vb);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * lane + i), vd);
+      a = _mm_crc32_u64(_mm_crc32_u64(a, static_cast<std::uint64_t>(_mm_cvtsi128_si64(va))), static_cast<std::uint64_t>(_mm_extract_epi64(va, 1)));
+      b = _mm_crc32_u64(_mm_crc32_u64(b, static_cast<std::uint64_t>(_mm_cvtsi128_si64(vb))), static_cast<std::uint64_t>(_mm_extract_epi64(vb, 1)));
+      d = _mm_crc32_u64(_mm_crc32_u64(d, static_cast<std::uint64_t>(_mm_cvtsi128_si64(vd))), static_cast<std::uint64_t>(_mm_extract_epi64(vd, 1)));
+    }
+    return shifted(s, shifted(s, a) ^ b) ^ d;
+  }
   for (std::size_t i = 0; i < lane; i += 8) {
     std::uint64_t va, vb, vd;
     std::memcpy(&va, src + i, 8);

@@ -164,6 +164,11 @@ ParseContext::Expected Engine::expect_data(std::uint32_t exchange, std::uint32_t
   return {DropReason::kNotLive, 0, 0};
 }
 
+std::uint8_t* Engine::place_at(std::uint32_t exchange, Rank src, std::uint32_t seq) const {
+  Exchange* ex = find(exchange);
+  return ex != nullptr ? ex->place_at(src, seq) : nullptr;
+}
+
 std::map<std::uint32_t, EarlyFrames>::iterator Engine::erase_early(std::map<std::uint32_t, EarlyFrames>::iterator it) {
   early_data_bytes_ -= std::min(early_data_bytes_, early_payload(it->second));
   return early_.erase(it);

@@ -139,6 +139,12 @@ ParseContext::Expected Exchange::expect(std::uint32_t epoch, Rank src) const {
   return {DropReason::kOk, in_[idx(src)].len, link_.chunk()};
 }
 
+std::uint8_t* Exchange::place_at(Rank src, std::uint32_t seq) const {
+  const InBlock& in = in_[idx(src)];
+  if (!running() || in.complete || seq >= in.frames || test_bit(in.bits, seq)) return nullptr;
+  return in.data + static_cast<std::uint64_t>(seq) * link_.chunk();
+}
+
 bool Exchange::accept_epoch(Rank src, std::uint32_t epoch) {
   if (!epoch_known_[idx(src)]) {
     epoch_known_[idx(src)] = true;

@@ -79,6 +79,8 @@ class Exchange {
   bool accept_epoch(Rank src, std::uint32_t epoch);
   void peer_restarted(Rank src, Clock::time_point now);
   ParseContext::Expected expect(std::uint32_t epoch, Rank src) const;
+  // Where frame `seq` of the block from `src` goes, while it is not in yet (ParseContext::place_at).
+  std::uint8_t* place_at(Rank src, std::uint32_t seq) const;
   // Counts a dropped frame of this exchange, here and in the engine's totals.
   void count_drop(DropReason reason) {
     ++counters_.drops[static_cast<std::size_t>(reason)];

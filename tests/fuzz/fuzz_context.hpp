@@ -1,6 +1,9 @@
 // The receiver the fuzz target parses for: rank 1 of four, with exchange 7 live and a block of
-// kPostedBlock bytes posted from rank 0.
+// kPostedBlock bytes posted from rank 0, into which parse() places DATA payloads (place_at) when
+// `placing` (none of its frames counts as received: every frame is placed again).
 #pragma once
+
+#include <vector>
 
 #include "aapc/engine/wire.hpp"
 
@@ -28,6 +31,12 @@ class Context final : public engine::ParseContext {
     if (src != 0) return {engine::DropReason::kUnexpectedBlock, 0, kChunk};
     return {engine::DropReason::kOk, kPostedBlock, kChunk};
   }
+  std::uint8_t* place_at(std::uint32_t exchange, engine::Rank src, std::uint32_t seq) const override {
+    if (!placing || exchange != kExchange || src != 0 || seq >= engine::frame_count(kPostedBlock, kChunk)) return nullptr;
+    return block.data() + static_cast<std::size_t>(seq) * kChunk;
+  }
+  bool placing = false;
+  mutable std::vector<std::uint8_t> block = std::vector<std::uint8_t>(kPostedBlock);
 };
 
 }  // namespace aapc::fuzz

@@ -246,6 +246,46 @@ TEST_CASE("DATA frames have a 30-byte header, control frames a 44-byte one") {
   CHECK(reason(bad) == DropReason::kRunt);
 }
 
+// Issue 17: a DATA payload is read once on receive. parse() copies it where it goes while it
+// computes the CRC; a frame whose CRC fails is dropped as such, whatever else is wrong with it.
+TEST_CASE("parse places a DATA payload while it checks the CRC, and only a frame not in yet") {
+  fuzz::Context ctx;
+  ctx.placing = true;
+  std::fill(ctx.block.begin(), ctx.block.end(), 0);
+  auto f = make(data_header(3), fuzz::kChunk, 0, 0x77);
+  Parsed p = parse(f, ctx);
+  REQUIRE(p.reason == DropReason::kOk);
+  CHECK(p.placed);
+  const auto at = ctx.block.begin() + 3 * fuzz::kChunk;
+  CHECK(std::all_of(at, at + fuzz::kChunk, [](std::uint8_t b) { return b == 0x77; }));
+  CHECK(ctx.block[3 * fuzz::kChunk - 1] == 0);  // nothing before it
+  CHECK(ctx.block[4 * fuzz::kChunk] == 0);      // nor after
+  // A payload bit flipped: the copy is made, the CRC fails, the frame is dropped as bad_crc and
+  // not placed (its bytes lie where no frame has been received).
+  auto g = make(data_header(5), fuzz::kChunk, 0, 0x66);
+  g[kDataFrameOverhead + 9] ^= 0x04;
+  p = parse(g, ctx);
+  CHECK(p.reason == DropReason::kBadCrc);
+  CHECK_FALSE(p.placed);
+  // A bad CRC is what a frame is dropped for, even when another check fails too.
+  g = make(data_header(frame_count(fuzz::kPostedBlock, fuzz::kChunk)), fuzz::kChunk);  // beyond the block
+  CHECK(reason(g) == DropReason::kUnexpectedBlock);
+  g[kDataFrameOverhead] ^= 0x01;
+  CHECK(parse(g, ctx).reason == DropReason::kBadCrc);
+  g = make(data_header(), fuzz::kChunk, 0);
+  g[kEthHeaderLen + 17] = 2;  // claims source rank 2 from rank 0's MAC, CRC not mended
+  CHECK(parse(g, ctx).reason == DropReason::kBadCrc);
+  // Where the context has no place for it (a frame in already), the CRC is checked alone.
+  ctx.placing = false;
+  p = parse(make(data_header(6), fuzz::kChunk, 0, 0x55), ctx);
+  REQUIRE(p.reason == DropReason::kOk);
+  CHECK_FALSE(p.placed);
+  CHECK(ctx.block[6 * fuzz::kChunk] == 0);
+  g = make(data_header(6), fuzz::kChunk, 0, 0x55);
+  g.back() ^= 0x80;
+  CHECK(parse(g, ctx).reason == DropReason::kBadCrc);
+}
+
 TEST_CASE("NACK ranges must lie within the block") {
   Header n;
   n.type = FrameType::kNack;

@@ -292,6 +292,7 @@ class Engine final : private ParseContext {
   // ParseContext
   Rank rank_of(const MacAddr& mac) const override;
   Expected expect_data(std::uint32_t exchange, std::uint32_t epoch, Rank src) const override;
+  std::uint8_t* place_at(std::uint32_t exchange, Rank src, std::uint32_t seq) const override;
 
   void receive(Clock::time_point now);
   void handle(const Parsed& f, Clock::time_point now);
