@@ -58,8 +58,11 @@
 // a replay: that is the job of the exchange ids and epochs, which the tag now protects.
 //
 // parse() is the only way in: it checks everything, including DATA offsets against the
-// block the receiver posted, before a single byte is written anywhere. It does not depend
-// on DPDK, so it can be fuzzed alone.
+// block the receiver posted, before a single byte is written anywhere, but for one pass: the
+// payload of a DATA frame that passed every other check is copied into its place in the
+// posted block, a place that no frame has filled yet, while its CRC is computed (issue 17:
+// the payload is read once; ParseContext::place_at). It does not depend on DPDK, so it can be
+// fuzzed alone (the fuzz target places payloads too).
 #pragma once
 
 #include <array>
