@@ -222,6 +222,33 @@ DropReason decode(std::span<const std::uint8_t> head, std::span<const std::uint8
 }
 DropReason decode(std::span<const std::uint8_t> frame, Header& h) { return decode(frame, {}, h); }
 
+// A DATA frame (header and CRC checked, but for the CRC when `crc_later`) against the block
+// posted for it; when `crc_later`, the CRC too, while the payload is copied into its place.
+DropReason check_data(Parsed& out, const std::uint8_t* p, bool crc_later, const ParseContext& ctx) {
+  Header& h = out.h;
+  if (h.payload_len == 0) return DropReason::kBadLength;
+  if ((h.flags & kFlagDummy) != 0) return DropReason::kDummy;  // nothing is written for dummy traffic
+  ParseContext::Expected e = ctx.expect_data(h.exchange, h.epoch, out.src_rank);
+  // A block from a peer that should send none is one of another length too (0 bytes).
+  if (e.status != DropReason::kOk && e.status != DropReason::kUnexpectedBlock) return e.status;
+  if (e.chunk == 0 || h.payload_len > e.chunk) return DropReason::kBadOffset;  // no block of ours has such a frame
+  out.offset = static_cast<std::uint64_t>(h.seq) * e.chunk;
+  if (!e.early) {  // else checked against the posted block when the exchange starts (data_fits)
+    if (DropReason r = data_fits(h, e.status == DropReason::kOk ? e.block_len : 0, e.chunk); r != DropReason::kOk) return r;
+    if (out.offset + h.payload_len > e.block_len) return DropReason::kBadOffset;  // implied, kept as a guard
+  }
+  if (!crc_later) return DropReason::kOk;
+  // Issue 17: the payload is read once on receive, copied into place while its CRC is computed.
+  const std::uint32_t crc = header_crc(p);
+  const std::uint32_t want = get32(p + crc_at(p[5]));
+  if (std::uint8_t* dst = e.early ? nullptr : ctx.place_at(h.exchange, out.src_rank, h.seq); dst != nullptr) {
+    if (crc32c_copy(crc, dst, out.payload.data(), h.payload_len) != want) return DropReason::kBadCrc;
+    out.placed = true;
+    return DropReason::kOk;
+  }
+  return crc32c(crc, out.payload.data(), h.payload_len) == want ? DropReason::kOk : DropReason::kBadCrc;
+}
+
 }  // namespace
 
 Captured peek_captured(std::span<const std::uint8_t> captured, std::size_t wire_len, std::uint16_t ethertype) {
@@ -316,28 +343,9 @@ Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> t
   out.payload = tail.first(h.payload_len);
 
   switch (h.type) {
-    case FrameType::kData: {
-      if (h.payload_len == 0) return reject(DropReason::kBadLength);
-      if ((h.flags & kFlagDummy) != 0) return reject(DropReason::kDummy);  // nothing is written for dummy traffic
-      ParseContext::Expected e = ctx.expect_data(h.exchange, h.epoch, src_rank);
-      // A block from a peer that should send none is one of another length too (0 bytes).
-      if (e.status != DropReason::kOk && e.status != DropReason::kUnexpectedBlock) return reject(e.status);
-      if (e.chunk == 0 || h.payload_len > e.chunk) return reject(DropReason::kBadOffset);  // no block of ours has such a frame
-      out.offset = static_cast<std::uint64_t>(h.seq) * e.chunk;
-      if (!e.early) {  // else checked against the posted block when the exchange starts (data_fits)
-        if (DropReason r = data_fits(h, e.status == DropReason::kOk ? e.block_len : 0, e.chunk); r != DropReason::kOk) return reject(r);
-        if (out.offset + h.payload_len > e.block_len) return reject(DropReason::kBadOffset);  // implied, kept as a guard
-      }
-      if (!crc_later) break;
-      // Issue 17: the payload is read once on receive, copied into place while its CRC is computed.
-      if (std::uint8_t* dst = e.early ? nullptr : ctx.place_at(h.exchange, src_rank, h.seq); dst != nullptr) {
-        if (crc32c_copy(header_crc(p), dst, out.payload.data(), h.payload_len) != get32(p + crc_at(p[5]))) return drop(DropReason::kBadCrc);
-        out.placed = true;
-      } else if (!crc_ok()) {
-        return drop(DropReason::kBadCrc);
-      }
+    case FrameType::kData:
+      if (DropReason r = check_data(out, p, crc_later, ctx); r != DropReason::kOk) return reject(r);
       break;
-    }
     case FrameType::kNack: {
       // seq ranges of (first, count), 8 bytes each, within the block.
       if (h.payload_len != h.seq * 8ULL || h.chunk == 0) return drop(DropReason::kBadLength);
