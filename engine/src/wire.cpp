@@ -30,6 +30,9 @@ inline std::uint64_t get64(const std::uint8_t* p) { return (static_cast<std::uin
 // length and the CRC: both headers end with the CRC.
 constexpr std::size_t payload_len_at(std::size_t hlen) { return hlen == kDataHeaderLen ? 24 : 32; }
 constexpr std::size_t crc_at(std::size_t hlen) { return hlen - 4; }
+// The length of header `p` as its type gives it. The parser uses it only once byte 5 has been
+// found to say the same; sealing uses it whatever byte 5 says (a test may have changed it).
+std::size_t hlen_of(const std::uint8_t* p) { return header_len(static_cast<FrameType>(p[3])); }
 static_assert(crc_at(kHeaderLen) == 40 && crc_at(kDataHeaderLen) == 26);
 
 // libsodium picks its fastest implementations for this CPU in sodium_init(). Thread-safe and
@@ -53,7 +56,7 @@ std::array<std::uint8_t, crypto_aead_chacha20poly1305_ietf_NPUBBYTES> nonce_of(c
 // Writes the tag of a frame after its payload: our header (CRC included) and the payload lie
 // next to each other in the frame and are authenticated as associated data.
 void put_tag(std::uint8_t* p, std::size_t payload_len, const FrameKey& key, std::uint64_t counter) {
-  const std::size_t ad = p[5] + payload_len;
+  const std::size_t ad = hlen_of(p) + payload_len;
   std::uint8_t* tag = p + ad;
   put64(tag, counter);
   const auto n = nonce_of(p, tag);
@@ -62,7 +65,7 @@ void put_tag(std::uint8_t* p, std::size_t payload_len, const FrameKey& key, std:
 }
 
 bool tag_verifies(const std::uint8_t* p, std::size_t payload_len, const FrameKey& key) {
-  const std::size_t ad = p[5] + payload_len;
+  const std::size_t ad = hlen_of(p) + payload_len;
   const std::uint8_t* tag = p + ad;
   const auto n = nonce_of(p, tag);
   std::uint8_t none[1] = {0};
@@ -70,7 +73,7 @@ bool tag_verifies(const std::uint8_t* p, std::size_t payload_len, const FrameKey
 }
 
 // The CRC of a header (its bytes before the CRC field) and a payload.
-std::uint32_t header_crc(const std::uint8_t* p) { return crc32c(0, p, crc_at(p[5])); }
+std::uint32_t header_crc(const std::uint8_t* p) { return crc32c(0, p, crc_at(hlen_of(p))); }
 
 }  // namespace
 
@@ -150,7 +153,7 @@ std::size_t encode(std::uint8_t* out, const MacAddr& dst_mac, const MacAddr& src
 
 void seal(std::uint8_t* frame, const FrameKey* key, std::uint64_t counter) {
   std::uint8_t* p = frame + kEthHeaderLen;
-  const std::size_t hlen = p[5];
+  const std::size_t hlen = hlen_of(p);
   std::uint16_t payload = get16(p + payload_len_at(hlen));
   if (key != nullptr) p[2] = kVersionAuth;
   put32(p + crc_at(hlen), crc32c(header_crc(p), p + hlen, payload));
@@ -160,13 +163,13 @@ void seal(std::uint8_t* frame, const FrameKey* key, std::uint64_t counter) {
 void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len, const FrameKey* key, std::uint64_t counter) {
   std::uint8_t* p = frame + kEthHeaderLen;
   if (key != nullptr) p[2] = kVersionAuth;
-  put32(p + crc_at(p[5]), crc32c_copy(header_crc(p), p + p[5], payload, len));
+  put32(p + crc_at(hlen_of(p)), crc32c_copy(header_crc(p), p + hlen_of(p), payload, len));
   if (key != nullptr) put_tag(p, len, *key, counter);
 }
 
 void seal_apart(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len) {
   std::uint8_t* p = frame + kEthHeaderLen;
-  put32(p + crc_at(p[5]), crc32c(header_crc(p), payload, len));
+  put32(p + crc_at(hlen_of(p)), crc32c(header_crc(p), payload, len));
 }
 
 namespace {
@@ -199,9 +202,9 @@ DropReason decode_fields(const std::uint8_t* p, std::size_t avail, Header& h) {
 }
 
 bool crc_matches(const std::uint8_t* p, const std::uint8_t* payload, std::uint16_t payload_len) {
-  return crc32c(header_crc(p), payload, payload_len) == get32(p + crc_at(p[5]));
+  return crc32c(header_crc(p), payload, payload_len) == get32(p + crc_at(hlen_of(p)));
 }
-bool crc_matches(const std::uint8_t* p, std::uint16_t payload_len) { return crc_matches(p, p + p[5], payload_len); }
+bool crc_matches(const std::uint8_t* p, std::uint16_t payload_len) { return crc_matches(p, p + hlen_of(p), payload_len); }
 
 // Bytes after our header: the payload, and the tag of a tagged (kVersionAuth) frame.
 std::size_t tail_len(const std::uint8_t* p, std::uint16_t payload_len) { return payload_len + (p[2] == kVersionAuth ? kTagLen : 0); }
@@ -212,7 +215,7 @@ std::size_t tail_len(const std::uint8_t* p, std::uint16_t payload_len) { return 
 DropReason decode(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, Header& h, bool check_crc = true) {
   const std::uint8_t* p = head.data() + kEthHeaderLen;
   if (DropReason r = decode_fields(p, head.size() - kEthHeaderLen, h); r != DropReason::kOk) return r;
-  if (const std::size_t n = kEthHeaderLen + p[5]; head.size() > n) {
+  if (const std::size_t n = kEthHeaderLen + hlen_of(p); head.size() > n) {
     if (!tail.empty()) return DropReason::kBadLength;
     tail = head.subspan(n);
   }
@@ -240,7 +243,7 @@ DropReason check_data(Parsed& out, const std::uint8_t* p, bool crc_later, const 
   if (!crc_later) return DropReason::kOk;
   // Issue 17: the payload is read once on receive, copied into place while its CRC is computed.
   const std::uint32_t crc = header_crc(p);
-  const std::uint32_t want = get32(p + crc_at(p[5]));
+  const std::uint32_t want = get32(p + crc_at(hlen_of(p)));
   if (std::uint8_t* dst = e.early ? nullptr : ctx.place_at(h.exchange, out.src_rank, h.seq); dst != nullptr) {
     if (crc32c_copy(crc, dst, out.payload.data(), h.payload_len) != want) return DropReason::kBadCrc;
     out.placed = true;
@@ -264,7 +267,7 @@ Captured peek_captured(std::span<const std::uint8_t> captured, std::size_t wire_
   const std::uint8_t* p = captured.data() + kEthHeaderLen;
   out.reason = decode_fields(p, captured.size() - kEthHeaderLen, out.h);
   if (out.reason != DropReason::kOk) return out;
-  const std::size_t overhead = kEthHeaderLen + p[5];
+  const std::size_t overhead = kEthHeaderLen + hlen_of(p);
   if (wire_len < overhead || tail_len(p, out.h.payload_len) > wire_len - overhead) {
     out.reason = DropReason::kBadLength;
     return out;
@@ -337,7 +340,7 @@ Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> t
   // tagged frame at a node without the key means the cluster is configured in two ways. The
   // tag authenticates header and payload as one run of bytes: they must lie together.
   if ((p[2] == kVersionAuth) != (ctx.key != nullptr)) return reject(DropReason::kBadAuth);
-  if (ctx.key != nullptr && (tail.data() != p + p[5] || !tag_verifies(p, h.payload_len, *ctx.key))) return drop(DropReason::kBadAuth);
+  if (ctx.key != nullptr && (tail.data() != p + hlen_of(p) || !tag_verifies(p, h.payload_len, *ctx.key))) return drop(DropReason::kBadAuth);
   if (h.src != src_rank || h.dst != ctx.my_rank) return reject(DropReason::kRankMismatch);
   out.src_rank = src_rank;
   out.payload = tail.first(h.payload_len);
