@@ -80,7 +80,8 @@ std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
 // The CRC, recomputed when the mutated frame's length fields allow it.
 void reseal(std::vector<std::uint8_t>& x) {
   const std::size_t n = engine::frame_header_len(x);
-  if (n == 0) return;
+  // Only a frame whose header length goes with its type: seal() takes the length from the type.
+  if (n == 0 || n != engine::frame_overhead(static_cast<engine::FrameType>(x[engine::kEthHeaderLen + 3]))) return;
   const std::size_t at = engine::kEthHeaderLen + (n == engine::kDataFrameOverhead ? 24 : 32);  // the payload length (wire.hpp)
   std::size_t payload = (static_cast<std::size_t>(x[at]) << 8) | x[at + 1];
   if (payload <= x.size() - n) engine::seal(x.data());
