@@ -42,6 +42,12 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-key", cfg.cluster_key,
                  "file of the cluster key (32 bytes or 64 hex digits, mode 0600, the same on every node): frames carry a keyed MAC, "
                  "and frames without a valid one are dropped");
+  app.add_option("--io-cores", cfg.io_cores,
+                 "CPUs for I/O lcores, which take the port's bursts and the check of every received frame off the engine's core: one CPU "
+                 "(receive and send there) or two (receive on the first, send on the second), e.g. --io-cores 2,3")
+      ->delimiter(',')
+      ->expected(1, 2)
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--eal", eal_args, "further DPDK EAL arguments");
   app.add_option("--eal-memory-mb", cfg.eal.memory_mb, "EAL memory without hugepages")->capture_default_str();
   app.add_option("--log-level", level, "trace, debug, info, warn, error")->capture_default_str()->take_last();

@@ -5,7 +5,8 @@
 // byte is built, sent, received, checked and placed by the same core. Both directions carry
 // a block, and the figure counts payload bytes delivered (both directions) per second.
 // Then the same with the payload sent without a copy (issue 17), with a cluster key (every frame tagged and verified, issue 15 finding 4) and
-// with the capture tap on, to show what each costs. With --memif: the two engines in two
+// with the capture tap on, to show what each costs; with --io-core, with an I/O lcore on a
+// second core (bursts and the check of received frames there). With --memif: the two engines in two
 // processes, one core each, joined by DPDK's memif.
 #include <CLI/CLI.hpp>
 #include <rte_eth_ring.h>
@@ -21,6 +22,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -29,6 +31,7 @@
 #include "aapc/nic/eal.hpp"
 #include "aapc/nic/eth_port.hpp"
 #include "aapc/nic/extmem.hpp"
+#include "aapc/nic/io_lcore.hpp"
 #include "aapc/sched/algorithms.hpp"
 #include "pattern.h"
 
@@ -74,8 +77,11 @@ struct Outcome {
 };
 
 // With `region` (over `buf`), the send blocks are registered: payload sent without a copy.
+// With `io_core` >= 0, an I/O lcore pinned to that CPU takes both ports' bursts and checks
+// every received frame (issue 17, part 3), and with `io_seal` seals every frame sent, while
+// the engines stay on this thread.
 Outcome run_once(nic::Port& pa, nic::Port& pb, std::uint64_t block, int mtu, std::uint32_t id, std::vector<std::uint8_t>& buf,
-                 bool keyed = false, const nic::ExternalRegion* region = nullptr) {
+                 bool keyed = false, const nic::ExternalRegion* region = nullptr, int io_core = -1, bool io_seal = false) {
   std::vector<nic::MacAddr> macs = {pa.mac(), pb.mac()};
   engine::EngineConfig ca;
   ca.rank = 0;
@@ -85,7 +91,19 @@ Outcome run_once(nic::Port& pa, nic::Port& pb, std::uint64_t block, int mtu, std
   ca.zero_copy_min = 0;                     // with a region, every data frame attached
   engine::EngineConfig cb = ca;
   cb.rank = 1;
-  engine::Engine ea(pa, ca), eb(pb, cb);
+  std::optional<nic::OffloadPort> oa, ob;
+  std::optional<nic::IoLcore> io;  // stopped before the ports go
+  if (io_core >= 0) {
+    oa.emplace(pa);
+    ob.emplace(pb);
+    io.emplace(nic::IoLcoreOptions{io_core, "bench-io"});
+    for (nic::OffloadPort* p : {&*oa, &*ob}) {
+      io->serve_rx(*p, engine::integrity_hook(ca.key ? &*ca.key : nullptr));
+      io->serve_tx(*p, io_seal ? engine::seal_hook(ca.key ? &*ca.key : nullptr) : nic::FrameHook{});
+    }
+    io->start();
+  }
+  engine::Engine ea(oa ? static_cast<nic::Port&>(*oa) : pa, ca), eb(ob ? static_cast<nic::Port&>(*ob) : pb, cb);
   sched::Schedule s = sched::ring_schedule(2);
   // One buffer of four blocks: a's send, a's receive, b's send, b's receive.
   std::uint8_t* base = buf.data();
@@ -192,14 +210,15 @@ void handover(nic::Port& pa, nic::Port& pb, int n) {
 
 // Payload goodput of one exchange each way, without capture, with a cluster key and with the
 // capture tap at two snap lengths, the best of `repeat` runs each.
-void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const std::string& capture_dir, int snaplen) {
+void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const std::string& capture_dir, int snaplen, int io_core) {
   const std::uint64_t block = block_mib << 20;
   std::vector<std::uint8_t> buf(4 * block);
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::uint8_t>(i * 2654435761U >> 13);
   for (std::size_t i = 0; i < block; ++i) buf[2 * block + i] = static_cast<std::uint8_t>(i * 40503U >> 7);
   std::uint32_t id = 1;
   Outcome last;
-  std::cout << "two engines, one core, net_ring, MTU " << mtu << ", " << block_mib << " MiB each way, best of " << repeat << "\n";
+  std::cout << "two engines, one core, net_ring, MTU " << mtu << ", " << block_mib << " MiB each way, best of " << repeat
+            << (io_core >= 0 ? ", the I/O lcore on CPU " + std::to_string(io_core) : std::string()) << "\n";
   auto report = [&](const std::string& what, double secs, double base) {
     double gbps = static_cast<double>(last.payload) * 8 / secs / 1e9;
     std::cout << "  " << std::left << std::setw(30) << what << std::right << std::fixed << std::setprecision(2) << std::setw(8) << gbps
@@ -211,8 +230,11 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
   };
   // The configurations run in turns, so that a slow moment of the machine hits them all.
   namespace fs = std::filesystem;
-  // 0: no capture; -1: no capture, a cluster key; -2: no capture, payload sent without a copy
-  const std::vector<int> snaps = {0, -2, -1, 65535, snaplen};
+  // 0: no capture; -1: no capture, a cluster key; -2: no capture, payload sent without a copy;
+  // -3 and -4: as 0 and -1 with an I/O lcore on a second CPU that checks what is received;
+  // -5 and -6: that also seals what is sent
+  std::vector<int> snaps = {0, -2, -1, 65535, snaplen};
+  if (io_core >= 0) snaps.insert(snaps.begin() + 3, {-3, -4, -5, -6});
   const nic::ExternalRegion region(buf.data(), buf.size());
   std::vector<double> best(snaps.size(), 1e30);
   std::vector<Outcome> outcome(snaps.size());
@@ -220,7 +242,8 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
     for (std::size_t c = 0; c < snaps.size(); ++c) {
       Outcome o;
       if (snaps[c] <= 0) {
-        o = run_once(*cable.a, *cable.b, block, mtu, id++, buf, snaps[c] == -1, snaps[c] == -2 ? &region : nullptr);
+        o = run_once(*cable.a, *cable.b, block, mtu, id++, buf, snaps[c] == -1 || snaps[c] == -4 || snaps[c] == -6,
+                     snaps[c] == -2 ? &region : nullptr, snaps[c] <= -3 ? io_core : -1, snaps[c] <= -5);
       } else {
         fs::path fa = fs::path(capture_dir) / "aapc-bench-a.pcap", fb = fs::path(capture_dir) / "aapc-bench-b.pcap";
         {
@@ -242,8 +265,12 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
     last = outcome[c];
     const std::string what = snaps[c] == 0    ? "no capture (payload copied)"
                              : snaps[c] == -2 ? "zero copy (payload attached)"
-                             : snaps[c] < 0   ? "cluster key (tagged frames)"
-                                            : "capture, snaplen " + std::to_string(snaps[c]);
+                             : snaps[c] == -1 ? "cluster key (tagged frames)"
+                             : snaps[c] == -3 ? "copied, lcore checks"
+                             : snaps[c] == -4 ? "key, lcore checks"
+                             : snaps[c] == -5 ? "copied, lcore checks + seals"
+                             : snaps[c] == -6 ? "key, lcore checks + seals"
+                                              : "capture, snaplen " + std::to_string(snaps[c]);
     double g = report(what, best[c], c == 0 ? 0 : best[0]);
     if (c == 0) gbps = g;
   }
@@ -404,6 +431,11 @@ int main(int argc, char** argv) {
   int handovers = 0;
   app.add_option("--handover", handovers, "instead: measure what a phase hand-over (a sender-based token) costs, over this many exchanges")
       ->check(CLI::Range(100, 1'000'000));
+  int io_core = -1;
+  app.add_option("--io-core", io_core,
+                 "also run the copy and the cluster-key figures with an I/O lcore on this CPU (not the first, where the engines run), "
+                 "which takes the bursts and checks every received frame (issue 17)")
+      ->check(CLI::Range(1, 1023));
   bool over_memif = false;
   app.add_flag("--memif", over_memif, "instead: the two engines in two processes, one core each, joined by memif (issue 17)");
   CLI11_PARSE(app, argc, argv);
@@ -426,7 +458,8 @@ int main(int argc, char** argv) {
       handover(*cable.a, *cable.b, handovers);
       return 0;
     }
-    goodput(cable, block_mib, mtu, repeat, capture_dir, snaplen);
+    // The EAL runs this thread on the first CPU; an I/O lcore, where asked, on another.
+    goodput(cable, block_mib, mtu, repeat, capture_dir, snaplen, io_core);
   } catch (const std::exception& e) {
     std::cerr << "aapc-engine-bench: " << e.what() << "\n";
     return 1;

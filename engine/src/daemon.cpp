@@ -26,11 +26,13 @@ std::int64_t cpu_now() {
 }
 
 Daemon::Impl::~Impl() {
+  io_lcores.clear();  // they send what is queued, then nothing touches the port or the buffers
   for (auto& [fd, c] : clients) close_client_resources(c);
   if (epoll_fd >= 0) ::close(epoll_fd);
   if (listen_fd >= 0) ::close(listen_fd);
   if (bound) ::unlink(cfg.socket_path.c_str());
   engine.reset();
+  offload.reset();
   capture.reset();
   faults.reset();
   eth.reset();
@@ -107,13 +109,23 @@ std::unique_ptr<Daemon> Daemon::create(const DaemonConfig& config) {
   return d;
 }
 
+namespace {
+
+std::string io_lcores_text(const std::vector<int>& cores) {
+  if (cores.empty()) return "";
+  if (cores.size() == 1) return ", I/O lcore on CPU " + std::to_string(cores[0]);
+  return ", receive lcore on CPU " + std::to_string(cores[0]) + ", send lcore on CPU " + std::to_string(cores[1]);
+}
+
+}  // namespace
+
 int Daemon::rank() const { return impl_->rank; }
 
 std::string Daemon::describe() const {
   const Impl& m = *impl_;
   return "rank " + std::to_string(m.rank) + " of " + std::to_string(m.topo.machine_count()) + " (" + m.topo.machine(m.rank).name + ", " +
          m.topo.machine(m.rank).mac.str() + ") on " + m.cfg.device + ", epoch " + std::to_string(m.engine->epoch()) + ", pacing " +
-         (m.pace_bps > 0 ? sched::format_rate(m.pace_bps) : "off") + (m.port_fd >= 0 ? ", idles in poll(2) on the port" : ", idles polling the port") +
+         (m.pace_bps > 0 ? sched::format_rate(m.pace_bps) : "off") + (m.port_fd >= 0 ? ", idles in poll(2) on the port" : ", idles polling the port") + io_lcores_text(m.cfg.io_cores) +
          ", socket " + m.cfg.socket_path;
 }
 

@@ -84,7 +84,8 @@ void Daemon::Impl::watch_socket_and_port() {
   ev.data.fd = listen_fd;
   ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd, &ev);
   // Frames arriving wake the loop too, when the port can say so (net_af_packet).
-  if (int fd = eth->wait_fd(); fd >= 0) {
+  // (An I/O lcore receives from the device: the engine's port then has no descriptor.)
+  if (int fd = offload ? offload->wait_fd() : eth->wait_fd(); fd >= 0) {
     epoll_event pev{};
     pev.events = EPOLLIN;
     pev.data.fd = fd;

@@ -143,7 +143,10 @@ struct Daemon::Impl {
   std::unique_ptr<nic::EthPort> eth;
   std::unique_ptr<nic::FaultPort> faults;
   std::unique_ptr<nic::CapturePort> capture;
+  std::unique_ptr<nic::OffloadPort> offload;  // with cfg.io_cores
+  std::optional<FrameKey> key;                // the cluster key, which the I/O lcore's check reads
   std::unique_ptr<Engine> engine;
+  std::vector<std::unique_ptr<nic::IoLcore>> io_lcores;  // stopped first, before the engine and the ports
   int listen_fd = -1;
   bool bound = false;  // the socket file is ours to remove (not another daemon's we refused)
   gid_t socket_gid = static_cast<gid_t>(-1);  // --socket-group's: its members may connect
@@ -178,6 +181,9 @@ struct Daemon::Impl {
   void open_port();
   int rank_of_port() const;
   nic::Port& decorate_port();
+  // With cfg.io_cores: the port given to the engine is served by I/O lcores.
+  nic::Port& offload_port(nic::Port& port);
+  void start_io_lcores();
   void choose_pace();
 
   // daemon_control.cpp

@@ -9,7 +9,7 @@
 namespace aapc::engine {
 
 void Daemon::Impl::open_port() {
-  std::optional<FrameKey> key;  // read before the EAL starts: a bad key file fails at once
+  // The key is read before the EAL starts: a bad key file fails at once.
   if (!cfg.cluster_key.empty()) {
     auto loaded = load_cluster_key(cfg.cluster_key);
     if (!loaded) fail(loaded.error().message());
@@ -22,7 +22,7 @@ void Daemon::Impl::open_port() {
   if (cfg.rank) po.mac = nic::MacAddr(topo.machine(*cfg.rank).mac.bytes);
   eth = nic::EthPort::open(po);
   rank = rank_of_port();
-  nic::Port& port = decorate_port();
+  nic::Port& port = offload_port(decorate_port());
   choose_pace();
   if (const std::uint64_t smallest = sched::smallest_switch_buffer(topo); smallest != 0) slack_buffer = smallest;
   EngineConfig ec;
@@ -37,7 +37,39 @@ void Daemon::Impl::open_port() {
   ec.key = key;
   engine = std::make_unique<Engine>(port, ec);
   engine->on_peer_restart = [](Rank peer) { spdlog::warn("peer rank {} restarted: running exchanges with it failed", peer); };
+  start_io_lcores();
   engine->announce();
+}
+
+// The engine learns from its port whether received frames come checked: the lcores serve the
+// port before the engine is made over it, and start after.
+nic::Port& Daemon::Impl::offload_port(nic::Port& port) {
+  if (cfg.io_cores.empty()) return port;
+  if (cfg.io_cores.size() > 2) fail("--io-cores takes one CPU (receive and send) or two (receive, then send)");
+  offload = std::make_unique<nic::OffloadPort>(port);
+  const bool apart = cfg.io_cores.size() == 2;
+  io_lcores.push_back(std::make_unique<nic::IoLcore>(nic::IoLcoreOptions{cfg.io_cores[0], apart ? "aapcd-rx" : "aapcd-io"}));
+  if (apart) io_lcores.push_back(std::make_unique<nic::IoLcore>(nic::IoLcoreOptions{cfg.io_cores[1], "aapcd-tx"}));
+  try {
+    io_lcores.front()->serve_rx(*offload, integrity_hook(key ? &*key : nullptr));
+    // The passes over every byte are shared out: the engine copies payloads in and out; the
+    // receiving lcore checks CRCs (and tags). Sealing goes to the sending lcore when it has a
+    // CPU of its own, or without a key (a CRC costs less than a copy); with one CPU and a key,
+    // the engine keeps the tag of what it sends, which weighs as much as checking a received one.
+    const bool seal_there = apart || !key;
+    io_lcores.back()->serve_tx(*offload, seal_there ? seal_hook(key ? &*key : nullptr) : nic::FrameHook{});
+  } catch (const nic::NicError& e) {
+    fail(std::string("--io-cores: ") + e.what());
+  }
+  return *offload;
+}
+
+void Daemon::Impl::start_io_lcores() {
+  try {
+    for (auto& l : io_lcores) l->start();
+  } catch (const nic::NicError& e) {
+    fail(std::string("--io-cores: ") + e.what());
+  }
 }
 
 // --rank, or the machine of the topology whose MAC the port has.

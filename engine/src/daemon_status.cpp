@@ -46,6 +46,7 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
         {"tx_refused", k.tx_refused},
         {"alloc_failures", k.alloc_failures},
         {"zero_copy_frames", k.zero_copy_frames},
+        {"rx_prechecked", k.rx_prechecked},
         {"early_frames", k.early_frames},
         {"drops", drops}}},
   };

@@ -131,6 +131,7 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   my_rank = config_.rank;
   key = config_.key ? &*config_.key : nullptr;
   rx_.resize(config_.rx_burst);
+  rx_verified_ = port_.rx_verified_flag();
   if (config_.pace_burst_bytes == 0) {
     // Half a millisecond of the rate (at least four frames): a poll that comes late can
     // catch up without losing the link's time, and a switch port still sees a short burst.

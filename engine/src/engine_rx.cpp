@@ -31,7 +31,17 @@ bool frame_parts(rte_mbuf* m, bool keyed, std::span<const std::uint8_t>& head, s
   return true;
 }
 
+void check_integrity(rte_mbuf** frames, std::uint16_t n, std::uint64_t flag, const void* context) {
+  const auto* key = static_cast<const FrameKey*>(context);
+  for (std::uint16_t i = 0; i < n; ++i) {
+    std::span<const std::uint8_t> head, tail;
+    if (frame_parts(frames[i], key != nullptr, head, tail) && integrity_holds(head, tail, key)) frames[i]->ol_flags |= flag;
+  }
+}
+
 }  // namespace
+
+nic::FrameHook integrity_hook(const FrameKey* key) { return {&check_integrity, key}; }
 
 DropReason Engine::note_epoch(Rank src, std::uint32_t epoch) {
   auto i = static_cast<std::size_t>(src);
@@ -216,7 +226,9 @@ void Engine::receive(Clock::time_point now) {
     }
     ++link_->counters().frames_received;
     link_->counters().bytes_received += rte_pktmbuf_pkt_len(m);
-    Parsed f = parse(head, tail, *this);
+    const bool prechecked = rx_verified_ != 0 && (m->ol_flags & rx_verified_) != 0;
+    link_->counters().rx_prechecked += prechecked ? 1 : 0;
+    Parsed f = parse(head, tail, *this, prechecked);
     if (f.reason == DropReason::kOk) f.reason = note_epoch(f.src_rank, f.h.epoch);
     if (f.reason != DropReason::kOk) {
       // A frame of the peer's current incarnation that is merely of no use (a duplicate, for a

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "aapc/nic/extmem.hpp"
 
@@ -16,7 +17,8 @@ Link::Link(nic::Port& port, const EngineConfig& config, std::uint32_t epoch, std
       chunk_(chunk),
       mac_(config.peers[static_cast<std::size_t>(config.rank)]),
       key_(config.key ? &*config.key : nullptr),
-      zero_copy_(port.zero_copy_tx() && key_ == nullptr) {
+      zero_copy_(port.zero_copy_tx() && key_ == nullptr),
+      seal_flag_(port.tx_seal_flag()) {
   last_heard_.assign(config_.peers.size(), Clock::time_point{});
   dead_.resize(config_.peers.size());
   pace_last_ = Clock::now();
@@ -30,6 +32,27 @@ Link::Link(nic::Port& port, const EngineConfig& config, std::uint32_t epoch, std
 Link::~Link() {
   for (auto* m : txq_) rte_pktmbuf_free(m);
 }
+
+namespace {
+
+void seal_frames(rte_mbuf** frames, std::uint16_t n, std::uint64_t flag, const void* context) {
+  const auto* key = static_cast<const FrameKey*>(context);
+  for (std::uint16_t i = 0; i < n; ++i) {
+    rte_mbuf* m = frames[i];
+    if ((m->ol_flags & flag) == 0) continue;
+    m->ol_flags &= ~flag;
+    auto* p = rte_pktmbuf_mtod(m, std::uint8_t*);
+    if (m->nb_segs == 1) {
+      seal_marked(p, key);
+    } else {  // the header, then the payload attached without a copy (build_zero_copy)
+      seal_apart(p, rte_pktmbuf_mtod(m->next, const std::uint8_t*), rte_pktmbuf_data_len(m->next));
+    }
+  }
+}
+
+}  // namespace
+
+nic::FrameHook seal_hook(const FrameKey* key) { return {&seal_frames, key}; }
 
 void Link::encode_header(std::uint8_t* p, Rank dst, const Header& h) const {
   Header hh = h;
@@ -50,7 +73,11 @@ rte_mbuf* Link::build_copy(Rank dst, const Header& h, const std::uint8_t* payloa
     return nullptr;
   }
   encode_header(p, dst, h);
-  if (len > 0) {
+  if (seal_flag_ != 0) {  // sealed on the I/O lcore (seal_hook): here only the copy
+    if (len > 0) std::memcpy(p + frame_overhead(h.type), payload, len);
+    seal_later(p, key_, ++tag_counter_);
+    m->ol_flags |= seal_flag_;
+  } else if (len > 0) {
     copy_and_seal(p, payload, len, key_, ++tag_counter_);
   } else {
     seal(p, key_, ++tag_counter_);
@@ -72,7 +99,11 @@ rte_mbuf* Link::build_zero_copy(Rank dst, const Header& h, const std::uint8_t* p
     return nullptr;
   }
   encode_header(p, dst, h);
-  seal_apart(p, payload, len);
+  if (seal_flag_ != 0) {
+    m->ol_flags |= seal_flag_;  // the I/O lcore reads the payload for the CRC (seal_hook)
+  } else {
+    seal_apart(p, payload, len);
+  }
   if (rte_pktmbuf_chain(m, data) != 0) {
     rte_pktmbuf_free(m);
     rte_pktmbuf_free(data);

@@ -87,6 +87,7 @@ class Link {
   MacAddr mac_;
   const FrameKey* key_;
   bool zero_copy_;  // the port can, and no key (a tag must follow the payload)
+  std::uint64_t seal_flag_;  // port_.tx_seal_flag(): frames are sealed on the I/O lcore
   std::uint64_t tag_counter_ = 0;  // numbers the frames sealed with the cluster key (their nonces)
   std::vector<rte_mbuf*> txq_;
   EngineCounters counters_;

@@ -167,6 +167,18 @@ void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t
   if (key != nullptr) put_tag(p, len, *key, counter);
 }
 
+void seal_later(std::uint8_t* frame, const FrameKey* key, std::uint64_t counter) {
+  std::uint8_t* p = frame + kEthHeaderLen;
+  if (key == nullptr) return;
+  p[2] = kVersionAuth;
+  put64(p + hlen_of(p) + get16(p + payload_len_at(hlen_of(p))), counter);
+}
+
+void seal_marked(std::uint8_t* frame, const FrameKey* key) {
+  const std::uint8_t* p = frame + kEthHeaderLen;
+  seal(frame, key, key != nullptr ? get64(p + hlen_of(p) + get16(p + payload_len_at(hlen_of(p)))) : 0);
+}
+
 void seal_apart(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len) {
   std::uint8_t* p = frame + kEthHeaderLen;
   put32(p + crc_at(hlen_of(p)), crc32c(header_crc(p), payload, len));
@@ -307,7 +319,29 @@ DropReason data_fits(Header& h, std::uint64_t posted, std::uint32_t chunk) {
   return DropReason::kOk;
 }
 
-Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const ParseContext& ctx) {
+namespace {
+
+// A whole frame given in `head` alone is split where its header ends.
+void split_whole(std::span<const std::uint8_t>& head, std::span<const std::uint8_t>& tail) {
+  if (const std::size_t n = frame_header_len(head); n != 0 && head.size() > n && tail.empty()) {
+    tail = head.subspan(n);
+    head = head.first(n);
+  }
+}
+
+}  // namespace
+
+bool integrity_holds(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const FrameKey* key) {
+  if (head.size() < kDataFrameOverhead) return false;
+  split_whole(head, tail);
+  Header h;
+  if (decode(head, tail, h) != DropReason::kOk) return false;  // the CRC with the rest
+  const std::uint8_t* p = head.data() + kEthHeaderLen;
+  if (key == nullptr) return p[2] != kVersionAuth;
+  return p[2] == kVersionAuth && tail.data() == p + hlen_of(p) && tag_verifies(p, h.payload_len, *key);
+}
+
+Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const ParseContext& ctx, bool integrity_checked) {
   Parsed out;
   auto drop = [&](DropReason r) {
     out.reason = r;
@@ -323,15 +357,13 @@ Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> t
   Rank src_rank = ctx.rank_of(src_mac);
   if (src_rank < 0) return drop(DropReason::kUnknownSource);
 
-  if (const std::size_t n = frame_header_len(head); n != 0 && head.size() > n && tail.empty()) {
-    tail = head.subspan(n);  // a whole frame in `head`
-    head = head.first(n);
-  }
+  split_whole(head, tail);
   // An unkeyed DATA frame may have its CRC computed as its payload is copied into place
-  // (ParseContext::place_at); every other frame has it checked here. Either way nothing but
-  // kBadCrc is said of a frame whose CRC fails.
-  const bool crc_later = ctx.key == nullptr && head.size() > kEthHeaderLen + 3 && head[kEthHeaderLen + 3] == static_cast<std::uint8_t>(FrameType::kData);
-  if (DropReason r = decode(head, tail, out.h, !crc_later); r != DropReason::kOk) return drop(r);
+  // (ParseContext::place_at); every other frame has it checked here, unless integrity_holds()
+  // checked it already. Either way nothing but kBadCrc is said of a frame whose CRC fails.
+  const bool crc_later = !integrity_checked && ctx.key == nullptr && head.size() > kEthHeaderLen + 3 &&
+                         head[kEthHeaderLen + 3] == static_cast<std::uint8_t>(FrameType::kData);
+  if (DropReason r = decode(head, tail, out.h, !crc_later && !integrity_checked); r != DropReason::kOk) return drop(r);
   Header& h = out.h;
   const std::uint8_t* p = f + kEthHeaderLen;
   auto crc_ok = [&] { return crc_matches(p, tail.data(), h.payload_len); };
@@ -340,7 +372,8 @@ Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> t
   // tagged frame at a node without the key means the cluster is configured in two ways. The
   // tag authenticates header and payload as one run of bytes: they must lie together.
   if ((p[2] == kVersionAuth) != (ctx.key != nullptr)) return reject(DropReason::kBadAuth);
-  if (ctx.key != nullptr && (tail.data() != p + hlen_of(p) || !tag_verifies(p, h.payload_len, *ctx.key))) return drop(DropReason::kBadAuth);
+  if (ctx.key != nullptr && (tail.data() != p + hlen_of(p) || (!integrity_checked && !tag_verifies(p, h.payload_len, *ctx.key))))
+    return drop(DropReason::kBadAuth);
   if (h.src != src_rank || h.dst != ctx.my_rank) return reject(DropReason::kRankMismatch);
   out.src_rank = src_rank;
   out.payload = tail.first(h.payload_len);

@@ -81,14 +81,25 @@ Fabric::Fabric(const FabricOptions& options) : options_(options) {
     // Mbit/s: exchanges given no timeout get a deadline derived at that rate, not at 1 Gbit/s.
     cfg.link_bps = options.port_rate_bps != 0 ? options.port_rate_bps : 20'000'000;
     if (options.tune) options.tune(cfg);
+    if (options.io_lcore) {
+      if (!io_) io_ = std::make_unique<nic::IoLcore>(nic::IoLcoreOptions{-1, "fabric-io"});
+      node.offload = std::make_unique<nic::OffloadPort>(*port);
+      port = node.offload.get();
+      if (cfg.key) node.key = std::make_unique<engine::FrameKey>(*cfg.key);
+      io_->serve_rx(*node.offload, engine::integrity_hook(node.key.get()));
+      io_->serve_tx(*node.offload, engine::seal_hook(node.key.get()));
+    }
     node.engine = std::make_unique<engine::Engine>(*port, cfg);
   }
+  if (io_) io_->start();
   last_ = std::chrono::steady_clock::now();
 }
 
 Fabric::~Fabric() {
+  io_.reset();  // stopped before the ports it serves
   for (auto& node : nodes_) {
     node.engine.reset();
+    node.offload.reset();
     node.capture.reset();
     node.faults.reset();
     node.eth.reset();  // stops and closes the ring port

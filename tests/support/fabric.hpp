@@ -15,6 +15,7 @@
 #include "aapc/nic/capture.hpp"
 #include "aapc/nic/eth_port.hpp"
 #include "aapc/nic/fault.hpp"
+#include "aapc/nic/io_lcore.hpp"
 #include "aapc/sched/schedule.hpp"
 
 struct rte_ring;
@@ -41,6 +42,9 @@ struct FabricOptions {
   // run_exchange() gives every send block a registered region (nic/extmem.hpp): the engines
   // send its payload without copying it (issue 17, part 2).
   bool zero_copy = false;
+  // One I/O lcore (nic/io_lcore.hpp, not pinned) takes every node's bursts and checks what
+  // they receive (engine::integrity_hook), while the engines run in the calling thread.
+  bool io_lcore = false;
   // The switch drops each frame of ours (its header decoded) for which this says true: a
   // loss chosen by the test, frame by frame.
   std::function<bool(int src, int dst, const engine::Header& h)> drop;
@@ -64,6 +68,7 @@ class Fabric {
   nic::FaultPort* faults(int i) { return nodes_[static_cast<std::size_t>(i)].faults.get(); }
   nic::EthPort& eth(int i) { return *nodes_[static_cast<std::size_t>(i)].eth; }
   nic::CapturePort* capture(int i) { return nodes_[static_cast<std::size_t>(i)].capture.get(); }
+  nic::OffloadPort* offload(int i) { return nodes_[static_cast<std::size_t>(i)].offload.get(); }
   static nic::MacAddr mac(int rank);
 
   // Cuts a node off: the switch drops everything from and to it.
@@ -94,6 +99,8 @@ class Fabric {
     std::unique_ptr<nic::EthPort> eth;
     std::unique_ptr<nic::FaultPort> faults;
     std::unique_ptr<nic::CapturePort> capture;
+    std::unique_ptr<nic::OffloadPort> offload;   // with FabricOptions::io_lcore
+    std::unique_ptr<engine::FrameKey> key;       // the engine's, for the lcore's check
     std::unique_ptr<engine::Engine> engine;
     std::vector<struct rte_mbuf*> out_queue;  // switch output waiting for the rate limit
     double tokens = 0;
@@ -101,6 +108,7 @@ class Fabric {
   };
   bool chosen_loss(int src, int dst, struct rte_mbuf* m) const;  // FabricOptions::drop
   std::vector<Node> nodes_;
+  std::unique_ptr<nic::IoLcore> io_;  // FabricOptions::io_lcore
   std::vector<bool> unplugged_;
   FabricOptions options_;
   std::uint64_t switch_drops_ = 0, switched_ = 0, switched_external_ = 0;

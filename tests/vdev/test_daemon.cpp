@@ -95,12 +95,11 @@ struct LocalDaemon {
 // Two daemons, ranks 0 and 1, on the two ends of a pair of rings.
 struct DaemonPair {
   std::unique_ptr<LocalDaemon> d[2];
-  DaemonPair() {
+  explicit DaemonPair(const std::function<void(engine::DaemonConfig&)>& tune = {}) {
     test::start_eal();
     const std::string base = "dp" + std::to_string(g_daemons++);
     rte_ring* to[2] = {test::ring(base + "to0"), test::ring(base + "to1")};
-    for (int i = 0; i < 2; ++i)
-      d[i] = std::make_unique<LocalDaemon>(std::function<void(engine::DaemonConfig&)>{}, test::ring_port(base + "n" + std::to_string(i), to[i], to[1 - i]), i);
+    for (int i = 0; i < 2; ++i) d[i] = std::make_unique<LocalDaemon>(tune, test::ring_port(base + "n" + std::to_string(i), to[i], to[1 - i]), i);
   }
 };
 
@@ -303,15 +302,16 @@ bool received(const Buffer& recv, int me, std::size_t block) {
   return true;
 }
 
-// Both ranks' alltoall of 2 x 64 bytes at once, from clients x (rank 0) and y (rank 1).
-std::pair<Result<Stats>, Result<Stats>> alltoall_both(Client& x, Buffer& sx, Buffer& rx, Client& y, Buffer& sy, Buffer& ry, const Options& o = {}) {
-  fill(sx, 0, 64);
-  fill(sy, 1, 64);
+// Both ranks' alltoall of 2 x `block` bytes at once, from clients x (rank 0) and y (rank 1).
+std::pair<Result<Stats>, Result<Stats>> alltoall_both(Client& x, Buffer& sx, Buffer& rx, Client& y, Buffer& sy, Buffer& ry, const Options& o = {},
+                                                      std::size_t block = 64) {
+  fill(sx, 0, block);
+  fill(sy, 1, block);
   std::memset(rx.data(), 0, rx.size());
   std::memset(ry.data(), 0, ry.size());
   Result<Stats> other = Error(Errc::kInternal, "not run");
-  std::thread t([&] { other = y.alltoall(sy, ry, 64, o); });
-  auto mine = x.alltoall(sx, rx, 64, o);
+  std::thread t([&] { other = y.alltoall(sy, ry, block, o); });
+  auto mine = x.alltoall(sx, rx, block, o);
   t.join();
   return {mine, other};
 }
@@ -833,4 +833,28 @@ TEST_CASE("issue 15: aapc status names the peers the engine holds dead") {
   REQUIRE(dead.size() == 1);
   CHECK(dead[0]["rank"] == 1);
   CHECK(dead[0]["machine"] == "n1");
+}
+
+TEST_CASE("issue 17: daemons with I/O lcores (--io-cores) on one CPU or two exchange byte-exact, the frames checked there") {
+  for (const std::vector<int>& cores : {std::vector<int>{0}, std::vector<int>{0, 0}}) {
+    INFO("--io-cores with " << cores.size() << " CPU(s)");
+    DaemonPair pair([&](engine::DaemonConfig& cfg) { cfg.io_cores = cores; });
+    Client a = Client::connect(pair.d[0]->socket), p = Client::connect(pair.d[1]->socket);
+    Buffer sa = a.allocate(128 * 1024), ra = a.allocate(128 * 1024), sp = p.allocate(128 * 1024), rp = p.allocate(128 * 1024);
+    for (int round = 0; round < 3; ++round) {
+      auto [ok_a, ok_p] = alltoall_both(a, sa, ra, p, sp, rp, {}, 64 * 1024);
+      REQUIRE(ok_a);
+      REQUIRE(ok_p);
+      CHECK(received(ra, 0, 64 * 1024));
+      CHECK(received(rp, 1, 64 * 1024));
+    }
+    for (Client* c : {&a, &p}) {
+      const auto counters = status_of(*c)["counters"];
+      CHECK(counters["rx_prechecked"].get<std::uint64_t>() > 0);
+      CHECK(counters["rx_prechecked"] == counters["frames_received"]);
+    }
+  }
+  // More than two CPUs, or a CPU that does not exist: a clear refusal at start.
+  CHECK_THROWS_WITH(LocalDaemon([](engine::DaemonConfig& cfg) { cfg.io_cores = {0, 0, 0}; }), Catch::Contains("--io-cores takes one CPU"));
+  CHECK_THROWS_WITH(LocalDaemon([](engine::DaemonConfig& cfg) { cfg.io_cores = {4096}; }), Catch::Contains("no CPU 4096"));
 }

@@ -16,6 +16,7 @@
 
 #include "aapc/engine/descriptor.hpp"
 #include "aapc/engine/wire.hpp"
+#include "aapc/nic/io_lcore.hpp"
 #include "aapc/nic/port.hpp"
 #include "aapc/result.hpp"
 #include "aapc/sched/schedule.hpp"
@@ -205,6 +206,7 @@ struct EngineCounters {
   std::uint64_t tx_refused = 0;       // offers the port did not take at once (backpressure)
   std::uint64_t alloc_failures = 0;   // no mbuf available
   std::uint64_t zero_copy_frames = 0; // sent with the payload not copied (SendBlock::region)
+  std::uint64_t rx_prechecked = 0;    // received with CRC and tag checked on an I/O lcore (integrity_hook)
   std::uint64_t early_frames = 0;     // READY/SYNC kept for an exchange not started yet
   std::uint64_t early_data_frames = 0;   // eager DATA kept for an exchange not started yet
   std::uint64_t early_data_dropped = 0;  // eager DATA not kept: early_data_bytes were full
@@ -230,6 +232,15 @@ struct EarlyFrames {
   std::vector<std::vector<std::uint8_t>> descriptor;  // by rank: the last one it sent (or empty)
   std::vector<EarlyData> data;
 };
+
+// The hook an I/O lcore (nic/io_lcore.hpp) runs on received frames: integrity_holds() with
+// `key` (nullptr: none), which must outlive the lcore. The engine then checks neither the CRC
+// nor the tag of those frames again: the pass over every received byte moves to that lcore.
+nic::FrameHook integrity_hook(const FrameKey* key);
+// The hook an I/O lcore runs on frames to send: it seals those the engine left unsealed
+// because its port has a tx_seal_flag() (their CRC, and with `key` their tag): the pass over
+// every sent byte besides the copy into the frame moves to that lcore.
+nic::FrameHook seal_hook(const FrameKey* key);
 
 class Engine final : private ParseContext {
  public:
@@ -365,6 +376,7 @@ class Engine final : private ParseContext {
   // By group slot: the last exchange started here, if any.
   std::vector<std::optional<std::uint32_t>> last_started_;
   std::vector<struct rte_mbuf*> rx_;
+  std::uint64_t rx_verified_ = 0;  // port_.rx_verified_flag()
   // Frames out, pacing, the peers' liveness and the counters: what exchanges use (Link).
   std::unique_ptr<EngineLink> link_;
   Clock::time_point next_timers_{};

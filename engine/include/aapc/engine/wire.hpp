@@ -214,6 +214,11 @@ void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t
 // their own (sent without a copy, issue 17): the CRC covers the header and `payload`, which
 // is only read. No cluster key: its tag would have to follow the payload.
 void seal_apart(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len);
+// seal() in two steps, for a frame sealed on another thread (an I/O lcore, issue 17 part 3):
+// seal_later() marks the frame (its version, and `counter` in the tag's place) where seal()
+// would seal it; seal_marked() then seals it with the same key.
+void seal_later(std::uint8_t* frame, const FrameKey* key, std::uint64_t counter);
+void seal_marked(std::uint8_t* frame, const FrameKey* key);
 // Bytes a frame takes after the Ethernet and our header: its payload, and the tag with a key.
 inline std::size_t frame_tail(std::size_t payload, const FrameKey* key) { return payload + (key != nullptr ? kTagLen : 0); }
 
@@ -270,7 +275,16 @@ Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx);
 // frame_header_len() says), `tail` the payload (and tag) that follow them, wherever they are
 // (a payload received as a segment of its own, issue 17). With a cluster key, the tag
 // verifies only when `tail` lies right after the header.
-Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const ParseContext& ctx);
+//
+// `integrity_checked`: integrity_holds() said so of this frame with the same key (on an I/O
+// lcore, nic/io_lcore.hpp); the CRC and the tag are not computed again, and a DATA payload is
+// copied into place without them.
+Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const ParseContext& ctx, bool integrity_checked = false);
+// Whether a frame (as parse() takes it) is one of ours whose header fields and lengths make
+// sense and whose CRC32C holds, and with `key`, whose tag verifies; without a key, a tagged
+// frame is not. The part of parse() that reads every byte and needs no state: it may run on
+// another thread (issue 17, part 3).
+bool integrity_holds(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const FrameKey* key);
 // How many of a frame's first bytes are its Ethernet and our header, as its header-length
 // byte says: kEthHeaderLen + 30 or + 44, or 0 when the frame is too short to say or says
 // something else (parse() then names why).

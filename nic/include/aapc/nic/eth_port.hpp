@@ -58,6 +58,7 @@ class EthPort final : public Port {
   // Software devices that read chained frames segment by segment (net_ring hands the mbufs
   // over as they are; af_packet copies each segment): see zero_copy_driver().
   bool zero_copy_tx() const override { return zero_copy_tx_; }
+  bool directions_apart() const override { return true; }  // one rx queue, one tx queue
   std::uint16_t port_id() const { return port_id_; }
 
   // Statistics as the device counts them.

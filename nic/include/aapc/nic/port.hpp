@@ -47,6 +47,17 @@ class Port {
   // sender's own memory, extmem.hpp) and moves them without DMA: the engine may then send
   // payload without copying it.
   virtual bool zero_copy_tx() const { return false; }
+  // True when one thread may receive while another sends (an I/O lcore for each direction,
+  // io_lcore.hpp): a DPDK ethdev's rx and tx queues are apart; a wrapper that keeps state
+  // across the two directions is not.
+  virtual bool directions_apart() const { return false; }
+  // The ol_flags bit set on a received frame whose integrity was checked before rx_burst
+  // returned it (on an I/O lcore, io_lcore.hpp); 0 when none is. Wrappers do not pass it on:
+  // what a wrapper does to a frame after the check (the fault injector) would not be seen.
+  virtual std::uint64_t rx_verified_flag() const { return 0; }
+  // The ol_flags bit of a frame given to tx_burst with its CRC (and tag) not yet computed,
+  // which a hook computes before the device sends it (io_lcore.hpp); 0 when none does.
+  virtual std::uint64_t tx_seal_flag() const { return 0; }
 };
 
 // A port wrapped around another (the fault injector, the capture tap): everything but the

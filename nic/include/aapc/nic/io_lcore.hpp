@@ -1,0 +1,141 @@
+// I/O lcores (issue 17, part 3): more than one core for a port when one is not enough.
+//
+// The engine builds, checks and places every payload byte on its own core. An I/O lcore takes
+// the port's bursts off that core: it receives from the device into a ring the engine drains,
+// and sends what the engine put into a second ring. On each side it runs a hook over the
+// frames: on receive the engine's integrity check (the CRC, or the cluster key's tag: the pass
+// over every received byte besides the copy into place), on send the sealing of frames the
+// engine left unsealed (their CRC and tag). One lcore may serve both directions of several
+// ports, or two lcores one direction each (separate RX and TX lcores).
+//
+//   OffloadPort port(eth);                 // what the engine is given instead of `eth`
+//   IoLcore rx({.core = 2}), tx({.core = 3});
+//   rx.serve_rx(port, check);  tx.serve_tx(port, seal);
+//   rx.start();  tx.start();               // before the engine polls; stopped by destruction
+//
+// The rings are single-producer single-consumer (rte_ring), so the engine's thread stays the
+// only user of its side. A port served in both directions by two lcores is used by two threads
+// at once, its receive queue by one and its transmit queue by the other: DPDK ethdevs allow
+// that (EthPort); the fault injector and the capture tap, which keep state across the two
+// directions, must be served by one lcore (serve_tx refuses otherwise).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "aapc/nic/port.hpp"
+
+struct rte_ring;
+
+namespace aapc::nic {
+
+// Runs on the I/O lcore over every burst: received, before the engine sees it; or taken from
+// the engine, before the device does. On receive it may set `flag`
+// (OffloadPort::rx_verified_flag()) in a frame's ol_flags; the lcore clears that bit first on
+// every frame, so nothing from the wire arrives with it set. On send it finishes the frames
+// that carry `flag` (OffloadPort::tx_seal_flag()) and clears it.
+struct FrameHook {
+  void (*fn)(rte_mbuf** frames, std::uint16_t n, std::uint64_t flag, const void* context) = nullptr;
+  const void* context = nullptr;
+};
+
+class IoLcore;
+
+// The port the engine uses when an I/O lcore serves `inner`: its bursts go through rings.
+// Everything else is the inner port's. The inner port must outlive it, and the lcores that
+// serve it must be stopped (destroyed) before it is.
+class OffloadPort final : public PortDecorator {
+ public:
+  explicit OffloadPort(Port& inner, unsigned ring_size = 4096);
+  ~OffloadPort() override;
+  OffloadPort(const OffloadPort&) = delete;
+  OffloadPort& operator=(const OffloadPort&) = delete;
+
+  // From the rx ring when an lcore receives for this port, else from the inner port.
+  std::uint16_t rx_burst(rte_mbuf** pkts, std::uint16_t n) override;
+  // Into the tx ring when an lcore sends for this port (a full ring is backpressure), else to
+  // the inner port.
+  std::uint16_t tx_burst(rte_mbuf** pkts, std::uint16_t n) override;
+  // The engine sleeps on nothing: frames come through a ring, which has no descriptor.
+  int wait_fd() const override { return rx_.lcore != nullptr ? -1 : inner_.wait_fd(); }
+
+  // The ol_flags bit an FrameHook sets on a frame it has verified (a DPDK dynamic flag,
+  // registered once per process); 0 when no lcore receives for this port or no hook runs.
+  std::uint64_t rx_verified_flag() const override { return rx_.hooked ? rx_flag_ : 0; }
+  // The ol_flags bit of a frame that the tx lcore's hook is to seal before it leaves; 0 when
+  // no lcore sends for this port or no hook runs.
+  std::uint64_t tx_seal_flag() const override { return tx_.hooked ? tx_flag_ : 0; }
+  // Frames sent to the tx ring and not yet taken by the device.
+  std::uint32_t tx_pending() const;
+
+ private:
+  friend class IoLcore;
+  rte_ring* rx_ring_ = nullptr;
+  rte_ring* tx_ring_ = nullptr;
+  struct Side {
+    const IoLcore* lcore = nullptr;  // who serves this direction, if any
+    bool hooked = false;             // and runs a hook on it
+  };
+  std::uint64_t rx_flag_ = 0, tx_flag_ = 0;
+  Side rx_, tx_;
+  std::atomic<std::uint32_t> lcore_held_{0};  // frames the tx lcore took from the ring and holds
+};
+
+struct IoLcoreOptions {
+  int core = -1;  // pin the lcore's thread to this CPU; -1: leave its affinity as inherited
+  std::string name = "aapc-io";
+};
+
+class IoLcore {
+ public:
+  explicit IoLcore(IoLcoreOptions options = {});
+  ~IoLcore();  // stop()
+  IoLcore(const IoLcore&) = delete;
+  IoLcore& operator=(const IoLcore&) = delete;
+
+  // Before start(): this lcore receives for `port` or sends for it, running `hook` on each
+  // burst. A direction is served by one lcore. Throws NicError when a port is served twice, or
+  // in both directions by two lcores while its inner port keeps state across them.
+  void serve_rx(OffloadPort& port, FrameHook hook = {});
+  void serve_tx(OffloadPort& port, FrameHook hook = {});
+  // Starts the thread (registered with DPDK, so that mempool caches serve it). Throws
+  // NicError when the EAL is not running or the core does not exist.
+  void start();
+  // Sends what the tx rings still hold (up to a second), frees what is left and what was
+  // received but not taken, and joins the thread. Idempotent.
+  void stop();
+
+  // Bursts that found work, and all bursts: how busy the lcore was (for benchmarks).
+  std::uint64_t busy_loops() const { return busy_.load(std::memory_order_relaxed); }
+  std::uint64_t loops() const { return loops_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Rx {
+    OffloadPort* port;
+    FrameHook hook;
+    std::vector<rte_mbuf*> held;  // received, not yet in the ring (it was full)
+  };
+  struct Tx {
+    OffloadPort* port;
+    FrameHook hook;
+    std::vector<rte_mbuf*> held;  // taken from the ring, not yet by the device
+  };
+  // serve_rx() and serve_tx(): this lcore takes `side` of `port` (`other` is its other side).
+  void claim(OffloadPort& port, OffloadPort::Side& side, const OffloadPort::Side& other, FrameHook hook, const char* what);
+  void run();
+  bool poll_rx(Rx& rx);
+  bool poll_tx(Tx& tx);
+
+  IoLcoreOptions options_;
+  std::vector<Rx> rx_;
+  std::vector<Tx> tx_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> busy_{0}, loops_{0};
+};
+
+}  // namespace aapc::nic
