@@ -6,6 +6,7 @@
 #include <rte_mbuf_dyn.h>
 #include <rte_ring.h>
 #include <sched.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -104,15 +105,28 @@ void IoLcore::start() {
   if (!eal_running()) throw NicError("I/O lcore " + options_.name + ": the DPDK EAL is not running");
   const int cpus = static_cast<int>(std::thread::hardware_concurrency());
   if (options_.core >= cpus) throw NicError("I/O lcore " + options_.name + ": no CPU " + std::to_string(options_.core) + " (this machine has " + std::to_string(cpus) + ")");
+  if (options_.core >= 0) {
+    // A CPU outside the calling thread's set (taskset, a batch job's binding) belongs to
+    // someone else: spinning there would take another job's core, or fail in a cpuset.
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && !CPU_ISSET(static_cast<unsigned>(options_.core), &allowed))
+      throw NicError("I/O lcore " + options_.name + ": CPU " + std::to_string(options_.core) +
+                     " is outside this process's CPU set; give one that taskset -p (or the job's allocation) allows");
+  }
   stop_.store(false);
   thread_ = std::thread([this] { run(); });
+  pthread_setname_np(thread_.native_handle(), options_.name.substr(0, 15).c_str());
   if (options_.core >= 0) {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(static_cast<unsigned>(options_.core), &set);
-    pthread_setaffinity_np(thread_.native_handle(), sizeof set, &set);  // best effort: a cpuset may forbid it
+    if (const int rc = pthread_setaffinity_np(thread_.native_handle(), sizeof set, &set); rc != 0) {
+      stop();
+      throw NicError("I/O lcore " + options_.name + ": cannot run on CPU " + std::to_string(options_.core) + " (" + std::strerror(rc) +
+                     "): is it outside this process's cpuset? Give a CPU that taskset -p or the job's allocation allows");
+    }
   }
-  pthread_setname_np(thread_.native_handle(), options_.name.substr(0, 15).c_str());
 }
 
 bool IoLcore::poll_rx(Rx& rx) {
@@ -154,6 +168,7 @@ void IoLcore::run() {
   // A DPDK lcore id of its own: mempool caches then serve this thread (frames freed after
   // sending, frames allocated by the driver on receive). Without a free id it still works.
   const bool registered = rte_thread_register() == 0;
+  ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // its short sleeps when idle stay short
   unsigned idle = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     bool busy = false;

@@ -9,6 +9,7 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
+#include <sched.h>
 
 #include <chrono>
 #include <cstring>
@@ -211,4 +212,34 @@ TEST_CASE("I/O lcore: what was sent before it stops leaves; a direction is serve
   nic::IoLcore erx, etx;
   erx.serve_rx(over_eth);
   CHECK_NOTHROW(etx.serve_tx(over_eth));
+}
+
+TEST_CASE("I/O lcore: a CPU outside the process's set is refused with a message that says so") {
+  cpu_set_t saved;
+  REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
+  if (CPU_COUNT(&saved) < 2) {
+    WARN("needs two CPUs in this process's set; skipped");
+    return;
+  }
+  int first = 0;
+  while (!CPU_ISSET(static_cast<unsigned>(first), &saved)) ++first;
+  int other = first + 1;
+  while (!CPU_ISSET(static_cast<unsigned>(other), &saved)) ++other;
+  struct Restore {
+    cpu_set_t set;
+    ~Restore() { sched_setaffinity(0, sizeof set, &set); }
+  } restore{saved};
+  cpu_set_t only;
+  CPU_ZERO(&only);
+  CPU_SET(static_cast<unsigned>(first), &only);
+  REQUIRE(sched_setaffinity(0, sizeof only, &only) == 0);  // as `taskset -c FIRST` would
+  RingPort rp("iol_cpu");
+  nic::OffloadPort port(*rp.eth);
+  nic::IoLcore io({other, "aapc-io-test"});
+  io.serve_rx(port);
+  CHECK_THROWS_WITH(io.start(), Catch::Contains("CPU " + std::to_string(other) + " is outside this process's CPU set"));
+  nic::IoLcore inside({first, "aapc-io-test"});
+  nic::OffloadPort port2(*rp.eth);
+  inside.serve_rx(port2);
+  CHECK_NOTHROW(inside.start());
 }
