@@ -74,6 +74,15 @@ void Daemon::Impl::close_group(std::uint32_t slot, const std::string& why) {
   // A peer may wait in the collective this node would have started next: it fails at once.
   // Its id is used up, so a group opened later in the slot starts after it.
   if (!why.empty()) engine->abort_unstarted(take_id(slot), why, it->second.members);
+  // Its collectives that waited for an alltoallv's agreement never start (not answered yet).
+  for (auto w = waiting_counts.begin(); w != waiting_counts.end();) {
+    if (w->slot != slot) {
+      ++w;
+      continue;
+    }
+    reply_error(w->client, w->request, Errc::kAborted, "group slot " + std::to_string(slot) + " closed before this collective started");
+    w = waiting_counts.erase(w);
+  }
   spdlog::info("group slot {} closed", slot);
   groups.erase(it);
 }

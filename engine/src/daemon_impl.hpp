@@ -82,6 +82,10 @@ struct Planner {
   sched::Topology topo;
   sched::TreeModel model;
   std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;
+  // An alltoallv's agreement on its pattern (daemon_sparse.cpp): its rows to rank 0 and the
+  // verdict back, and the all-to-many schedules of patterns seen, over this tree.
+  std::shared_ptr<const sched::Schedule> gather, broadcast;
+  sched::SparsePlanCache sparse_plans{16};
 };
 
 // Issue 13: some machines of the cluster whose collectives are numbered in a slot of their own
@@ -117,11 +121,12 @@ struct Prepared {
 
 // An alltoallv's agreement on its pattern (daemon_sparse.cpp): every rank's row of sizes (n send
 // sizes, then n receive sizes, u64 in this host's byte order: the cluster runs one build) is
-// gathered at rank 0, which checks them against each other and broadcasts the verdict (empty, or
+// gathered at rank 0 (of the cluster, or of the group), which checks them against each other and broadcasts the verdict (empty, or
 // what disagrees) and every rank's bitmap of destinations. Then exchange `id` runs with the
 // schedule the pattern calls for.
 struct Counting {
-  Prepared p;
+  Prepared p;                  // p.slot: the whole cluster's, or a group's (issue 13)
+  std::vector<Rank> members;   // a group's, by group rank, to tell when it fails; empty: every rank
   std::uint32_t broadcast_id = 0, id = 0;
   bool gathered = false;               // the gather is done; the broadcast runs
   std::size_t words = 0;               // of one bitmap row
@@ -161,11 +166,9 @@ struct Daemon::Impl {
   std::map<std::uint32_t, Group> groups;  // by slot
   std::vector<std::uint32_t> slot_next = std::vector<std::uint32_t>(kSlots, 1);  // by slot: the sequence after the last used here
   std::map<std::uint32_t, Counting> counting;  // by the id of its gather or broadcast running
-  // Ids must grow at the engine: collectives started while an alltoallv agrees on its pattern
-  // wait until its exchange has started.
+  // Ids must grow at the engine: collectives of a slot started while an alltoallv of the slot
+  // agrees on its pattern wait until its exchange has started.
   std::deque<Prepared> waiting_counts;
-  std::shared_ptr<const sched::Schedule> gather_plan, broadcast_plan;  // to and from rank 0
-  sched::SparsePlanCache sparse_plans{16};
   bool joined = false;                // the cluster agreed on ids for the current session
   std::deque<Prepared> waiting_join;  // STARTs until it has
   std::uint64_t pace_bps = 0;
@@ -228,6 +231,11 @@ struct Daemon::Impl {
   // The group of a START's slot, held by client `c`; why not, if not.
   std::optional<std::string> group_problem(const ClientState& c, std::uint32_t slot) const;
   Planner& planner_of(std::uint32_t slot) { return slot == kWorldSlot ? *world : *groups.at(slot).planner; }
+  // A slot's engine spec of `plan` (in the slot's ranks) as exchange `id`, over the cluster's
+  // ranks; and the cluster rank of the slot's rank `r`.
+  ExchangeSpec slot_spec(std::uint32_t slot, const sched::Schedule& plan, std::uint32_t id) const;
+  std::size_t cluster_rank(std::uint32_t slot, std::size_t r) const;
+  Rank rank_in(std::uint32_t slot) const { return slot == kWorldSlot ? rank : groups.at(slot).me; }
   // The id the next collective of `slot` gets, used up.
   std::uint32_t take_id(std::uint32_t slot);
 
@@ -242,7 +250,9 @@ struct Daemon::Impl {
   std::optional<std::string> plan(const proto::StartRequest& m, Prepared& p);
 
   // daemon_sparse.cpp
-  bool counts_first(const std::string& spec) const;
+  static bool counts_first(const std::string& spec, const sched::Topology& tree);
+  bool agreeing(std::uint32_t slot) const;  // an alltoallv of the slot agrees on its pattern
+  bool still_open(const Counting& k) const;  // its group (if any) is the one it started in
   void launch_counted(Prepared p);
   Result<void> start_counts(Counting& k, std::uint32_t id, bool broadcast);
   void judge_counts(Counting& k) const;

@@ -68,13 +68,20 @@ void Daemon::Impl::joins() {
 // The engine's spec of a prepared START. Issue 15: its descriptor says what the ranks must
 // agree on (finding 10); with no timeout, the engine derives one from the bytes over the
 // topology's bottleneck (finding 6).
+ExchangeSpec Daemon::Impl::slot_spec(std::uint32_t slot, const sched::Schedule& plan, std::uint32_t id) const {
+  if (slot == kWorldSlot) return exchange_spec(plan, rank, id);
+  const Group& g = groups.at(slot);
+  return exchange_spec(plan, g.me, id, g.members, static_cast<std::size_t>(topo.machine_count()));
+}
+
+std::size_t Daemon::Impl::cluster_rank(std::uint32_t slot, std::size_t r) const {
+  return slot == kWorldSlot ? r : static_cast<std::size_t>(groups.at(slot).members.at(r));
+}
+
 ExchangeSpec Daemon::Impl::spec_of(const Prepared& p, std::uint32_t id) const {
-  const bool grouped = p.slot != kWorldSlot;
-  const Group* g = grouped ? &groups.at(p.slot) : nullptr;
-  ExchangeSpec spec = grouped ? exchange_spec(*p.plan, g->me, id, g->members, static_cast<std::size_t>(topo.machine_count()))
-                              : exchange_spec(*p.plan, rank, id);
+  ExchangeSpec spec = slot_spec(p.slot, *p.plan, id);
   for (std::size_t i = 0; i < p.send.size(); ++i) {  // by group rank: the cluster rank is the member's
-    const std::size_t r = grouped ? static_cast<std::size_t>(g->members[i]) : i;
+    const std::size_t r = cluster_rank(p.slot, i);
     spec.send[r] = p.send[i];
     spec.recv[r] = p.recv[i];
   }
@@ -83,7 +90,7 @@ ExchangeSpec Daemon::Impl::spec_of(const Prepared& p, std::uint32_t id) const {
   spec.descriptor.kind = p.kind;
   spec.descriptor.block = p.block;
   spec.combine_block = p.block;  // a combining schedule's blocks (alltoall only, plan())
-  const sched::TreeModel& model = grouped ? g->planner->model : world->model;
+  const sched::TreeModel& model = p.slot != kWorldSlot ? groups.at(p.slot).planner->model : world->model;
   spec.bottleneck_load = std::max<std::uint64_t>(spec.bottleneck_load, static_cast<std::uint64_t>(model.load()));
   return spec;
 }
@@ -98,9 +105,9 @@ std::uint32_t Daemon::Impl::take_id(std::uint32_t slot) {
 
 void Daemon::Impl::launch(Prepared p) {
   const bool world_session = p.slot == kWorldSlot;
-  // The session's ids must grow at the engine: its collectives wait while an alltoallv agrees on
-  // its pattern. A group's ids are its own.
-  if (world_session && !counting.empty()) return waiting_counts.push_back(std::move(p));
+  // A slot's ids must grow at the engine: its collectives wait while an alltoallv of the slot
+  // agrees on its pattern. Other slots' ids are their own.
+  if (agreeing(p.slot)) return waiting_counts.push_back(std::move(p));
   if (p.counts_first) return launch_counted(std::move(p));
   ClientState& c = clients[p.client];
   const std::uint32_t id = take_id(p.slot);
@@ -195,12 +202,10 @@ std::optional<std::string> Daemon::Impl::plan(const proto::StartRequest& m, Prep
     if (sparse && m.kind != proto::Kind::kAlltoallv)
       return "schedule '" + sched::read_spec(m.spec).algorithm + "' decomposes an alltoallv's pattern; an alltoall is dense";
     if (const auto given = sched::read_spec(m.spec).sync; sparse && !given.empty()) (void)sched::parse_plan_spec("auto+" + given);  // throws
-    if (sparse && m.group != kWorldSlot)
-      return "schedule '" + sched::read_spec(m.spec).algorithm + "' agrees on an alltoallv's pattern over the whole cluster; in a group, use a dense one (auto)";
     Planner& planner = planner_of(m.group);
     const sched::Choice choice = sched::choose(planner.model, sparse ? "auto" : m.spec, m.kind == proto::Kind::kAlltoall ? m.block : sched::kAnyBlockSize);
     p.plan = planner.schedule(choice.algorithm, choice.sync);
-    if (m.kind == proto::Kind::kAlltoallv && m.group == kWorldSlot && counts_first(m.spec)) {
+    if (m.kind == proto::Kind::kAlltoallv && counts_first(m.spec, planner.topo)) {
       p.counts_first = true;  // the plan above only sizes the join's deadline
       p.spec = m.spec;
       p.rec.schedule = "alltoallv: agreeing on counts";

@@ -4,7 +4,8 @@
 // "cgm", "gm", "cgm-links", "sparse") first agrees on the pattern with two small exchanges of
 // its own on the next two exchange ids: every rank's sizes gathered at rank 0, which checks them
 // against each other, then rank 0's verdict and every rank's destinations broadcast (Counting).
-// The client's exchange takes the id after them. All three ids are used up on every rank
+// The client's exchange takes the id after them. A group's alltoallv (issue 13) agrees the same
+// way among its members, in its ranks, over the tree that joins them, on its slot's ids. All three ids are used up on every rank
 // whatever happens, as every collective's is; a rank that fails a step tells the others with
 // ABORT for the ids it will not start. All ranks decide the same from the same bitmaps:
 // all-to-many permutations (sched::sparse_verdict) or the dense schedule, empty blocks skipped.
@@ -32,20 +33,31 @@ constexpr sched::Rank kRoot = 0;
 // On one switch `auto` skips the counts: the synchronous shuffle with empty blocks skipped runs
 // a sparse pattern as fast as CGM (8-one-switch, 64 KiB, 3 and 4 of 8 destinations: 17.5 and
 // 23.4 ms against CGM's 17.3 and 23.2, at the bound), and the counts cost 1.5-2 ms more.
-bool Daemon::Impl::counts_first(const std::string& spec) const {
+bool Daemon::Impl::counts_first(const std::string& spec, const sched::Topology& tree) {
   const std::string algorithm = sched::read_spec(spec).algorithm;
-  return (algorithm == "auto" && !topo.single_switch()) || sched::forced_sparse_algorithm(algorithm).has_value();
+  return (algorithm == "auto" && !tree.single_switch()) || sched::forced_sparse_algorithm(algorithm).has_value();
+}
+
+bool Daemon::Impl::agreeing(std::uint32_t slot) const {
+  return std::any_of(counting.begin(), counting.end(), [&](const auto& k) { return k.second.p.slot == slot; });
+}
+
+// A group closed (or closed and opened again by others) while its alltoallv agreed: what is
+// left of the agreement cannot run in it.
+bool Daemon::Impl::still_open(const Counting& k) const {
+  if (k.p.slot == kWorldSlot) return true;
+  auto g = groups.find(k.p.slot);
+  return g != groups.end() && g->second.client == k.p.client && g->second.members == k.members;
 }
 
 // Starts the gather and answers START with the id the client's exchange will have.
 void Daemon::Impl::launch_counted(Prepared p) {
-  ClientState& c = clients[p.client];
-  const std::uint32_t gather_id = next_id;
-  for (int i = 0; i < 3; ++i) next_id = next_id_of(next_id);  // gather, broadcast, exchange: all used up, started or not
-  const auto n = static_cast<std::size_t>(topo.machine_count());
+  const std::uint32_t gather_id = take_id(p.slot);  // gather, broadcast, exchange: all used up, started or not
   Counting& k = counting[gather_id];
-  k.broadcast_id = next_id_of(gather_id);
-  k.id = next_id_of(k.broadcast_id);
+  k.broadcast_id = take_id(p.slot);
+  k.id = take_id(p.slot);
+  if (p.slot != kWorldSlot) k.members = groups.at(p.slot).members;
+  const std::size_t n = p.send.size();  // the slot's ranks
   k.words = (n + 63) / 64;
   k.row.resize(2 * n);
   for (std::size_t r = 0; r < n; ++r) {
@@ -53,43 +65,47 @@ void Daemon::Impl::launch_counted(Prepared p) {
     k.row[n + r] = p.recv[r].len;
   }
   k.verdict.assign(1 + kVerdictWords + n * k.words, 0);
-  if (rank == kRoot) k.rows.assign(2 * n * n, 0);
-  auto started = start_counts(k, gather_id, false);
-  if (!started) {
-    const std::string why = "rank " + std::to_string(rank) + " could not start the agreement on alltoallv counts";
-    engine->abort_unstarted(k.broadcast_id, why);
-    engine->abort_unstarted(k.id, why);
-    counting.erase(gather_id);
-    return reply_error(c.fd, p.request, started.error().code(), started.error().message());
-  }
-  p.rec.cpu_ns = cpu_now();
-  exchanges[k.id] = p.rec;
-  c.exchanges.insert(k.id);
-  c.started = true;
-  if (p.run) {
-    exchanges[k.id].waiters.push_back(p.request);  // RUN: DONE when the client's exchange finished
-  } else {
-    proto::send_message(c.fd, proto::message(proto::StartedReply{k.id, p.rec.schedule, p.rec.sync}, p.request));
-  }
+  if (rank_in(p.slot) == kRoot) k.rows.assign(2 * n * n, 0);
   k.p = std::move(p);
+  ClientState& c = clients[k.p.client];
+  if (auto started = start_counts(k, gather_id, false); !started) {
+    const std::string why = "rank " + std::to_string(rank) + " could not start the agreement on alltoallv counts";
+    engine->abort_unstarted(k.broadcast_id, why, k.members);
+    engine->abort_unstarted(k.id, why, k.members);
+    const std::uint32_t request = k.p.request;
+    counting.erase(gather_id);
+    return reply_error(c.fd, request, started.error().code(), started.error().message());
+  }
+  ExchangeRecord& rec = exchanges[k.id] = k.p.rec;
+  rec.cpu_ns = cpu_now();
+  c.exchanges.insert(k.id);
+  if (k.p.slot == kWorldSlot) c.started = true;
+  if (k.p.run) {
+    rec.waiters.push_back(k.p.request);  // RUN: DONE when the client's exchange finished
+  } else {
+    proto::send_message(c.fd, proto::message(proto::StartedReply{k.id, rec.schedule, rec.sync}, k.p.request));
+  }
 }
 
-// Starts the gather (rows to rank 0) or the broadcast (rank 0's verdict to all) of `k` as `id`.
+// Starts the gather (rows to rank 0) or the broadcast (rank 0's verdict to all) of `k` as `id`,
+// among the ranks of its slot.
 Result<void> Daemon::Impl::start_counts(Counting& k, std::uint32_t id, bool broadcast) {
-  const int n = topo.machine_count();
-  if (!gather_plan) {
-    gather_plan = std::make_shared<const sched::Schedule>(sched::gather_schedule(n, kRoot));
-    broadcast_plan = std::make_shared<const sched::Schedule>(sched::broadcast_schedule(n, kRoot));
+  Planner& planner = planner_of(k.p.slot);
+  const int n = planner.topo.machine_count();
+  if (!planner.gather) {
+    planner.gather = std::make_shared<const sched::Schedule>(sched::gather_schedule(n, kRoot));
+    planner.broadcast = std::make_shared<const sched::Schedule>(sched::broadcast_schedule(n, kRoot));
   }
-  const sched::Schedule& plan = broadcast ? *broadcast_plan : *gather_plan;
-  ExchangeSpec spec = exchange_spec(plan, rank, id);
+  ExchangeSpec spec = slot_spec(k.p.slot, broadcast ? *planner.broadcast : *planner.gather, id);
+  const Rank me = rank_in(k.p.slot);
   const auto words = broadcast ? k.verdict.size() : k.row.size();
   const std::uint64_t bytes = words * sizeof(std::uint64_t);
   for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {
-    const bool to = broadcast ? rank == kRoot : r == static_cast<std::size_t>(kRoot);
-    const bool from = broadcast ? r == static_cast<std::size_t>(kRoot) && rank != kRoot : rank == kRoot;
-    if (to) spec.send[r] = {reinterpret_cast<const std::uint8_t*>(broadcast ? k.verdict.data() : k.row.data()), bytes, nullptr};
-    if (from) spec.recv[r] = {reinterpret_cast<std::uint8_t*>(broadcast ? k.verdict.data() : k.rows.data() + r * words), bytes};
+    const bool to = broadcast ? me == kRoot : r == static_cast<std::size_t>(kRoot);
+    const bool from = broadcast ? r == static_cast<std::size_t>(kRoot) && me != kRoot : me == kRoot;
+    const std::size_t at = cluster_rank(k.p.slot, r);
+    if (to) spec.send[at] = {reinterpret_cast<const std::uint8_t*>(broadcast ? k.verdict.data() : k.row.data()), bytes, nullptr};
+    if (from) spec.recv[at] = {reinterpret_cast<std::uint8_t*>(broadcast ? k.verdict.data() : k.rows.data() + r * words), bytes};
   }
   spec.timeout = std::chrono::milliseconds(k.p.timeout_ms);
   spec.descriptor.kind = Collective::kAlltoallv;
@@ -99,7 +115,7 @@ Result<void> Daemon::Impl::start_counts(Counting& k, std::uint32_t id, bool broa
 
 // Rank 0, all rows in: the verdict (what disagrees, or nothing) and every rank's destinations.
 void Daemon::Impl::judge_counts(Counting& k) const {
-  const auto n = static_cast<std::size_t>(topo.machine_count());
+  const std::size_t n = k.row.size() / 2;
   std::vector<std::vector<std::uint64_t>> send(n), recv(n);
   for (std::size_t r = 0; r < n; ++r) {
     const std::uint64_t* row = k.rows.data() + r * 2 * n;
@@ -125,11 +141,17 @@ bool Daemon::Impl::counted(const ExchangeReport& rep) {
   counting.erase(it);
   auto ex = exchanges.find(k.id);
   auto give_up = [&](const std::string& why) {
-    if (!k.gathered) engine->abort_unstarted(k.broadcast_id, why);
-    engine->abort_unstarted(k.id, why);
+    if (!k.gathered) engine->abort_unstarted(k.broadcast_id, why, k.members);
+    engine->abort_unstarted(k.id, why, k.members);
   };
   if (ex == exchanges.end() || clients.count(k.p.client) == 0) {
     give_up("the client of rank " + std::to_string(rank) + " went away");
+    return true;
+  }
+  if (!still_open(k)) {
+    const std::string why = "group slot " + std::to_string(k.p.slot) + " closed at rank " + std::to_string(rank) + " while its alltoallv agreed on counts";
+    give_up(why);
+    fail_exchange(k.id, Errc::kAborted, why);
     return true;
   }
   if (rep.state != ExchangeState::kDone) {
@@ -139,9 +161,9 @@ bool Daemon::Impl::counted(const ExchangeReport& rep) {
   }
   if (!k.gathered) {
     k.gathered = true;
-    if (rank == kRoot) judge_counts(k);
+    if (rank_in(k.p.slot) == kRoot) judge_counts(k);
     if (auto started = start_counts(k, k.broadcast_id, true); !started) {
-      engine->abort_unstarted(k.id, started.error().message());
+      engine->abort_unstarted(k.id, started.error().message(), k.members);
       fail_exchange(k.id, started.error().code(), started.error().message());
       return true;
     }
@@ -156,7 +178,7 @@ bool Daemon::Impl::counted(const ExchangeReport& rep) {
   ex->second.sync = k.p.rec.sync;
   auto started = engine->start(spec_of(k.p, k.id));
   if (!started) {
-    engine->abort_unstarted(k.id, started.error().message());
+    engine->abort_unstarted(k.id, started.error().message(), k.members);
     fail_exchange(k.id, started.error().code(), started.error().message());
   }
   return true;
@@ -165,7 +187,8 @@ bool Daemon::Impl::counted(const ExchangeReport& rep) {
 // The schedule of the agreed pattern, or why there is none: the same on every rank, which all
 // hold the same verdict (and a spec that differs is found by the exchange's descriptor).
 std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
-  const auto n = static_cast<std::size_t>(topo.machine_count());
+  Planner& planner = planner_of(k.p.slot);  // the tree of the slot's ranks
+  const std::size_t n = k.row.size() / 2;
   const std::size_t length = std::min<std::size_t>(k.verdict[0], kVerdictWords * sizeof(std::uint64_t));
   if (length > 0) return std::string(reinterpret_cast<const char*>(k.verdict.data() + 1), length);
   sched::SparsePattern pattern;
@@ -180,7 +203,7 @@ std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
     const sched::SpecText spec = sched::read_spec(k.p.spec);
     const auto forced = sched::forced_sparse_algorithm(spec.algorithm);
     auto dense = k.p.plan;  // the dense schedule for any block size (plan())
-    const sched::SparseVerdict verdict = sched::sparse_verdict(topo, pattern, dense->phases.size());
+    const sched::SparseVerdict verdict = sched::sparse_verdict(planner.topo, pattern, dense->phases.size());
     if (!forced && !verdict.sparse) {
       k.p.rec.schedule = dense->algorithm;
       k.p.rec.sync = dense->sync.name();
@@ -188,7 +211,7 @@ std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
     }
     std::optional<sched::SyncSpec> sync;
     if (!spec.sync.empty() && spec.sync != "auto") sync = sched::parse_plan_spec("auto+" + spec.sync).sync;
-    k.p.plan = sparse_plans.get(topo, pattern, forced.value_or("sparse"), sync);
+    k.p.plan = planner.sparse_plans.get(planner.topo, pattern, forced.value_or("sparse"), sync);
     const auto& s = *k.p.plan;
     k.p.rec.schedule = s.algorithm + ": " + std::to_string(s.phases.size()) + " phases, " + std::to_string(s.syncs.size()) +
                        " tokens (dense " + dense->algorithm + ": " + std::to_string(dense->phases.size()) + " phases, " +
@@ -200,12 +223,24 @@ std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
   return std::nullopt;
 }
 
-// The collectives that waited for an agreement, in order, until one agrees in turn.
+// The collectives that waited for an agreement, each slot's in order, until one of the slot
+// agrees in turn.
 void Daemon::Impl::launch_waiting() {
-  while (counting.empty() && !waiting_counts.empty()) {
-    Prepared p = std::move(waiting_counts.front());
-    waiting_counts.pop_front();
-    if (clients.count(p.client) != 0) launch(std::move(p));
+  for (bool launched = true; launched;) {
+    launched = false;
+    std::set<std::uint32_t> held;  // slots whose first waiting collective still waits
+    for (auto w = waiting_counts.begin(); w != waiting_counts.end(); ++w) {
+      if (held.count(w->slot) != 0) continue;
+      if (agreeing(w->slot)) {
+        held.insert(w->slot);
+        continue;
+      }
+      Prepared p = std::move(*w);
+      waiting_counts.erase(w);
+      if (clients.count(p.client) != 0) launch(std::move(p));
+      launched = true;
+      break;  // launch() may have queued again
+    }
   }
 }
 

@@ -59,30 +59,39 @@ int exchange(std::size_t block, const std::string& schedule, const std::string& 
   return 0;
 }
 
-int alltoallv() {
-  aapc::Client c = aapc::Client::connect();
-  const int me = c.rank(), n = c.size();
-  // Block i -> j has (i * 7 + j * 3) % 5 * 1000 bytes: some are empty.
+// An alltoallv in `c` (the cluster's, or a group's): block i -> j has size(i, j) bytes in
+// cluster ranks, some of them empty, and every byte is checked against its cluster ranks.
+int checked_alltoallv(aapc::Client& c, const aapc::Options& o, int iteration, const std::string& what) {
+  const std::vector<int> members = c.members();
+  const int me = c.rank(), n = c.size(), at = members[static_cast<std::size_t>(me)];
   auto size = [](int i, int j) { return static_cast<std::size_t>(i == j ? 0 : (i * 7 + j * 3) % 5 * 1000); };
   std::vector<std::size_t> sc(n), sd(n), rc(n), rd(n);
   std::size_t st = 0, rt = 0;
   for (int p = 0; p < n; ++p) {
-    sc[p] = size(me, p);
+    const int other = members[static_cast<std::size_t>(p)];
+    sc[p] = size(at, other);
     sd[p] = st;
     st += sc[p];
-    rc[p] = size(p, me);
+    rc[p] = size(other, at);
     rd[p] = rt;
     rt += rc[p];
   }
   aapc::Buffer send = c.allocate(st + 1), recv = c.allocate(rt + 1);
   for (int p = 0; p < n; ++p)
-    for (std::size_t k = 0; k < sc[p]; ++k) send.data()[sd[p] + k] = pattern(me, p, 0, k);
-  auto r = c.alltoallv(send, sc, sd, recv, rc, rd);
-  if (!r) return fail("rank " + std::to_string(me) + ": " + r.error().message());
+    for (std::size_t k = 0; k < sc[p]; ++k) send.data()[sd[p] + k] = pattern(at, members[static_cast<std::size_t>(p)], iteration, k);
+  auto r = c.alltoallv(send, sc, sd, recv, rc, rd, o);
+  if (!r) return fail(what + " rank " + std::to_string(at) + ": " + r.error().message());
   for (int p = 0; p < n; ++p)
     for (std::size_t k = 0; k < rc[p]; ++k)
-      if (recv.data()[rd[p] + k] != pattern(p, me, 0, k)) return fail("alltoallv byte differs");
-  if (me == 0) std::cout << "ok alltoallv\n";
+      if (recv.data()[rd[p] + k] != pattern(members[static_cast<std::size_t>(p)], at, iteration, k))
+        return fail(what + " rank " + std::to_string(at) + ": byte " + std::to_string(k) + " from rank " + std::to_string(members[static_cast<std::size_t>(p)]) + " differs");
+  return 0;
+}
+
+int alltoallv() {
+  aapc::Client c = aapc::Client::connect();
+  if (int rc = checked_alltoallv(c, {}, 0, "alltoallv"); rc != 0) return rc;
+  if (c.rank() == 0) std::cout << "ok alltoallv\n";
   return 0;
 }
 
@@ -177,6 +186,13 @@ int group(const std::string& dir, const std::string& kind) {
         if (recv.data()[s * len + k] != pattern(members[s], me, iteration, k))
           return fail(tag + " rank " + std::to_string(me) + ", " + schedule + ": byte " + std::to_string(k) + " from rank " + std::to_string(members[s]) + " differs");
     ++iteration;
+  }
+  // alltoallv agrees on its pattern among the members: forced CGM, and auto on a group that
+  // spans switches.
+  for (const char* schedule : {"cgm", "auto"}) {
+    aapc::Options o;
+    o.schedule = schedule;
+    if (int rc = checked_alltoallv(g, o, iteration++, tag + " alltoallv " + schedule); rc != 0) return rc;
   }
   if (auto b = g.barrier(); !b) return fail(tag + ": barrier: " + b.error().message());
   std::cout << "ok " << tag << " group of " << gn << " as rank " << g.rank() << "\n";

@@ -36,11 +36,15 @@
 #include "aapc/client.hpp"
 #include "aapc/engine/daemon.hpp"
 #include "fabric.hpp"
+#include "group_reduce.hpp"
 #include "ring_ports.hpp"
 #include "protocol.hpp"
 
 using namespace aapc;
 using namespace std::chrono_literals;
+using test::open_both;
+using test::open_in;
+using test::ThreadReduce;
 namespace fs = std::filesystem;
 
 namespace {
@@ -369,49 +373,6 @@ TEST_CASE("issue 15 finding 2: while one client holds the rank, another's collec
   REQUIRE(ok_q);
   CHECK(received(rb, 0, 64));
   CHECK(received(rq, 1, 64));
-}
-
-// Client::open_group's reduce over threads of this process: `n` callers per step.
-struct ThreadReduce {
-  explicit ThreadReduce(int callers) : n(callers) {}
-  std::mutex m;
-  std::condition_variable cv;
-  int n, arrived = 0;
-  std::uint64_t generation = 0;
-  std::vector<std::uint64_t> acc, result;
-  void operator()(std::vector<std::uint64_t>& words, ReduceOp op) {
-    std::unique_lock lock(m);
-    if (arrived == 0) {
-      acc = words;
-    } else {
-      for (std::size_t i = 0; i < acc.size(); ++i) acc[i] = op == ReduceOp::kAnd ? (acc[i] & words[i]) : std::max(acc[i], words[i]);
-    }
-    if (++arrived == n) {
-      result = acc;
-      arrived = 0;
-      ++generation;
-      cv.notify_all();
-    } else {
-      const auto g = generation;
-      cv.wait(lock, [&] { return generation != g; });
-    }
-    words = result;
-  }
-};
-
-// Rank `cluster_rank`'s side of opening the group of `members` over `reduce`.
-Result<Client> open_in(const Client& c, const std::vector<int>& members, ThreadReduce& reduce) {
-  return c.open_group(members, [&](std::vector<std::uint64_t>& w, ReduceOp op) { reduce(w, op); });
-}
-
-// Both ranks open a group at once, x with members `mx`, y with `my`.
-std::pair<Result<Client>, Result<Client>> open_both(const Client& x, const std::vector<int>& mx, const Client& y, const std::vector<int>& my) {
-  ThreadReduce reduce(2);
-  Result<Client> gy = Error(Errc::kInternal, "not run");
-  std::thread t([&] { gy = open_in(y, my, reduce); });
-  Result<Client> gx = open_in(x, mx, reduce);
-  t.join();
-  return {std::move(gx), std::move(gy)};
 }
 
 TEST_CASE("issue 13: two groups of both machines, two clients each, run with the cluster's own collective at once, byte-exact") {
@@ -857,4 +818,54 @@ TEST_CASE("issue 17: daemons with I/O lcores (--io-cores) on one CPU or two exch
   // More than two CPUs, or a CPU that does not exist: a clear refusal at start.
   CHECK_THROWS_WITH(LocalDaemon([](engine::DaemonConfig& cfg) { cfg.io_cores = {0, 0, 0}; }), Catch::Contains("--io-cores takes one CPU"));
   CHECK_THROWS_WITH(LocalDaemon([](engine::DaemonConfig& cfg) { cfg.io_cores = {4096}; }), Catch::Contains("no CPU 4096"));
+}
+
+TEST_CASE("issue 13: a group closed while a collective of it waits for its alltoallv's agreement: that collective is refused, the daemon lives on") {
+  // Rank 0's raw client opens group slot 5, starts a forced-CGM alltoallv there (its counts are
+  // agreed first; rank 1 never joins), then a barrier of the group, which waits for that
+  // agreement, and closes the group.
+  DaemonPair pair;
+  Raw x(pair.d[0]->socket);
+  REQUIRE(x.call(proto::HelloRequest{"test"}));
+  REQUIRE(type_of(*x.call(proto::GroupOpenRequest{5, 1, {0, 1}})) == proto::Type::kOk);
+  const int s = memfd(128, MFD_ALLOW_SEALING), r = memfd(128, MFD_ALLOW_SEALING);
+  auto sb = registered(x.call(proto::RegisterRequest{128}, s));
+  auto rb = registered(x.call(proto::RegisterRequest{128}, r));
+  ::close(s);
+  ::close(r);
+  REQUIRE(sb);
+  REQUIRE(rb);
+  proto::StartRequest v;
+  v.kind = proto::Kind::kAlltoallv;
+  v.spec = "cgm";
+  v.send_buffer = *sb;
+  v.recv_buffer = *rb;
+  v.sends = v.recvs = {{0, 64}, {64, 64}};
+  v.timeout_ms = 2000;
+  v.group = 5;
+  auto started = x.call(v);
+  REQUIRE(started);
+  INFO(error_of(started).message);
+  REQUIRE(type_of(*started) == proto::Type::kStarted);
+  proto::StartRequest barrier;
+  barrier.kind = proto::Kind::kBarrier;
+  barrier.group = 5;
+  proto::send_message(x.fd, proto::message(barrier, 8));
+  CHECK(!x.next(100ms));  // it waits for the agreement: no STARTED yet
+  proto::send_message(x.fd, proto::message(proto::GroupCloseRequest{5, true}, 9));
+  auto refused = x.next();
+  REQUIRE(refused);
+  CHECK(error_of(refused).code == static_cast<std::uint32_t>(Errc::kAborted));
+  CHECK_THAT(error_of(refused).message, Catch::Contains("group slot 5 closed before this collective started"));
+  auto closed = x.next();
+  REQUIRE(closed);
+  CHECK(type_of(*closed) == proto::Type::kOk);
+  // The agreement's gather fails (rank 1 never took part) after its deadline; the daemon still
+  // serves, and the barrier is never started.
+  std::this_thread::sleep_for(2500ms);
+  Client w0 = Client::connect(pair.d[0]->socket), w1 = Client::connect(pair.d[1]->socket);
+  Buffer s0 = w0.allocate(128), r0 = w0.allocate(128), s1 = w1.allocate(128), r1 = w1.allocate(128);
+  auto [a, b] = alltoall_both(w0, s0, r0, w1, s1, r1);
+  CHECK(a);
+  CHECK(b);
 }

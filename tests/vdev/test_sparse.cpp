@@ -17,12 +17,14 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <thread>
 
 #include "aapc/client.hpp"
 #include "aapc/engine/daemon.hpp"
 #include "fabric.hpp"
+#include "group_reduce.hpp"
 #include "ring_ports.hpp"
 
 using namespace aapc;
@@ -86,14 +88,28 @@ struct Pair {
   Pair& operator=(const Pair&) = delete;
 };
 
-// One rank's side: its client, buffers of 2 x 4 KiB, and its counts.
+// One rank's side: its client, buffers of 2 x 4 KiB, and its counts; in a group, its counts
+// are by group rank and its collectives run in `group`.
 struct Side {
   Client client;
   Buffer send, recv;
   std::vector<std::size_t> send_counts, recv_counts, displs{0, 4096};
+  std::optional<Client> group;
   explicit Side(const std::string& socket) : client(Client::connect(socket)), send(client.allocate(8192)), recv(client.allocate(8192)) {}
-  Result<Stats> alltoallv(const Options& o) { return client.alltoallv(send, send_counts, displs, recv, recv_counts, displs, o); }
+  Client& in() { return group ? *group : client; }
+  Result<Stats> alltoallv(const Options& o) { return in().alltoallv(send, send_counts, displs, recv, recv_counts, displs, o); }
+  Result<Request> start_alltoallv(const Options& o) { return in().start_alltoallv(send, send_counts, displs, recv, recv_counts, displs, o); }
 };
+
+// Both sides open the group of both machines in reverse order: group rank 0 is machine 1.
+void open_reversed(Side& m0, Side& m1) {
+  auto [g0, g1] = test::open_both(m0.client, {1, 0}, m1.client, {1, 0});
+  REQUIRE(g0);
+  REQUIRE(g1);
+  REQUIRE(g1->rank() == 0);
+  m0.group.emplace(std::move(*g0));
+  m1.group.emplace(std::move(*g1));
+}
 
 // The one-way pattern: rank 0 sends rank 1 3,000 bytes, rank 1 sends rank 0 nothing, and both
 // keep 100 for themselves.
@@ -235,8 +251,13 @@ TEST_CASE("issue 14: an alltoallv whose counts exchange finds its peer gone fail
 }
 
 TEST_CASE("issue 14: a collective started while an alltoallv agrees on its pattern waits for it: ids still grow at the engine") {
+  const bool grouped = GENERATE(false, true);
+  INFO((grouped ? "in a group of both machines, reversed" : "the cluster's"));
   Pair pair;
-  Side a(pair.socket[0]), b(pair.socket[1]);
+  Side m0(pair.socket[0]), m1(pair.socket[1]);
+  if (grouped) open_reversed(m0, m1);
+  Side& a = grouped ? m1 : m0;  // rank 0 of the collectives
+  Side& b = grouped ? m0 : m1;
   one_way(a, b);
   fill(a, 0);
   fill(b, 1);
@@ -247,8 +268,8 @@ TEST_CASE("issue 14: a collective started while an alltoallv agrees on its patte
   std::memset(bs.data(), 9, bs.size());
   // Each rank starts the alltoallv, then at once an alltoall, then waits for both.
   auto run = [](Side& s, Buffer& send, Buffer& recv, const Options& o) {
-    auto v = s.client.start_alltoallv(s.send, s.send_counts, s.displs, s.recv, s.recv_counts, s.displs, o);
-    auto t = s.client.start_alltoall(send, recv, 64);
+    auto v = s.start_alltoallv(o);
+    auto t = s.in().start_alltoall(send, recv, 64);
     REQUIRE(v);
     REQUIRE(t);
     return std::make_pair(v->wait(), t->wait());
@@ -283,4 +304,86 @@ TEST_CASE("issue 14: an all-to-many schedule with a sync variant that does not e
   auto all = a.client.alltoall(a.send, a.recv, 64, o);
   REQUIRE(!all);
   CHECK_THAT(all.error().message(), Catch::Contains("an alltoall is dense"));
+}
+
+TEST_CASE("issue 13: a group's alltoallv agrees on its counts among its members, in group ranks: CGM when forced, dense under auto") {
+  Pair pair(kTwoSwitches);
+  Side m0(pair.socket[0]), m1(pair.socket[1]);
+  open_reversed(m0, m1);
+  Side& a = m1;  // group rank 0
+  Side& b = m0;
+  one_way(a, b);
+  Options cgm;
+  cgm.schedule = "cgm";
+  auto [ra, rb] = both(a, b, cgm);
+  REQUIRE(ra);
+  REQUIRE(rb);
+  INFO(ra->schedule);
+  CHECK_THAT(ra->schedule, Catch::StartsWith("cgm: "));
+  CHECK(ra->schedule == rb->schedule);
+  CHECK(received(a, 0));
+  CHECK(received(b, 1));
+  CHECK(ra->bytes_sent == 3000);
+  CHECK(rb->bytes_received == 3000);
+  // On a tree auto agrees too: three of the group's ids a collective, none of the cluster's.
+  auto [da, db] = both(a, b);
+  REQUIRE(da);
+  REQUIRE(db);
+  CHECK(da->exchange == ra->exchange + 3);
+  CHECK(received(a, 0));
+  CHECK(received(b, 1));
+  // Sizes that disagree are named in group ranks, on both members.
+  b.recv_counts = {1000, 100};
+  auto [fa, fb] = both(a, b, cgm);
+  for (const auto* r : {&fa, &fb}) {
+    REQUIRE(!*r);
+    CHECK_THAT(r->error().message(), Catch::Contains("alltoallv counts disagree: rank 0 sends rank 1 3000 bytes; rank 1 expects 1000 bytes from rank 0"));
+  }
+  // The cluster's own alltoallv, in cluster ranks, is untouched by the group's.
+  Side& w0 = m0;
+  Side& w1 = m1;
+  w0.group.reset();
+  w1.group.reset();
+  one_way(w0, w1);
+  auto [wa, wb] = both(w0, w1, cgm);
+  REQUIRE(wa);
+  REQUIRE(wb);
+  CHECK(received(w0, 0));
+  CHECK(received(w1, 1));
+}
+
+TEST_CASE("issue 13: a group closed while its alltoallv agrees on counts fails that alltoallv there; nothing hangs, the daemons live on") {
+  Pair pair(kTwoSwitches);
+  Side m0(pair.socket[0]), m1(pair.socket[1]);
+  open_reversed(m0, m1);
+  one_way(m1, m0);
+  fill(m1, 0);
+  fill(m0, 1);
+  Options cgm;
+  cgm.schedule = "cgm";
+  cgm.timeout = 5000ms;
+  // Machine 0 starts and closes the group at once; machine 1 (the root of the agreement) starts
+  // after it, so machine 0's daemon has the close before its gather can finish.
+  auto started = m0.start_alltoallv(cgm);
+  REQUIRE(started);
+  m0.group.reset();
+  std::this_thread::sleep_for(200ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r1 = m1.alltoallv(cgm);
+  auto r0 = started->wait();
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+  REQUIRE(!r0);
+  INFO(r0.error().message());
+  CHECK_THAT(r0.error().message(), Catch::Contains("closed at rank 0 while its alltoallv agreed on counts"));
+  // Machine 1 fails, told by machine 0, unless its small sends were all taken into machine 0's
+  // eager area before the close took effect there: then its part is done, as it would be had
+  // machine 0's program gone after receiving.
+  if (!r1) CHECK_THAT(r1.error().message(), Catch::Contains("closed at rank 0 while its alltoallv agreed on counts"));
+  // Both daemons still serve: the cluster's own collective runs.
+  m1.group.reset();
+  one_way(m0, m1);
+  auto [wa, wb] = both(m0, m1);
+  REQUIRE(wa);
+  REQUIRE(wb);
+  CHECK(received(m1, 1));
 }
