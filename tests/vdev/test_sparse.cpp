@@ -149,6 +149,18 @@ bool received(const Side& s, int me) {
   return true;
 }
 
+// Both ranks' alltoallv under `schedule`, which must succeed on both, byte-exact.
+std::pair<Result<Stats>, Result<Stats>> both_exact(Side& a, Side& b, const char* schedule) {
+  Options o;
+  o.schedule = schedule;
+  auto results = both(a, b, o);
+  REQUIRE(results.first);
+  REQUIRE(results.second);
+  CHECK(received(a, 0));
+  CHECK(received(b, 1));
+  return results;
+}
+
 }  // namespace
 
 TEST_CASE("issue 14: an alltoallv agrees on the counts first, runs CGM when forced and the dense schedule under auto, byte-exact") {
@@ -157,11 +169,7 @@ TEST_CASE("issue 14: an alltoallv agrees on the counts first, runs CGM when forc
   one_way(a, b);
   Options cgm;
   cgm.schedule = "cgm";
-  auto [ra, rb] = both(a, b, cgm);
-  REQUIRE(ra);
-  REQUIRE(rb);
-  CHECK(received(a, 0));
-  CHECK(received(b, 1));
+  auto [ra, rb] = both_exact(a, b, "cgm");
   INFO(ra->schedule);
   CHECK_THAT(ra->schedule, Catch::StartsWith("cgm: 1 phases, 0 tokens (dense sync-shuffle"));
   CHECK(ra->schedule == rb->schedule);
@@ -313,27 +321,19 @@ TEST_CASE("issue 13: a group's alltoallv agrees on its counts among its members,
   Side& a = m1;  // group rank 0
   Side& b = m0;
   one_way(a, b);
-  Options cgm;
-  cgm.schedule = "cgm";
-  auto [ra, rb] = both(a, b, cgm);
-  REQUIRE(ra);
-  REQUIRE(rb);
+  auto [ra, rb] = both_exact(a, b, "cgm");
   INFO(ra->schedule);
   CHECK_THAT(ra->schedule, Catch::StartsWith("cgm: "));
   CHECK(ra->schedule == rb->schedule);
-  CHECK(received(a, 0));
-  CHECK(received(b, 1));
   CHECK(ra->bytes_sent == 3000);
   CHECK(rb->bytes_received == 3000);
   // On a tree auto agrees too: three of the group's ids a collective, none of the cluster's.
-  auto [da, db] = both(a, b);
-  REQUIRE(da);
-  REQUIRE(db);
+  auto [da, db] = both_exact(a, b, "auto");
   CHECK(da->exchange == ra->exchange + 3);
-  CHECK(received(a, 0));
-  CHECK(received(b, 1));
   // Sizes that disagree are named in group ranks, on both members.
   b.recv_counts = {1000, 100};
+  Options cgm;
+  cgm.schedule = "cgm";
   auto [fa, fb] = both(a, b, cgm);
   for (const auto* r : {&fa, &fb}) {
     REQUIRE(!*r);
@@ -345,11 +345,7 @@ TEST_CASE("issue 13: a group's alltoallv agrees on its counts among its members,
   w0.group.reset();
   w1.group.reset();
   one_way(w0, w1);
-  auto [wa, wb] = both(w0, w1, cgm);
-  REQUIRE(wa);
-  REQUIRE(wb);
-  CHECK(received(w0, 0));
-  CHECK(received(w1, 1));
+  both_exact(w0, w1, "cgm");
 }
 
 TEST_CASE("issue 13: a group closed while its alltoallv agrees on counts fails that alltoallv there; nothing hangs, the daemons live on") {
