@@ -121,12 +121,12 @@ struct Prepared {
 
 // An alltoallv's agreement on its pattern (daemon_sparse.cpp): every rank's row of sizes (n send
 // sizes, then n receive sizes, u64 in this host's byte order: the cluster runs one build) is
-// gathered at rank 0 (of the cluster, or of the group), which checks them against each other and broadcasts the verdict (empty, or
-// what disagrees) and every rank's bitmap of destinations. Then exchange `id` runs with the
-// schedule the pattern calls for.
+// gathered at rank 0 (of the cluster, or of the group), which checks them against each other
+// and broadcasts the verdict (empty, or what disagrees) and every rank's bitmap of
+// destinations. Then exchange `id` runs with the schedule the pattern calls for.
 struct Counting {
-  Prepared p;                  // p.slot: the whole cluster's, or a group's (issue 13)
-  std::vector<Rank> members;   // a group's, by group rank, to tell when it fails; empty: every rank
+  Prepared p;                          // p.slot: the whole cluster's, or a group's (issue 13)
+  std::vector<Rank> members;           // a group's, told when it fails; empty: every rank
   std::uint32_t broadcast_id = 0, id = 0;
   bool gathered = false;               // the gather is done; the broadcast runs
   std::size_t words = 0;               // of one bitmap row

@@ -5,10 +5,11 @@
 // its own on the next two exchange ids: every rank's sizes gathered at rank 0, which checks them
 // against each other, then rank 0's verdict and every rank's destinations broadcast (Counting).
 // The client's exchange takes the id after them. A group's alltoallv (issue 13) agrees the same
-// way among its members, in its ranks, over the tree that joins them, on its slot's ids. All three ids are used up on every rank
-// whatever happens, as every collective's is; a rank that fails a step tells the others with
-// ABORT for the ids it will not start. All ranks decide the same from the same bitmaps:
-// all-to-many permutations (sched::sparse_verdict) or the dense schedule, empty blocks skipped.
+// way among its members, in its ranks, over the tree that joins them, on its slot's ids. All
+// three ids are used up on every rank whatever happens, as every collective's is; a rank that
+// fails a step tells the others with ABORT for the ids it will not start. All ranks decide the
+// same from the same bitmaps: all-to-many permutations (sched::sparse_verdict) or the dense
+// schedule, empty blocks skipped.
 //
 // Why gather and broadcast, 2(n-1) messages, rather than an alltoall of the counts (n(n-1)):
 // on this 2-core box a 16-byte alltoall of 64 machines takes 160 ms, and the counts as an
@@ -149,7 +150,8 @@ bool Daemon::Impl::counted(const ExchangeReport& rep) {
     return true;
   }
   if (!still_open(k)) {
-    const std::string why = "group slot " + std::to_string(k.p.slot) + " closed at rank " + std::to_string(rank) + " while its alltoallv agreed on counts";
+    const std::string why =
+        "group slot " + std::to_string(k.p.slot) + " closed at rank " + std::to_string(rank) + " while its alltoallv agreed on counts";
     give_up(why);
     fail_exchange(k.id, Errc::kAborted, why);
     return true;
