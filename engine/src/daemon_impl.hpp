@@ -231,6 +231,7 @@ struct Daemon::Impl {
   // The group of a START's slot, held by client `c`; why not, if not.
   std::optional<std::string> group_problem(const ClientState& c, std::uint32_t slot) const;
   Planner& planner_of(std::uint32_t slot) { return slot == kWorldSlot ? *world : *groups.at(slot).planner; }
+  const Planner& planner_of(std::uint32_t slot) const { return slot == kWorldSlot ? *world : *groups.at(slot).planner; }
   // A slot's engine spec of `plan` (in the slot's ranks) as exchange `id`, over the cluster's
   // ranks; and the cluster rank of the slot's rank `r`.
   ExchangeSpec slot_spec(std::uint32_t slot, const sched::Schedule& plan, std::uint32_t id) const;

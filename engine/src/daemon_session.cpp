@@ -90,8 +90,7 @@ ExchangeSpec Daemon::Impl::spec_of(const Prepared& p, std::uint32_t id) const {
   spec.descriptor.kind = p.kind;
   spec.descriptor.block = p.block;
   spec.combine_block = p.block;  // a combining schedule's blocks (alltoall only, plan())
-  const sched::TreeModel& model = p.slot != kWorldSlot ? groups.at(p.slot).planner->model : world->model;
-  spec.bottleneck_load = std::max<std::uint64_t>(spec.bottleneck_load, static_cast<std::uint64_t>(model.load()));
+  spec.bottleneck_load = std::max<std::uint64_t>(spec.bottleneck_load, static_cast<std::uint64_t>(planner_of(p.slot).model.load()));
   return spec;
 }
 
