@@ -2,7 +2,6 @@
 
 #include <pcap/pcap.h>
 #include <rte_mbuf.h>
-#include <rte_cycles.h>
 #include <rte_mbuf_dyn.h>
 
 #include <cstdio>
@@ -48,25 +47,20 @@ CapturePort::CapturePort(Port& inner, const CaptureOptions& options) : PortDecor
     throw NicError("capture: cannot write " + options.path + ": " + why);
   }
   captured_flag();
-  tsc_hz_ = rte_get_tsc_hz();
-  if (tsc_hz_ == 0) tsc_hz_ = 1'000'000'000ULL;
   buffer_.resize(kBufferBytes);
   thread_ = std::thread([this] { writer(); });
 }
 
-// Wall-clock time from the TSC, re-anchored to CLOCK_REALTIME every second: a few cycles per
-// burst instead of a clock_gettime call.
+// The wall clock, read once per burst. Traces compare the captures of different daemons on
+// one clock (aapc-trace --same-clock), so the stamp must be CLOCK_REALTIME itself: a TSC
+// extrapolated from an anchor drifts by the error of DPDK's TSC rate, which DPDK rounds to
+// 10 MHz when it measures it (up to 2,000 ppm: 2 ms a second, and daemons anchored at
+// different moments disagree by that much). Through the vDSO the call costs tens of
+// nanoseconds, once per burst.
 timespec CapturePort::timestamp() {
-  const std::uint64_t tsc = rte_rdtsc();
-  if (anchor_tsc_ == 0 || tsc - anchor_tsc_ > tsc_hz_) {
-    timespec t{};
-    clock_gettime(CLOCK_REALTIME, &t);
-    anchor_tsc_ = rte_rdtsc();
-    anchor_ns_ = static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(t.tv_nsec);
-    return t;
-  }
-  const std::uint64_t ns = anchor_ns_ + (tsc - anchor_tsc_) * 1'000'000'000ULL / tsc_hz_;
-  return {static_cast<time_t>(ns / 1'000'000'000ULL), static_cast<long>(ns % 1'000'000'000ULL)};
+  timespec t{};
+  clock_gettime(CLOCK_REALTIME, &t);
+  return t;
 }
 
 CapturePort::~CapturePort() {

@@ -3,20 +3,27 @@
 #include <catch2/catch.hpp>
 
 #include <pcap/pcap.h>
+#include <rte_mbuf.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/dot.hpp"
+#include "aapc/nic/capture.hpp"
 #include "aapc/sched/sync.hpp"
 #include "checks.hpp"
 #include "fabric.hpp"
 #include "frames.hpp"
 #include "paths.hpp"
 #include "pcap_files.hpp"
+#include "ring_ports.hpp"
 #include "aapc/trace/trace.hpp"
 
 using namespace aapc;
@@ -221,5 +228,52 @@ TEST_CASE("bad input: clear messages, and unknown frames are counted, not fatal"
     CHECK(mentions([&] { read("two.pcap"); }, "name the file after its machine"));
     fs::copy_file(dir / "two.pcap", dir / "n1.pcap");
     CHECK(read("n1.pcap").node == 1);
+  }
+}
+
+// Traces compare the captures of different daemons on one clock (aapc-trace --same-clock), so
+// a frame's stamp must be the wall clock at its burst. Found in CI: stamps extrapolated from
+// the TSC at DPDK's rate (which DPDK rounds to 10 MHz when it measures it) drifted up to a
+// second from their anchor, and the cluster suite's receiver-all trace then showed a block
+// starting 0.55 ms before the one whose arrival released it had ended. This fails without the
+// fix only on a host whose DPDK TSC rate is off by more than a few ppm (the windows are a few
+// microseconds, and the old stamps drifted for a second); on the development VM DPDK's rate
+// was within 0.3 ppm, and the old stamps stayed inside.
+TEST_CASE("capture stamps are the wall clock at the burst, also seconds after the capture began") {
+  test::start_eal();
+  auto dir = test::scratch_dir("capture-clock");
+  rte_ring* rx = test::ring("cclk-rx");
+  rte_ring* tx = test::ring("cclk-tx");
+  nic::PortOptions po;
+  po.device = test::ring_port("cclk", rx, tx);
+  po.mac = nic::MacAddr{{2, 0, 0, 0, 0, 9}};
+  auto eth = nic::EthPort::open(po);
+  auto wall_ns = [] {
+    timespec t{};
+    clock_gettime(CLOCK_REALTIME, &t);
+    return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+  };
+  std::vector<std::pair<std::int64_t, std::int64_t>> windows;  // wall clock before and after each burst
+  {
+    nic::CapturePort cap(*eth, nic::CaptureOptions{(dir / "c.pcap").string()});
+    for (int i = 0; i < 25; ++i) {  // 2.4 s: past any re-anchoring once a second
+      rte_mbuf* m = rte_pktmbuf_alloc(eth->pool());
+      REQUIRE(m != nullptr);
+      std::memset(rte_pktmbuf_append(m, 60), i, 60);
+      const std::int64_t before = wall_ns();
+      REQUIRE(cap.tx_burst(&m, 1) == 1);
+      windows.emplace_back(before, wall_ns());
+      void* sent = nullptr;
+      while (rte_ring_dequeue(tx, &sent) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(sent));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  auto frames = test::read_pcap(dir / "c.pcap");
+  REQUIRE(frames.size() == windows.size());
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    INFO("burst " << i << ", " << (windows[i].first - windows.front().first) / 1'000'000 << " ms in: stamp " << frames[i].ns - windows[i].first
+                  << " ns after the wall clock before it, window " << windows[i].second - windows[i].first << " ns");
+    CHECK(frames[i].ns >= windows[i].first);
+    CHECK(frames[i].ns <= windows[i].second);
   }
 }

@@ -49,7 +49,7 @@ class CapturePort final : public PortDecorator {
  private:
   void write(rte_mbuf** pkts, std::uint16_t n, bool sending);
   void hand_over();  // passes the current buffer to the writer
-  timespec timestamp();
+  static timespec timestamp();
   void writer();
 
   pcap* pcap_ = nullptr;
@@ -65,7 +65,6 @@ class CapturePort final : public PortDecorator {
   bool writing_ = false;
   bool stop_ = false;
   std::thread thread_;
-  std::uint64_t tsc_hz_ = 0, anchor_tsc_ = 0, anchor_ns_ = 0;
 };
 
 }  // namespace aapc::nic
