@@ -1,8 +1,11 @@
 // MPI_Alltoall(v) and MPI_Ialltoall(v) through aapc, for a communicator whose plan says so
 // (plan.cpp). Three steps, after MPICH's composition alpha (see aapc/mpi/layout.hpp):
-//   1. each rank hands its blocks to its machine's leader (the MPI's intra-node transport);
+//   1. each rank hands its blocks to its machine's leader;
 //   2. the leaders' daemons exchange one machine-level block per pair of machines;
 //   3. each leader hands its local ranks their blocks.
+// The hand-overs (steps 1 and 3) are single copies made by the leader, straight between the
+// local ranks' buffers and its staging (aapc/mpi/copy.hpp), while the local ranks wait for
+// its word; or, where the plan says so, messages of the MPI's intra-node transport.
 // Predefined contiguous datatypes are carried as they are; other datatypes are packed first
 // and unpacked after. A call is an Op (op.hpp) that moves on whenever the process drives it:
 // at once for a blocking call, in MPI_Wait/MPI_Test for a nonblocking one (requests.cpp).
@@ -17,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "aapc/mpi/copy.hpp"
 #include "op.hpp"
 
 namespace aapc::mpi {
@@ -114,13 +118,75 @@ bool all_done(Op& op) {
   return true;
 }
 
-// The leader, once it knows every length: staging, then step 1.
-void post_gather(Op& op) {
+std::string handover_failed(const Op& op, const std::string& why) {
+  return "a hand-over between the ranks of machine " + std::to_string(op.plan->machine) + " failed: " + why;
+}
+
+// Where local rank k's blocks are in its own memory, from what it told the leader
+// (describe()): its send blocks in destination order, or its receive blocks by source rank.
+std::vector<Piece> theirs(const Op& op, int k, bool receive) {
+  const Plan& p = *op.plan;
+  const std::size_t n = p.place.machine_of.size(), stride = op.counts.size();
+  const std::uint64_t* d = &op.all_counts[static_cast<std::size_t>(k) * stride];
+  auto piece = [&](int r) {
+    const auto ur = static_cast<std::size_t>(r);
+    if (op.alltoall) return Piece{ur * d[receive ? 1 : 0], d[receive ? 1 : 0]};
+    return Piece{d[(receive ? 3 : 2) * n + ur], d[(receive ? 1 : 0) * n + ur]};
+  };
+  std::vector<Piece> out;
+  out.reserve(n);
+  if (receive)
+    for (std::size_t r = 0; r < n; ++r) out.push_back(piece(static_cast<int>(r)));
+  else
+    for (int r : destination_order(p.place)) out.push_back(piece(r));
+  return out;
+}
+std::uint64_t base_of(const Op& op, int k, bool receive) {
+  const std::size_t stride = op.counts.size();
+  return op.all_counts[static_cast<std::size_t>(k) * stride + stride - (receive ? 1 : 2)];
+}
+
+// Single-copy step 1 on the leader: every local rank's blocks, read out of its memory into
+// staging. An MPI_Alltoall's local ranks must all have the leader's block length: the
+// layout is made from it, and a rank with longer blocks (an erroneous program) is named
+// rather than read past.
+void pull(Op& op) {
+  const Plan& p = *op.plan;
+  const std::uint64_t block = op.sb.by_rank.front().length;
+  for (int k = 0; k < p.local_size && op.error.empty(); ++k) {
+    const std::uint64_t* d = &op.all_counts[static_cast<std::size_t>(k) * op.counts.size()];
+    if (op.alltoall && (d[0] != block || d[1] != block)) {
+      const auto rank_of = [&](int local) { return std::to_string(p.place.ranks_on[static_cast<std::size_t>(p.machine)][static_cast<std::size_t>(local)]); };
+      op.error = handover_failed(op, "rank " + rank_of(k) + " called the all-to-all with " + std::to_string(d[0]) + "-byte blocks to send and " +
+                                         std::to_string(d[1]) + " to receive, rank " + rank_of(p.leader_rank) + " with " + std::to_string(block));
+      break;
+    }
+    const std::string failed = copy_pieces(p.pids[static_cast<std::size_t>(k)], false, op.stage_send.data(), op.layout->gather[static_cast<std::size_t>(k)],
+                                           base_of(op, k, false), theirs(op, k, false));
+    if (!failed.empty()) op.error = handover_failed(op, failed);
+  }
+  op.t1 = PMPI_Wtime();
+  op.stage = Op::Stage::kQueued;
+}
+
+// Single-copy step 3 on the leader: every local rank's blocks, written into its memory.
+void push(Op& op) {
+  const Plan& p = *op.plan;
+  for (int k = 0; k < p.local_size && op.error.empty(); ++k) {
+    const std::string failed = copy_pieces(p.pids[static_cast<std::size_t>(k)], true, op.stage_recv.data(), op.layout->scatter[static_cast<std::size_t>(k)],
+                                           base_of(op, k, true), theirs(op, k, true));
+    if (!failed.empty()) op.error = handover_failed(op, failed);
+  }
+}
+
+// Step 1 on the leader, once it knows every length: the staging, then the local ranks'
+// blocks into it.
+void gather(Op& op) {
   Plan& p = *op.plan;
-  const std::size_t n = p.place.machine_of.size();
+  const std::size_t n = p.place.machine_of.size(), stride = op.counts.size();
   const std::uint64_t block = op.sb.by_rank.front().length;
   auto at = [&](int k, bool receive, int peer) {
-    return op.alltoall ? block : op.all_counts[static_cast<std::size_t>(k) * 2 * n + (receive ? n : 0) + static_cast<std::size_t>(peer)];
+    return op.alltoall ? block : op.all_counts[static_cast<std::size_t>(k) * stride + (receive ? n : 0) + static_cast<std::size_t>(peer)];
   };
   op.layout = std::make_unique<LeaderLayout>(leader_layout(
       p.place, p.machine, [&](int i, int j) { return at(p.place.local_index(i), false, j); },
@@ -132,6 +198,10 @@ void post_gather(Op& op) {
   } catch (const std::exception& e) {
     op.error = e.what();
     process().spare.clear();
+  }
+  if (p.single_copy) {
+    pull(op);
+    return;
   }
   // Without staging (no daemon), into a sink: the local ranks send all the same.
   if (!op.error.empty()) op.sink.resize(op.layout->send.total);
@@ -145,6 +215,7 @@ void post_gather(Op& op) {
 void finish_exchange(Op& op) {
   const Plan& p = *op.plan;
   op.t2 = PMPI_Wtime();
+  if (p.single_copy && op.error.empty()) push(op);  // the blocks, then the word that they are there
   op.length = static_cast<int>(op.error.size());
   for (int k = 0; k < p.local_size; ++k) {
     if (k == p.leader_rank) continue;
@@ -154,7 +225,7 @@ void finish_exchange(Op& op) {
     op.reqs.emplace_back();
     PMPI_Isend(op.error.data(), op.length, MPI_CHAR, k, tag(op, kErrorMsg), p.local, &op.reqs.back());
   }
-  if (op.length > 0) {
+  if (op.length > 0 || p.single_copy) {
     op.stage = Op::Stage::kTelling;
     return;
   }
@@ -206,6 +277,8 @@ bool exchange_over(Op& op, bool block = false) {
   return true;
 }
 
+void finish(Op& op);
+
 // A member's step 3: the outcome came.
 void outcome(Op& op) {
   if (op.length > 0) {
@@ -213,6 +286,10 @@ void outcome(Op& op) {
     op.reqs.emplace_back();
     PMPI_Irecv(op.error.data(), op.length, MPI_CHAR, op.plan->leader_rank, tag(op, kErrorMsg), op.plan->local, &op.reqs.back());
     op.stage = Op::Stage::kErrorText;
+    return;
+  }
+  if (op.plan->single_copy) {  // the leader wrote the blocks before it said so
+    finish(op);
     return;
   }
   post(op, true, op.rb.base, op.rb.by_rank, op.plan->leader_rank, kScatterMsg);
@@ -289,6 +366,24 @@ bool too_small(const Plan& p, std::uint64_t rank_block) {
   return p.fewest * p.fewest * rank_block < min_block();
 }
 
+// What a rank tells its leader of its blocks, as words: for an alltoallv its send then
+// receive lengths by comm rank; with single-copy hand-overs also where they are, for an
+// alltoallv the offsets likewise, for an alltoall its send and receive block lengths, and
+// then its send and receive bases. Empty for an alltoall handed over through the MPI.
+std::vector<std::uint64_t> describe(const Op& op) {
+  std::vector<std::uint64_t> d;
+  auto each = [&](const Blocks& b, std::uint64_t Piece::*field) {
+    for (const Piece& piece : b.by_rank) d.push_back(piece.*field);
+  };
+  if (!op.alltoall) each(op.sb, &Piece::length), each(op.rb, &Piece::length);
+  if (!op.plan->single_copy) return d;
+  if (op.alltoall) d.push_back(op.sb.by_rank.front().length), d.push_back(op.rb.by_rank.front().length);
+  else each(op.sb, &Piece::offset), each(op.rb, &Piece::offset);
+  d.push_back(reinterpret_cast<std::uint64_t>(op.sb.base));
+  d.push_back(reinterpret_cast<std::uint64_t>(op.rb.base));
+  return d;
+}
+
 // The last stage: staging back to the spares, the received blocks unpacked.
 void finish(Op& op) {
   const Plan& p = *op.plan;
@@ -316,7 +411,7 @@ bool advance(Op& op) {
   switch (op.stage) {
     case S::kCounts:
       if (!all_done(op)) return false;
-      post_gather(op);
+      gather(op);
       return true;
     case S::kGather:
       if (!all_done(op)) return false;
@@ -379,9 +474,8 @@ std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool all
   op->sb = blocks_of(send, n, comm, op->send_packed, true);
   op->rb = blocks_of(recv, n, comm, op->recv_packed, false);
   op->recv = std::move(recv);
-  if (!alltoall) {  // every rank's lengths go to the leader
-    for (const Piece& piece : op->sb.by_rank) op->counts.push_back(piece.length);
-    for (const Piece& piece : op->rb.by_rank) op->counts.push_back(piece.length);
+  op->counts = describe(*op);
+  if (!op->counts.empty()) {  // every rank's description goes to the leader
     if (p.leader()) op->all_counts.resize(op->counts.size() * static_cast<std::size_t>(p.local_size));
     op->reqs.emplace_back();
     PMPI_Igather(op->counts.data(), static_cast<int>(op->counts.size()), MPI_UINT64_T, op->all_counts.data(), static_cast<int>(op->counts.size()),
@@ -389,8 +483,12 @@ std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool all
   }
   if (p.leader()) {
     p.to_start.push_back(op.get());
-    if (alltoall) post_gather(*op);
+    if (op->counts.empty()) gather(*op);
     else op->stage = Op::Stage::kCounts;
+  } else if (p.single_copy) {  // the leader copies; this rank waits for its word
+    op->reqs.emplace_back();
+    PMPI_Irecv(&op->length, 1, MPI_INT, p.leader_rank, tag(*op, kStatusMsg), p.local, &op->reqs.back());
+    op->stage = Op::Stage::kStatus;
   } else {
     send_mine(*op);
     op->stage = Op::Stage::kHandOver;

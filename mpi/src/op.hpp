@@ -46,7 +46,7 @@ class ByteType {
 
 struct Op {
   enum class Stage {
-    kCounts,    // leader: the local ranks' counts (alltoallv) are coming
+    kCounts,    // leader: the local ranks' descriptions of their blocks are coming (describe())
     kGather,    // leader: the local ranks' blocks are coming into staging
     kQueued,    // leader: waits for its turn to start the machine-level exchange
     kExchange,  // leader: the daemons exchange
@@ -64,7 +64,7 @@ struct Op {
   Side recv;
   std::vector<std::uint8_t> send_packed, recv_packed;
   Blocks sb, rb;
-  std::vector<std::uint64_t> counts;     // alltoallv: this rank's send then receive lengths
+  std::vector<std::uint64_t> counts;      // this rank's description of its blocks (exchange.cpp, describe())
   std::vector<std::uint64_t> all_counts;  // ... the leader's of every local rank
   Stage stage = Stage::kDone;
   std::vector<MPI_Request> reqs;

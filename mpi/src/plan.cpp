@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "aapc/mpi/copy.hpp"
 #include "op.hpp"
 
 namespace aapc::mpi {
@@ -98,11 +99,39 @@ void say(MPI_Comm comm, const Plan& p, int rank, int size) {
     const std::size_t lo = p.fewest, hi = p.most;
     std::fprintf(stderr,
                  "aapc-mpi: %s (%d ranks on %d machines, %zu-%zu per machine): all-to-all through aapc (MPI_Alltoall of machine-level "
-                 "blocks under %llu bytes: the MPI's own)\n",
-                 what.c_str(), size, p.place.machines(), lo, hi, static_cast<unsigned long long>(min_block()));
+                 "blocks under %llu bytes: the MPI's own); hand-overs between a machine's ranks: %s\n",
+                 what.c_str(), size, p.place.machines(), lo, hi, static_cast<unsigned long long>(min_block()),
+                 p.single_copy_everywhere ? "single copy (process_vm_readv)" : "through the MPI on some machines (AAPC_MPI_HANDOVER=mpi, or the kernel refused single copy)");
   } else {
     std::fprintf(stderr, "aapc-mpi: %s (%d ranks): the MPI's own all-to-all, because %s\n", what.c_str(), size, p.why.c_str());
   }
+}
+
+// How this machine's ranks hand their blocks to the leader and back (issue 13): single copy
+// where the leader can reach every local rank's memory (aapc/mpi/copy.hpp), else through the
+// MPI. The leader reads a probe word of every local rank and tells them all the outcome, so
+// the machine's ranks agree. Single copy needs no other rank to run while the leader copies;
+// the MPIs' large-message transports move only while both sides call in, which on a node
+// with more processes than cores (MPICH's ranks spin in their waits) costs tens of ms.
+void choose_handover(Plan& p) {
+  static std::uint64_t probe = 0;
+  probe = 0x6161706300000000ULL | static_cast<std::uint32_t>(::getpid());
+  const char* how = std::getenv("AAPC_MPI_HANDOVER");
+  const bool mpi_asked = how != nullptr && std::strcmp(how, "mpi") == 0;
+  const std::uint64_t mine[3] = {static_cast<std::uint64_t>(::getpid()), reinterpret_cast<std::uint64_t>(&probe), mpi_asked ? 0 : probe};
+  std::vector<std::uint64_t> all(p.leader() ? 3 * static_cast<std::size_t>(p.local_size) : 0);
+  PMPI_Gather(mine, 3, MPI_UINT64_T, all.data(), 3, MPI_UINT64_T, Plan::leader_rank, p.local);
+  int single = 1;
+  if (p.leader()) {
+    for (int k = 0; k < p.local_size; ++k) {
+      const std::uint64_t* r = &all[3 * static_cast<std::size_t>(k)];
+      p.pids.push_back(static_cast<int>(r[0]));
+      if (r[2] == 0 || !can_reach(static_cast<int>(r[0]), r[1], r[2]).empty()) single = 0;
+    }
+  }
+  PMPI_Bcast(&single, 1, MPI_INT, Plan::leader_rank, p.local);
+  p.single_copy = single != 0;
+  if (!p.single_copy) p.pids.clear();
 }
 
 // The leaders of the communicator's machines open the aapc group of its machines (issue 13):
@@ -136,10 +165,12 @@ std::string open_group(MPI_Comm comm, Plan& p) {
     }
     PMPI_Comm_free(&leaders);
   }
-  // Every rank learns whether every leader has the group (the leaders agree among themselves).
-  int ok = why.empty() ? 1 : 0, all = 0;
-  PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
-  if (all != 0) return "";
+  // Every rank learns whether every leader has the group (the leaders agree among themselves),
+  // and whether every machine hands over by single copy.
+  int ok[2] = {why.empty() ? 1 : 0, p.single_copy ? 1 : 0}, all[2] = {0, 0};
+  PMPI_Allreduce(ok, all, 2, MPI_INT, MPI_MIN, comm);
+  p.single_copy_everywhere = all[1] != 0;
+  if (all[0] != 0) return "";
   p.group.reset();
   return why.empty() ? "a machine's leader could not open the communicator's aapc group" : why;
 }
@@ -177,6 +208,7 @@ Plan* make_plan(MPI_Comm comm) {
     PMPI_Comm_set_errhandler(p->local, MPI_ERRORS_RETURN);  // a hand-over's failure is the call's (exchange.cpp, all_done)
     PMPI_Comm_rank(p->local, &p->local_rank);
     PMPI_Comm_size(p->local, &p->local_size);
+    choose_handover(*p);
     p->why = open_group(comm, *p);
     p->aapc = p->why.empty();
     if (!p->aapc) PMPI_Comm_free(&p->local);

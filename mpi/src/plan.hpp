@@ -39,6 +39,12 @@ struct Plan {
   static constexpr int leader_rank = 0;
   bool leader() const { return local_rank == leader_rank; }
   std::optional<aapc::Client> group;  // the leader's
+  // Hand-overs between this machine's ranks: single copy, by the leader alone
+  // (aapc/mpi/copy.hpp), or through the MPI's own transport where the kernel refuses that or
+  // AAPC_MPI_HANDOVER=mpi. The same on every rank of the machine.
+  bool single_copy = false;
+  bool single_copy_everywhere = false;  // ... on every machine of the communicator (for AAPC_MPI_VERBOSE)
+  std::vector<int> pids;  // the leader's: every local rank's process, by local rank
   // The leader's ops that have yet to start their machine-level exchange, in call order: the
   // daemons pair a group's exchanges by the order in which they start.
   std::deque<Op*> to_start;

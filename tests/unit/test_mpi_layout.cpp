@@ -2,11 +2,15 @@
 // for random placements of ranks on machines (even, uneven, interleaved) and random block
 // lengths (zeros included); every byte must reach its rank.
 #include <catch2/catch.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "aapc/mpi/copy.hpp"
 #include "aapc/mpi/layout.hpp"
 
 using aapc::mpi::LeaderLayout;
@@ -99,4 +103,64 @@ TEST_CASE("a placement knows whether it covers the cluster", "[mpi]") {
   CHECK(Placement::from({1, 0}, 2).covers_all());
   CHECK_FALSE(Placement::from({0, 0}, 2).covers_all());
   CHECK_THROWS(Placement::from({0, 3}, 2));
+}
+
+// Single-copy hand-overs (aapc/mpi/copy.hpp): a leader reads a local rank's blocks out of
+// that process and writes its received blocks into it. A forked child stands in for the
+// local rank: after fork its memory has the same addresses as ours.
+TEST_CASE("single-copy hand-overs move every piece between processes, past IOV_MAX and zero lengths", "[mpi]") {
+  std::mt19937 rng(7);
+  // 3000 pieces (the kernel takes 1024 a call), some empty, scattered over the remote buffer
+  // in reverse order and packed in order here.
+  std::vector<Piece> remote, local;
+  std::uint64_t packed = 0, spread = 0;
+  for (int k = 0; k < 3000; ++k) {
+    const std::uint64_t len = k % 7 == 0 ? 0 : 1 + rng() % 300;
+    local.push_back({packed, len});
+    packed += len;
+    spread += len + rng() % 16;
+    remote.push_back({spread, len});  // its end, counted from the front
+  }
+  for (Piece& r : remote) r.offset = spread - r.offset;  // counted from the back: reversed
+  std::vector<std::uint8_t> theirs(spread + 16);  // the child's, at the same address
+  for (std::size_t k = 0; k < theirs.size(); ++k) theirs[k] = static_cast<std::uint8_t>(k * 13 + 5);
+  const auto base = reinterpret_cast<std::uint64_t>(theirs.data());
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // waits, then checks what the parent wrote into it
+    char c = 0;
+    if (::read(go[0], &c, 1) != 1) ::_exit(2);
+    for (std::size_t k = 0; k < remote.size(); ++k)
+      for (std::uint64_t b = 0; b < remote[k].length; ++b)
+        if (theirs[remote[k].offset + b] != static_cast<std::uint8_t>(~(local[k].offset + b))) ::_exit(1);
+    ::_exit(0);
+  }
+  std::fill(theirs.begin(), theirs.end(), 0);  // ours changes; the child's stays
+  std::vector<std::uint8_t> here(packed + 1);
+  CHECK(aapc::mpi::copy_pieces(child, false, here.data(), local, base, remote).empty());
+  bool same = true;
+  for (std::size_t k = 0; k < local.size(); ++k)
+    for (std::uint64_t b = 0; b < local[k].length; ++b)
+      same = same && here[local[k].offset + b] == static_cast<std::uint8_t>((remote[k].offset + b) * 13 + 5);
+  CHECK(same);
+  for (std::uint64_t b = 0; b < packed; ++b) here[b] = static_cast<std::uint8_t>(~b);
+  CHECK(aapc::mpi::copy_pieces(child, true, here.data(), local, base, remote).empty());
+  // Refused: pieces that do not pair up, and an address the child does not have.
+  CHECK(aapc::mpi::copy_pieces(child, false, here.data(), {{0, 4}}, base, {{0, 5}}).find("5 bytes there and 4 here") != std::string::npos);
+  CHECK(aapc::mpi::copy_pieces(child, false, here.data(), {{0, 4}}, 8, {{0, 4}}).find("outside process") != std::string::npos);
+  REQUIRE(::write(go[1], "x", 1) == 1);
+  int status = -1;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // every byte written landed where it belonged
+  CHECK(aapc::mpi::copy_pieces(child, false, here.data(), {{0, 4}}, base, {{0, 4}}).find("is gone") != std::string::npos);
+  // This process itself: memcpy, both ways.
+  std::vector<std::uint8_t> a{1, 2, 3, 4}, b(4);
+  CHECK(aapc::mpi::copy_pieces(::getpid(), false, b.data(), {{0, 4}}, reinterpret_cast<std::uint64_t>(a.data()), {{0, 4}}).empty());
+  CHECK(b == a);
+  static std::uint64_t probe = 0x5eed;
+  CHECK(aapc::mpi::can_reach(::getpid(), reinterpret_cast<std::uint64_t>(&probe), 0x5eed).empty());
+  CHECK(!aapc::mpi::can_reach(::getpid(), reinterpret_cast<std::uint64_t>(&probe), 0x5eee).empty());
 }
