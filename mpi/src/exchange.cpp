@@ -532,7 +532,7 @@ void Idle::rest(bool moved) {
   if (!moved) {
     std::lock_guard<std::recursive_mutex> hold(process().mutex);
     const auto& ops = process().in_flight;
-    sleepy = std::all_of(ops.begin(), ops.end(), [](const Op* o) { return o->daemon_bound(); });
+    sleepy = std::all_of(ops.begin(), ops.end(), [](const Op* o) { return o->may_nap(); });
   }
   if (!sleepy) {
     nap_ = std::chrono::microseconds(10);

@@ -80,8 +80,11 @@ struct Op {
   MPI_Request user = MPI_REQUEST_NULL;  // MPI_Ialltoall(v)'s generalized request
 
   bool done() const { return stage == Stage::kDone; }
-  // Whether only the daemons move it now: its waiters may sleep rather than spin.
-  bool daemon_bound() const { return stage == Stage::kExchange || stage == Stage::kStatus; }
+  // Whether its waiters may nap rather than spin: while only the daemons move it, or when its
+  // hand-overs are single copies (the MPI then carries a few words at a time, which arrive
+  // whether or not their receiver is in a call; spinning for large messages is what the
+  // MPI's own hand-overs need).
+  bool may_nap() const { return plan->single_copy || stage == Stage::kExchange || stage == Stage::kStatus; }
 };
 
 // Starts `send` -> `recv` on `comm` (whose plan says aapc): packs, posts the first step and
