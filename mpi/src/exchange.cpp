@@ -4,8 +4,9 @@
 //   2. the leaders' daemons exchange one machine-level block per pair of machines;
 //   3. each leader hands its local ranks their blocks.
 // The hand-overs (steps 1 and 3) are single copies made by the leader, straight between the
-// local ranks' buffers and its staging (aapc/mpi/copy.hpp), while the local ranks wait for
-// its word; or, where the plan says so, messages of the MPI's intra-node transport.
+// local ranks' buffers and its staging, while the local ranks wait for its word in their
+// mailboxes (single_copy.hpp); or, where the plan says so, messages of the MPI's intra-node
+// transport.
 // Predefined contiguous datatypes are carried as they are; other datatypes are packed first
 // and unpacked after. A call is an Op (op.hpp) that moves on whenever the process drives it:
 // at once for a blocking call, in MPI_Wait/MPI_Test for a nonblocking one (requests.cpp).
@@ -20,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "aapc/mpi/copy.hpp"
 #include "op.hpp"
+#include "single_copy.hpp"
 
 namespace aapc::mpi {
 
@@ -118,67 +119,6 @@ bool all_done(Op& op) {
   return true;
 }
 
-std::string handover_failed(const Op& op, const std::string& why) {
-  return "a hand-over between the ranks of machine " + std::to_string(op.plan->machine) + " failed: " + why;
-}
-
-// Where local rank k's blocks are in its own memory, from what it told the leader
-// (describe()): its send blocks in destination order, or its receive blocks by source rank.
-std::vector<Piece> theirs(const Op& op, int k, bool receive) {
-  const Plan& p = *op.plan;
-  const std::size_t n = p.place.machine_of.size(), stride = op.counts.size();
-  const std::uint64_t* d = &op.all_counts[static_cast<std::size_t>(k) * stride];
-  auto piece = [&](int r) {
-    const auto ur = static_cast<std::size_t>(r);
-    if (op.alltoall) return Piece{ur * d[receive ? 1 : 0], d[receive ? 1 : 0]};
-    return Piece{d[(receive ? 3 : 2) * n + ur], d[(receive ? 1 : 0) * n + ur]};
-  };
-  std::vector<Piece> out;
-  out.reserve(n);
-  if (receive)
-    for (std::size_t r = 0; r < n; ++r) out.push_back(piece(static_cast<int>(r)));
-  else
-    for (int r : destination_order(p.place)) out.push_back(piece(r));
-  return out;
-}
-std::uint64_t base_of(const Op& op, int k, bool receive) {
-  const std::size_t stride = op.counts.size();
-  return op.all_counts[static_cast<std::size_t>(k) * stride + stride - (receive ? 1 : 2)];
-}
-
-// Single-copy step 1 on the leader: every local rank's blocks, read out of its memory into
-// staging. An MPI_Alltoall's local ranks must all have the leader's block length: the
-// layout is made from it, and a rank with longer blocks (an erroneous program) is named
-// rather than read past.
-void pull(Op& op) {
-  const Plan& p = *op.plan;
-  const std::uint64_t block = op.sb.by_rank.front().length;
-  for (int k = 0; k < p.local_size && op.error.empty(); ++k) {
-    const std::uint64_t* d = &op.all_counts[static_cast<std::size_t>(k) * op.counts.size()];
-    if (op.alltoall && (d[0] != block || d[1] != block)) {
-      const auto rank_of = [&](int local) { return std::to_string(p.place.ranks_on[static_cast<std::size_t>(p.machine)][static_cast<std::size_t>(local)]); };
-      op.error = handover_failed(op, "rank " + rank_of(k) + " called the all-to-all with " + std::to_string(d[0]) + "-byte blocks to send and " +
-                                         std::to_string(d[1]) + " to receive, rank " + rank_of(p.leader_rank) + " with " + std::to_string(block));
-      break;
-    }
-    const std::string failed = copy_pieces(p.pids[static_cast<std::size_t>(k)], false, op.stage_send.data(), op.layout->gather[static_cast<std::size_t>(k)],
-                                           base_of(op, k, false), theirs(op, k, false));
-    if (!failed.empty()) op.error = handover_failed(op, failed);
-  }
-  op.t1 = PMPI_Wtime();
-  op.stage = Op::Stage::kQueued;
-}
-
-// Single-copy step 3 on the leader: every local rank's blocks, written into its memory.
-void push(Op& op) {
-  const Plan& p = *op.plan;
-  for (int k = 0; k < p.local_size && op.error.empty(); ++k) {
-    const std::string failed = copy_pieces(p.pids[static_cast<std::size_t>(k)], true, op.stage_recv.data(), op.layout->scatter[static_cast<std::size_t>(k)],
-                                           base_of(op, k, true), theirs(op, k, true));
-    if (!failed.empty()) op.error = handover_failed(op, failed);
-  }
-}
-
 // Step 1 on the leader, once it knows every length: the staging, then the local ranks'
 // blocks into it.
 void gather(Op& op) {
@@ -191,7 +131,7 @@ void gather(Op& op) {
   op.layout = std::make_unique<LeaderLayout>(leader_layout(
       p.place, p.machine, [&](int i, int j) { return at(p.place.local_index(i), false, j); },
       [&](int i, int j) { return at(p.place.local_index(j), true, i); }));
-  op.t0 = PMPI_Wtime();
+  op.t0 = seconds_now();
   try {
     op.stage_send = take_buffer(p, op.layout->send.total);
     op.stage_recv = take_buffer(p, op.layout->recv.total);
@@ -200,7 +140,9 @@ void gather(Op& op) {
     process().spare.clear();
   }
   if (p.single_copy) {
-    pull(op);
+    single_copy::pull(op);
+    op.t1 = seconds_now();
+    op.stage = Op::Stage::kQueued;
     return;
   }
   // Without staging (no daemon), into a sink: the local ranks send all the same.
@@ -214,8 +156,13 @@ void gather(Op& op) {
 // Step 3 on the leader, or the failure told to the local ranks.
 void finish_exchange(Op& op) {
   const Plan& p = *op.plan;
-  op.t2 = PMPI_Wtime();
-  if (p.single_copy && op.error.empty()) push(op);  // the blocks, then the word that they are there
+  op.t2 = seconds_now();
+  if (p.single_copy) {  // the blocks, then the word that they are there
+    if (op.error.empty()) single_copy::push(op);
+    single_copy::tell(op);
+    op.stage = Op::Stage::kFinishing;
+    return;
+  }
   op.length = static_cast<int>(op.error.size());
   for (int k = 0; k < p.local_size; ++k) {
     if (k == p.leader_rank) continue;
@@ -225,7 +172,7 @@ void finish_exchange(Op& op) {
     op.reqs.emplace_back();
     PMPI_Isend(op.error.data(), op.length, MPI_CHAR, k, tag(op, kErrorMsg), p.local, &op.reqs.back());
   }
-  if (op.length > 0 || p.single_copy) {
+  if (op.length > 0) {
     op.stage = Op::Stage::kTelling;
     return;
   }
@@ -286,10 +233,6 @@ void outcome(Op& op) {
     op.reqs.emplace_back();
     PMPI_Irecv(op.error.data(), op.length, MPI_CHAR, op.plan->leader_rank, tag(op, kErrorMsg), op.plan->local, &op.reqs.back());
     op.stage = Op::Stage::kErrorText;
-    return;
-  }
-  if (op.plan->single_copy) {  // the leader wrote the blocks before it said so
-    finish(op);
     return;
   }
   post(op, true, op.rb.base, op.rb.by_rank, op.plan->leader_rank, kScatterMsg);
@@ -395,7 +338,7 @@ void finish(Op& op) {
     give_back(op.stage_recv);
     if (op.error.empty() && std::getenv("AAPC_MPI_TIMING") != nullptr)
       std::fprintf(stderr, "aapc-mpi: machine %d: gather %.3f ms, exchange %.3f ms, scatter %.3f ms\n", p.machine, (op.t1 - op.t0) * 1e3,
-                   (op.t2 - op.t1) * 1e3, (PMPI_Wtime() - op.t2) * 1e3);
+                   (op.t2 - op.t1) * 1e3, (seconds_now() - op.t2) * 1e3);
   }
   if (op.error.empty() && !op.recv_packed.empty()) unpack(op.recv, static_cast<int>(op.recv.counts.size()), op.comm, op.rb);
   if (op.error.empty() && !op.plan->carried && !p.doomed) {  // once per communicator, for AAPC_MPI_VERBOSE
@@ -410,12 +353,17 @@ bool advance(Op& op) {
   using S = Op::Stage;
   switch (op.stage) {
     case S::kCounts:
-      if (!all_done(op)) return false;
+      if (op.plan->single_copy) {
+        bool moved = false;
+        if (!single_copy::collect(op, moved)) return moved;
+      } else if (!all_done(op)) {
+        return false;
+      }
       gather(op);
       return true;
     case S::kGather:
       if (!all_done(op)) return false;
-      op.t1 = PMPI_Wtime();
+      op.t1 = seconds_now();
       op.stage = S::kQueued;
       return true;
     case S::kQueued: return start_exchange(op);
@@ -427,8 +375,17 @@ bool advance(Op& op) {
       op.stage = S::kStatus;
       return true;
     case S::kStatus:
+      if (op.plan->single_copy) {
+        if (!single_copy::told(op)) return false;
+        op.error = single_copy::told_error(op);
+        finish(op);
+        return true;
+      }
       if (!all_done(op)) return false;
       outcome(op);
+      return true;
+    case S::kFinishing:
+      finish(op);
       return true;
     case S::kTelling:
     case S::kErrorText:
@@ -475,8 +432,18 @@ std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool all
   op->rb = blocks_of(recv, n, comm, op->recv_packed, false);
   op->recv = std::move(recv);
   op->counts = describe(*op);
-  if (!op->counts.empty()) {  // every rank's description goes to the leader
-    if (p.leader()) op->all_counts.resize(op->counts.size() * static_cast<std::size_t>(p.local_size));
+  if (p.leader() && !op->counts.empty()) op->all_counts.resize(op->counts.size() * static_cast<std::size_t>(p.local_size));
+  if (p.single_copy) {  // every rank's description reaches the leader through its mailbox
+    if (p.leader()) {
+      std::copy(op->counts.begin(), op->counts.end(), op->all_counts.begin() + static_cast<std::ptrdiff_t>(p.leader_rank * op->counts.size()));
+      op->described.assign(static_cast<std::size_t>(p.local_size), 0);
+      op->described[static_cast<std::size_t>(p.leader_rank)] = 1;
+    } else {
+      // The slot of a call kSlots calls back is this one's: that call must be over here first.
+      Idle idle;
+      for (bool moved = false; !single_copy::post(*op); moved = progress()) idle.rest(moved);
+    }
+  } else if (!op->counts.empty()) {  // ... or through the MPI
     op->reqs.emplace_back();
     PMPI_Igather(op->counts.data(), static_cast<int>(op->counts.size()), MPI_UINT64_T, op->all_counts.data(), static_cast<int>(op->counts.size()),
                  MPI_UINT64_T, p.leader_rank, p.local, &op->reqs.back());
@@ -486,8 +453,6 @@ std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool all
     if (op->counts.empty()) gather(*op);
     else op->stage = Op::Stage::kCounts;
   } else if (p.single_copy) {  // the leader copies; this rank waits for its word
-    op->reqs.emplace_back();
-    PMPI_Irecv(&op->length, 1, MPI_INT, p.leader_rank, tag(*op, kStatusMsg), p.local, &op->reqs.back());
     op->stage = Op::Stage::kStatus;
   } else {
     send_mine(*op);
@@ -498,7 +463,7 @@ std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool all
   return op;
 }
 
-bool progress() {
+bool progress(bool mover) {
   // The MPI calls below may call back into progress() (Open MPI's progress hook,
   // requests.cpp): the ops move in the outer call only.
   static thread_local bool inside = false;
@@ -510,8 +475,11 @@ bool progress() {
     ~Leave() { inside = false; }
   } leave;
   bool moved = false;
-  for (std::size_t i = 0; i < pr.in_flight.size(); ++i)
-    while (!pr.in_flight[i]->done() && advance(*pr.in_flight[i])) moved = true;
+  for (std::size_t i = 0; i < pr.in_flight.size(); ++i) {
+    Op& op = *pr.in_flight[i];
+    while (!op.done() && (!mover || op.for_mover()) && advance(op)) moved = true;
+  }
+  if (mover) return moved;  // what is left of an op calls the MPI: the program's thread does it
   std::vector<Op*> done;
   std::erase_if(pr.in_flight, [&](Op* op) { return op->done() && (done.push_back(op), true); });
   for (Op* op : done) {
@@ -520,6 +488,45 @@ bool progress() {
     if (op->user != MPI_REQUEST_NULL) PMPI_Grequest_complete(op->user);
   }
   return moved;
+}
+
+double seconds_now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+namespace {
+
+bool mover_has_work() {
+  const auto& ops = process().in_flight;
+  return std::any_of(ops.begin(), ops.end(), [](const Op* o) { return o->for_mover(); });
+}
+
+// The progress thread: moves the detached single-copy ops of this process's leaders while
+// there are any, napping as a waiter does (at most 500 us: in step 2 each look asks the
+// daemon), and sleeps on Process::wake while there are none.
+[[noreturn]] void mover() {
+  Process& pr = process();
+  auto nap = std::chrono::microseconds(10);
+  for (;;) {
+    bool moved = false;
+    {
+      std::unique_lock<std::recursive_mutex> hold(pr.mutex);
+      pr.wake.wait(hold, mover_has_work);
+      moved = progress(true);
+    }
+    nap = moved ? std::chrono::microseconds(10) : std::min(nap * 2, std::chrono::microseconds(500));
+    std::this_thread::sleep_for(nap);
+  }
+}
+
+}  // namespace
+
+void wake_mover() {
+  Process& pr = process();
+  std::lock_guard<std::recursive_mutex> hold(pr.mutex);
+  if (!pr.mover_started) {
+    pr.mover_started = true;
+    std::thread(mover).detach();  // lives with the process; calls no MPI function
+  }
+  pr.wake.notify_one();
 }
 
 bool any_in_flight() {

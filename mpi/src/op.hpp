@@ -46,15 +46,16 @@ class ByteType {
 
 struct Op {
   enum class Stage {
-    kCounts,    // leader: the local ranks' descriptions of their blocks are coming (describe())
-    kGather,    // leader: the local ranks' blocks are coming into staging
-    kQueued,    // leader: waits for its turn to start the machine-level exchange
-    kExchange,  // leader: the daemons exchange
-    kTelling,   // leader: the local ranks are told of a failure
-    kHandOver,  // member: its blocks (and counts) go to the leader
-    kStatus,    // member: waits for the outcome
-    kErrorText, // member: the leader's words on a failure are coming
-    kScatter,   // both: the blocks come back from staging
+    kCounts,     // leader: the local ranks' descriptions of their blocks are coming (describe())
+    kGather,     // leader: the local ranks' blocks are coming into staging
+    kQueued,     // leader: waits for its turn to start the machine-level exchange
+    kExchange,   // leader: the daemons exchange
+    kTelling,    // leader: the local ranks are told of a failure
+    kHandOver,   // member: its blocks (and counts) go to the leader
+    kStatus,     // member: waits for the outcome
+    kErrorText,  // member: the leader's words on a failure are coming
+    kScatter,    // both: the blocks come back from staging
+    kFinishing,  // both, single copy: the blocks are in place; what is left calls the MPI
     kDone,
   };
   MPI_Comm comm = MPI_COMM_NULL;
@@ -76,8 +77,12 @@ struct Op {
   std::optional<aapc::Request> exchange;
   int length = 0;  // of `error`, as told to the members
   std::string error;
-  double t0 = 0, t1 = 0, t2 = 0;  // AAPC_MPI_TIMING
+  std::vector<char> described;  // single copy, the leader's: whose description it has read, by local rank
+  double t0 = 0, t1 = 0, t2 = 0;  // AAPC_MPI_TIMING, seconds (seconds_now())
   MPI_Request user = MPI_REQUEST_NULL;  // MPI_Ialltoall(v)'s generalized request
+  // A nonblocking call's, once returned to the program: nobody drives it but the completion
+  // calls and, on a single-copy leader, the progress thread (mover()).
+  bool detached = false;
 
   bool done() const { return stage == Stage::kDone; }
   // Whether its waiters may nap rather than spin: while only the daemons move it, or when its
@@ -85,7 +90,15 @@ struct Op {
   // whether or not their receiver is in a call; spinning for large messages is what the
   // MPI's own hand-overs need).
   bool may_nap() const { return plan->single_copy || stage == Stage::kExchange || stage == Stage::kStatus; }
+  // Whether the progress thread may take it a step on: a detached single-copy op of a leader,
+  // in a stage that needs no MPI call (single_copy.hpp).
+  bool for_mover() const {
+    return detached && plan->single_copy && plan->leader() && (stage == Stage::kCounts || stage == Stage::kQueued || stage == Stage::kExchange);
+  }
 };
+
+// Seconds on a steady clock: the times of AAPC_MPI_TIMING, taken where no MPI may be called.
+double seconds_now();
 
 // Starts `send` -> `recv` on `comm` (whose plan says aapc): packs, posts the first step and
 // returns. `alltoall`: every block has the same length (the MPI_Alltoall contract). Null when
@@ -93,8 +106,15 @@ struct Op {
 std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool alltoall);
 
 // Takes every op of the process that is not done one step further where it can. True when
-// any moved. Holds the process's mutex.
-bool progress();
+// any moved. Holds the process's mutex. With `mover`, on the progress thread: only the ops
+// for_mover() admits, never into a step that calls the MPI.
+bool progress(bool mover = false);
+
+// The progress thread of a process that leads a machine in a single-copy plan: a
+// nonblocking all-to-all moves on while the program computes or waits in another MPI call
+// (MPICH has no progress hook, and neither MPI runs one while the program computes). It
+// calls no MPI function. Started with the first detached op that may use it; woken by each.
+void wake_mover();
 
 // The pause between two looks at the ops in flight. The MPIs poll in their waits, and a
 // machine's ranks polling while its daemon moves the exchange take the cores the daemon

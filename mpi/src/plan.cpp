@@ -15,6 +15,7 @@
 
 #include "aapc/mpi/copy.hpp"
 #include "op.hpp"
+#include "single_copy.hpp"
 
 namespace aapc::mpi {
 
@@ -113,25 +114,34 @@ void say(MPI_Comm comm, const Plan& p, int rank, int size) {
 // the machine's ranks agree. Single copy needs no other rank to run while the leader copies;
 // the MPIs' large-message transports move only while both sides call in, which on a node
 // with more processes than cores (MPICH's ranks spin in their waits) costs tens of ms.
+// With single copy every rank keeps a mailbox for the leader (single_copy.hpp), whose address
+// goes with the probe.
 void choose_handover(Plan& p) {
   static std::uint64_t probe = 0;
   probe = 0x6161706300000000ULL | static_cast<std::uint32_t>(::getpid());
   const char* how = std::getenv("AAPC_MPI_HANDOVER");
   const bool mpi_asked = how != nullptr && std::strcmp(how, "mpi") == 0;
-  const std::uint64_t mine[3] = {static_cast<std::uint64_t>(::getpid()), reinterpret_cast<std::uint64_t>(&probe), mpi_asked ? 0 : probe};
-  std::vector<std::uint64_t> all(p.leader() ? 3 * static_cast<std::size_t>(p.local_size) : 0);
-  PMPI_Gather(mine, 3, MPI_UINT64_T, all.data(), 3, MPI_UINT64_T, Plan::leader_rank, p.local);
+  if (!mpi_asked) p.mailbox = std::make_unique<single_copy::Mailbox>();
+  const std::uint64_t mine[4] = {static_cast<std::uint64_t>(::getpid()), reinterpret_cast<std::uint64_t>(&probe), mpi_asked ? 0 : probe,
+                                 reinterpret_cast<std::uint64_t>(p.mailbox.get())};
+  std::vector<std::uint64_t> all(p.leader() ? 4 * static_cast<std::size_t>(p.local_size) : 0);
+  PMPI_Gather(mine, 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, Plan::leader_rank, p.local);
   int single = 1;
   if (p.leader()) {
     for (int k = 0; k < p.local_size; ++k) {
-      const std::uint64_t* r = &all[3 * static_cast<std::size_t>(k)];
+      const std::uint64_t* r = &all[4 * static_cast<std::size_t>(k)];
       p.pids.push_back(static_cast<int>(r[0]));
+      p.mailboxes.push_back(r[3]);
       if (r[2] == 0 || !can_reach(static_cast<int>(r[0]), r[1], r[2]).empty()) single = 0;
     }
   }
   PMPI_Bcast(&single, 1, MPI_INT, Plan::leader_rank, p.local);
   p.single_copy = single != 0;
-  if (!p.single_copy) p.pids.clear();
+  if (!p.single_copy) {
+    p.pids.clear();
+    p.mailboxes.clear();
+    p.mailbox.reset();
+  }
 }
 
 // The leaders of the communicator's machines open the aapc group of its machines (issue 13):

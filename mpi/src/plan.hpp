@@ -4,8 +4,10 @@
 
 #include <mpi.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -21,6 +23,9 @@ namespace aapc::mpi {
 // others go through aapc would deadlock: Open MPI PR #13656). Cached on the communicator as
 // an attribute and freed with it.
 struct Op;
+namespace single_copy {
+struct Mailbox;
+}
 
 struct Plan {
   bool aapc = false;
@@ -45,6 +50,8 @@ struct Plan {
   bool single_copy = false;
   bool single_copy_everywhere = false;  // ... on every machine of the communicator (for AAPC_MPI_VERBOSE)
   std::vector<int> pids;  // the leader's: every local rank's process, by local rank
+  std::unique_ptr<single_copy::Mailbox> mailbox;  // this rank's, with single copy
+  std::vector<std::uint64_t> mailboxes;  // the leader's: where every local rank's is, by local rank
   // The leader's ops that have yet to start their machine-level exchange, in call order: the
   // daemons pair a group's exchanges by the order in which they start.
   std::deque<Op*> to_start;
@@ -57,6 +64,8 @@ struct Plan {
 // One per process.
 struct Process {
   std::recursive_mutex mutex;  // guards what follows and every Op
+  std::condition_variable_any wake;  // the progress thread waits on it for work (wake_mover())
+  bool mover_started = false;
   std::optional<aapc::Client> client;  // kept by processes that lead a machine in some plan: their groups' connection
   std::optional<aapc::ClusterInfo> info;
   std::vector<aapc::Buffer> spare;  // staging buffers of finished calls, for the next ones

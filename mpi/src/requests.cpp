@@ -150,6 +150,8 @@ int carry(std::unique_ptr<Op> op, MPI_Request* request) {
   raw->user = *request;
   requests().push_back(raw);
   progress();  // a done op is completed at once
+  raw->detached = true;
+  if (raw->for_mover()) wake_mover();
   return MPI_SUCCESS;
 }
 
