@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "aapc/sched/spec.hpp"
 #include "protocol.hpp"
@@ -70,8 +72,13 @@ struct Connection {
   std::string path;
   int sock = -1;
   std::uint32_t next_request = 1;
-  std::uint32_t generation = 1;  // grows when we reconnect to a restarted daemon
+  std::atomic<std::uint32_t> generation{1};  // grows when we reconnect to a restarted daemon
   ClusterInfo info;
+  // One request and its reply at a time, the reconnect after a broken one included: the
+  // Clients, Buffers and Requests of one connection may be used by different threads
+  // (libaapc-mpi's progress thread starts and waits for exchanges while the program's thread
+  // opens groups). Recursive: call() reconnects through hello().
+  std::recursive_mutex mutex;
 
   ~Connection() {
     if (sock >= 0) ::close(sock);
@@ -109,9 +116,17 @@ struct Connection {
     return reply;
   }
 
+  // A request that needs no answer, if `of_generation` is still the connection's (best effort).
+  template <typename M>
+  void tell(const M& request, std::uint32_t of_generation) {
+    std::lock_guard<std::recursive_mutex> hold(mutex);
+    if (of_generation == generation) (void)exchange_raw(proto::message(request, next_request++), -1);
+  }
+
   // A request; a broken connection is looked into: a restarted daemon is reported as such.
   template <typename M>
   Result<std::vector<std::uint8_t>> call(const M& request, int fd = -1) {
+    std::lock_guard<std::recursive_mutex> hold(mutex);
     auto reply = exchange_raw(proto::message(request, next_request++), fd);
     if (reply) return reply;
     if (reply.error().code() != Errc::kIo) return reply;
@@ -155,9 +170,7 @@ void Buffer::release() {
   if (data_ == nullptr) return;
   ::munmap(data_, size_);
   data_ = nullptr;
-  if (conn_ && generation_ == conn_->generation) {
-    (void)conn_->exchange_raw(proto::message(proto::FreeRequest{id_}, conn_->next_request++), -1);  // best effort: the daemon also frees on disconnect
-  }
+  if (conn_) conn_->tell(proto::FreeRequest{id_}, generation_);  // best effort: the daemon also frees on disconnect
   conn_.reset();
 }
 
@@ -215,8 +228,7 @@ struct GroupHandle {
   int rank = -1;
   bool everywhere = false;  // open on every member (else its close tells nobody: GroupCloseRequest::tell)
   ~GroupHandle() {
-    if (conn && generation == conn->generation)  // best effort: closed on disconnect too
-      (void)conn->exchange_raw(proto::message(proto::GroupCloseRequest{slot, everywhere}, conn->next_request++), -1);
+    if (conn) conn->tell(proto::GroupCloseRequest{slot, everywhere}, generation);  // best effort: closed on disconnect too
   }
 };
 

@@ -10,8 +10,11 @@
 // Predefined contiguous datatypes are carried as they are; other datatypes are packed first
 // and unpacked after. A call is an Op (op.hpp) that moves on whenever the process drives it:
 // at once for a blocking call, in MPI_Wait/MPI_Test for a nonblocking one (requests.cpp).
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -420,7 +423,7 @@ ByteType::~ByteType() {
 
 std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool alltoall) {
   Process& pr = process();
-  std::lock_guard<std::recursive_mutex> hold(pr.mutex);
+  std::unique_lock<std::recursive_mutex> hold(pr.mutex);
   auto op = std::make_unique<Op>();
   op->comm = comm;
   op->plan = &p;
@@ -440,8 +443,14 @@ std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool all
       op->described[static_cast<std::size_t>(p.leader_rank)] = 1;
     } else {
       // The slot of a call kSlots calls back is this one's: that call must be over here first.
+      // Its leader may be waiting for this process's own progress thread (this process may
+      // lead another communicator of that leader's): not with the mutex held.
       Idle idle;
-      for (bool moved = false; !single_copy::post(*op); moved = progress()) idle.rest(moved);
+      for (bool moved = false; !single_copy::post(*op); moved = progress()) {
+        hold.unlock();
+        idle.rest(moved);
+        hold.lock();
+      }
     }
   } else if (!op->counts.empty()) {  // ... or through the MPI
     op->reqs.emplace_back();
@@ -524,7 +533,13 @@ void wake_mover() {
   std::lock_guard<std::recursive_mutex> hold(pr.mutex);
   if (!pr.mover_started) {
     pr.mover_started = true;
-    std::thread(mover).detach();  // lives with the process; calls no MPI function
+    // It lives with the process and calls no MPI function, and takes none of the program's
+    // signals: they go to the program's threads as before.
+    sigset_t all, was;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &was);
+    std::thread(mover).detach();
+    pthread_sigmask(SIG_SETMASK, &was, nullptr);
   }
   pr.wake.notify_one();
 }

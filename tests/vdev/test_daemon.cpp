@@ -869,3 +869,41 @@ TEST_CASE("issue 13: a group closed while a collective of it waits for its allto
   CHECK(a);
   CHECK(b);
 }
+
+// libaapc-mpi's progress thread starts and waits for exchanges on a connection while the
+// program's thread opens groups on it (found by CI: "aapcd answered GROUP_QUERY oddly", then
+// "aapcd answered WAIT oddly", when two requests' replies crossed). Two threads, each with
+// its own copy of one Client, ask at once: every reply must be its own request's.
+TEST_CASE("issue 13: two threads on one connection each get their own replies") {
+  LocalDaemon d;
+  Client c = Client::connect(d.socket);
+  std::atomic<int> wrong{0};
+  std::string first_wrong;
+  std::mutex first_lock;
+  auto note = [&](const std::string& what) {
+    std::lock_guard<std::mutex> hold(first_lock);
+    if (wrong++ == 0) first_wrong = what;
+  };
+  auto asker = [&](Client mine, bool allocating) {
+    for (int i = 0; i < 400; ++i) {
+      if (allocating) {
+        try {
+          Buffer b = mine.allocate(4096);
+          if (b.size() != 4096) note("a buffer of " + std::to_string(b.size()) + " bytes");
+        } catch (const Exception& e) {
+          note(e.what());
+        }
+      } else if (auto s = mine.status(); !s) {
+        note(s.error().message());
+      } else if (s->find("\"rank\"") == std::string::npos) {
+        note("a status without a rank: " + s->substr(0, 80));
+      }
+    }
+  };
+  std::thread a(asker, c, true), b(asker, c, false);
+  a.join();
+  b.join();
+  INFO("first wrong reply: " << first_wrong);
+  CHECK(wrong == 0);
+  CHECK(c.status());
+}

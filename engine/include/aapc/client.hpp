@@ -24,7 +24,9 @@
 // A group's collectives are numbered apart from the cluster's and from other groups', so each
 // group keeps its own order, and any number of clients of a machine may each hold groups.
 //
-// A Client and everything made from it belong to one thread at a time.
+// A Client, Buffer or Request belongs to one thread at a time. Different ones of one
+// connection (a Client, the groups it opened, their buffers and requests) may be used by
+// different threads at once: the connection takes one request at a time.
 #pragma once
 
 #include <chrono>
