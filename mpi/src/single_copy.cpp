@@ -68,6 +68,7 @@ bool post(Op& op) {
   if (s.posted.load(std::memory_order_relaxed) != s.over.load(std::memory_order_acquire)) return false;
   s.words = op.counts.size();
   s.at = reinterpret_cast<std::uint64_t>(op.counts.data());
+  s.error_len = 0;  // the leader writes it only when this call fails: not an earlier call's words
   s.posted.store(op.call + 1ULL, std::memory_order_release);
   return true;
 }
@@ -83,7 +84,10 @@ bool collect(Op& op, bool& moved) {
   const Plan& p = *op.plan;
   const std::size_t stride = op.counts.size();
   bool all = true;
-  for (int k = 0; k < p.local_size && op.error.empty(); ++k) {
+  // Every rank's, even after one failed: the outcome goes into each rank's slot only once the
+  // rank has posted there (else its post would wait for a slot that looks taken, or wipe the
+  // outcome's words).
+  for (int k = 0; k < p.local_size; ++k) {
     if (op.described[static_cast<std::size_t>(k)] != 0) continue;
     struct {
       std::uint64_t posted, words, at;
@@ -96,14 +100,14 @@ bool collect(Op& op, bool& moved) {
     if (why.empty() && head.words != stride)  // an erroneous program: another call there
       why = "rank " + comm_rank(op, k) + " described its blocks in " + std::to_string(head.words) + " words, rank " + comm_rank(op, p.leader_rank) +
             " in " + std::to_string(stride) + " (a different all-to-all?)";
-    if (why.empty())
+    if (why.empty() && op.error.empty())
       why = copy_pieces(pid_of(op, k), false, reinterpret_cast<std::uint8_t*>(&op.all_counts[static_cast<std::size_t>(k) * stride]),
                         {{0, stride * 8}}, head.at, {{0, stride * 8}});
-    if (!why.empty()) op.error = failed(op, why);
+    if (!why.empty() && op.error.empty()) op.error = failed(op, why);
     op.described[static_cast<std::size_t>(k)] = 1;
     moved = true;
   }
-  return all || !op.error.empty();
+  return all;
 }
 
 // An MPI_Alltoall's local ranks must all have the leader's block length: the layout is made

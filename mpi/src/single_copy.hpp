@@ -46,8 +46,9 @@ bool post(Op& op);
 bool told(const Op& op);
 std::string told_error(const Op& op);
 
-// The leader: reads the descriptions that have come (op.described). True when it has every
-// one, or the op failed; `moved` when it read one.
+// The leader: reads the descriptions that have come (op.described). True when every local
+// rank has posted its call (a rank whose memory cannot be read counts, and fails the op);
+// `moved` when one more has.
 bool collect(Op& op, bool& moved);
 
 // The leader: every local rank's blocks into staging, then (after the exchange) out of it.

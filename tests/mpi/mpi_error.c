@@ -4,11 +4,19 @@
  * (AAPC_MPI_SCHEDULE=no-such-schedule), every rank must get an MPI error whose
  * MPI_Error_string is aapc's message, and none may hang. `mpi-error mismatch` is an erroneous
  * program instead: rank 1 sends twice the count of the others in one MPI_Ialltoall.
- * Exit status 0 when every rank got such an error. */
+ * `mpi-error mixed` is another: rank 1 calls MPI_Ialltoallv where the others call
+ * MPI_Ialltoall. In both, rank 2 (rank 1's machine at 3 ranks a machine) calls a second late:
+ * a leader that finds the error at once must still tell rank 2 the outcome of its own call.
+ * Without `mismatch`, the program then goes on as one that handled the error: it drops the
+ * setting (libaapc-mpi reads it at each call) and its next 40 MPI_Alltoalls must all succeed
+ * and deliver, more calls than a rank keeps hand-over slots for (32): a slot whose earlier
+ * call failed must not pass that failure on to a later one.
+ * Exit status 0 when every rank got such an error, and then the later calls' blocks. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -17,16 +25,25 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   const int mismatch = argc > 1 && strcmp(argv[1], "mismatch") == 0;
+  const int mixed = argc > 1 && strcmp(argv[1], "mixed") == 0;
+  const int erroneous = mismatch || mixed;
   const int count = mismatch && me == 1 ? 128 : 64;
+  int* counts = malloc((size_t)n * sizeof(int));
+  int* displs = malloc((size_t)n * sizeof(int));
+  for (int d = 0; d < n; ++d) counts[d] = 64, displs[d] = 64 * d;
   int* s = calloc((size_t)n, sizeof(int) * 128);
   int* r = calloc((size_t)n, sizeof(int) * 128);
   int all = 1;
-  for (int nonblocking = mismatch; nonblocking < 2; ++nonblocking) {
+  for (int nonblocking = erroneous; nonblocking < 2; ++nonblocking) {
     const char* call = nonblocking ? "MPI_Wait of MPI_Ialltoall" : "MPI_Alltoall";
     int rc = MPI_SUCCESS;
     if (nonblocking) {
       MPI_Request req;
-      rc = MPI_Ialltoall(s, count, MPI_INT, r, count, MPI_INT, MPI_COMM_WORLD, &req);
+      if (erroneous && me == 2) sleep(1);
+      if (mixed && me == 1)
+        rc = MPI_Ialltoallv(s, counts, displs, MPI_INT, r, counts, displs, MPI_INT, MPI_COMM_WORLD, &req);
+      else
+        rc = MPI_Ialltoall(s, count, MPI_INT, r, count, MPI_INT, MPI_COMM_WORLD, &req);
       if (rc == MPI_SUCCESS) rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
     } else {
       rc = MPI_Alltoall(s, 64, MPI_INT, r, 64, MPI_INT, MPI_COMM_WORLD);
@@ -41,7 +58,24 @@ int main(int argc, char** argv) {
     if (me == 0) printf("mpi-error: %s: %s\n", call, every ? "every rank got aapc's error" : "NOT every rank got aapc's error");
     all &= every;
   }
-  free(s), free(r);
+  if (!erroneous) {
+    unsetenv("AAPC_MPI_SCHEDULE");
+    int mine = 1, every = 0;
+    for (int call = 0; call < 40; ++call) {
+      for (int d = 0; d < n; ++d)
+        for (int k = 0; k < 64; ++k) s[d * 64 + k] = (me * n + d) * 1000 + call * 64 + k;
+      const int rc = MPI_Alltoall(s, 64, MPI_INT, r, 64, MPI_INT, MPI_COMM_WORLD);
+      int right = rc == MPI_SUCCESS;
+      for (int from = 0; from < n && right; ++from)
+        for (int k = 0; k < 64; ++k) right &= r[from * 64 + k] == (from * n + me) * 1000 + call * 64 + k;
+      if (!right) printf("mpi-error: rank %d: call %d after the errors returned %d%s\n", me, call, rc, rc == MPI_SUCCESS ? " with wrong blocks" : "");
+      mine &= right;
+    }
+    MPI_Allreduce(&mine, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (me == 0) printf("mpi-error: after the errors, 40 all-to-alls: %s\n", every ? "every rank got its blocks" : "NOT every rank got its blocks");
+    all &= every;
+  }
+  free(s), free(r), free(counts), free(displs);
   MPI_Finalize();
   return all ? 0 : 1;
 }
