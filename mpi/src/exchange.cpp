@@ -509,11 +509,11 @@ bool mover_has_work() {
 }
 
 // The progress thread: moves the detached single-copy ops of this process's leaders while
-// there are any, napping as a waiter does (at most 500 us: in step 2 each look asks the
+// there are any, napping as Idle::nap does (at most 500 us: in step 2 each look asks the
 // daemon), and sleeps on Process::wake while there are none.
 [[noreturn]] void mover() {
   Process& pr = process();
-  auto nap = std::chrono::microseconds(10);
+  Idle idle;
   for (;;) {
     bool moved = false;
     {
@@ -521,8 +521,7 @@ bool mover_has_work() {
       pr.wake.wait(hold, mover_has_work);
       moved = progress(true);
     }
-    nap = moved ? std::chrono::microseconds(10) : std::min(nap * 2, std::chrono::microseconds(500));
-    std::this_thread::sleep_for(nap);
+    idle.nap(moved);
   }
 }
 
@@ -560,6 +559,11 @@ void Idle::rest(bool moved) {
     nap_ = std::chrono::microseconds(10);
     return;
   }
+  nap(false);
+}
+
+void Idle::nap(bool moved) {
+  if (moved) nap_ = std::chrono::microseconds(10);
   std::this_thread::sleep_for(nap_);
   nap_ = std::min(nap_ * 2, std::chrono::microseconds(500));
 }

@@ -124,6 +124,9 @@ void wake_mover();
 class Idle {
  public:
   void rest(bool moved);
+  // Pauses whatever the ops are: 10 us after a look that moved one, else twice the last
+  // pause, up to 500 us (the progress thread's pace, mover()).
+  void nap(bool moved);
 
  private:
   std::chrono::microseconds nap_{10};

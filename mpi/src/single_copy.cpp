@@ -141,7 +141,7 @@ void push(Op& op) {
 // as it sees `over`. A rank whose memory cannot be reached any more (gone) is not told.
 void tell(const Op& op) {
   const Plan& p = *op.plan;
-  const std::uint64_t over = op.call + 1ULL;
+  std::uint64_t over = op.call + 1ULL;
   for (int k = 0; k < p.local_size; ++k) {
     if (k == p.leader_rank) continue;
     if (!op.error.empty()) {
@@ -153,7 +153,7 @@ void tell(const Op& op) {
       std::memcpy(words.text, op.error.data(), words.len);
       (void)slot_io(op, k, true, offsetof(Slot, error_len), &words, sizeof words);
     }
-    (void)slot_io(op, k, true, offsetof(Slot, over), const_cast<std::uint64_t*>(&over), sizeof over);
+    (void)slot_io(op, k, true, offsetof(Slot, over), &over, sizeof over);
   }
 }
 
