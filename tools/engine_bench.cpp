@@ -34,6 +34,7 @@
 #include "aapc/nic/extmem.hpp"
 #include "aapc/nic/io_lcore.hpp"
 #include "aapc/sched/algorithms.hpp"
+#include "crc.hpp"
 #include "pattern.h"
 
 using namespace aapc;
@@ -224,6 +225,59 @@ double memcpy_gbps(std::vector<std::uint8_t>& buf, std::uint64_t block, int repe
   return static_cast<double>(2 * block) * 8 / secs / 1e9;
 }
 
+// The configurations goodput() runs, by code: 0, no capture; -1, no capture, a cluster key;
+// -2, no capture, payload sent without a copy; -3 and -4, as 0 and -1 with an I/O lcore on a
+// second CPU that checks what is received; -5 and -6, that also seals what is sent; -100 - i,
+// as 0 with the CRC computed by crc32c_paths()[i] instead of the fastest way; a positive
+// code, capture at that snap length.
+struct Configs {
+  Cable& cable;
+  std::uint64_t block;
+  int mtu;
+  std::vector<std::uint8_t>& buf;
+  std::string capture_dir;
+  int io_core;
+  std::uint32_t id = 1;
+
+  static constexpr int kCrcPath = -100;
+
+  static std::string label(int code) {
+    if (code <= kCrcPath) return "copied, CRC by " + std::string(engine::crc32c_paths()[static_cast<std::size_t>(kCrcPath - code)].name);
+    switch (code) {
+      case 0: return "no capture (payload copied)";
+      case -1: return "cluster key (tagged frames)";
+      case -2: return "zero copy (payload attached)";
+      case -3: return "copied, lcore checks";
+      case -4: return "key, lcore checks";
+      case -5: return "copied, lcore checks + seals";
+      case -6: return "key, lcore checks + seals";
+      default: return "capture, snaplen " + std::to_string(code);
+    }
+  }
+
+  Outcome run(int code, const nic::ExternalRegion& region) {
+    namespace fs = std::filesystem;
+    if (code <= kCrcPath) {
+      engine::use_crc32c_path(&engine::crc32c_paths()[static_cast<std::size_t>(kCrcPath - code)]);
+      Outcome o = run_once(*cable.a, *cable.b, block, mtu, id++, buf);
+      engine::use_crc32c_path(nullptr);
+      return o;
+    }
+    if (code <= 0)
+      return run_once(*cable.a, *cable.b, block, mtu, id++, buf, code == -1 || code == -4 || code == -6, code == -2 ? &region : nullptr,
+                      code <= -3 ? io_core : -1, code <= -5);
+    fs::path fa = fs::path(capture_dir) / "aapc-bench-a.pcap", fb = fs::path(capture_dir) / "aapc-bench-b.pcap";
+    Outcome o;
+    {
+      nic::CapturePort ca(*cable.a, {fa.string(), code}), cb(*cable.b, {fb.string(), code});
+      o = run_once(ca, cb, block, mtu, id++, buf);
+    }
+    fs::remove(fa);
+    fs::remove(fb);
+    return o;
+  }
+};
+
 // Payload goodput of one exchange each way, without capture, with a cluster key and with the
 // capture tap at two snap lengths, the best of `repeat` runs each.
 void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const std::string& capture_dir, int snaplen, int io_core) {
@@ -231,10 +285,11 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
   std::vector<std::uint8_t> buf(4 * block);
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::uint8_t>(i * 2654435761U >> 13);
   for (std::size_t i = 0; i < block; ++i) buf[2 * block + i] = static_cast<std::uint8_t>(i * 40503U >> 7);
-  std::uint32_t id = 1;
   Outcome last;
+  const auto crc_paths = engine::crc32c_paths();
   std::cout << "two engines, one core, net_ring, MTU " << mtu << ", " << block_mib << " MiB each way, best of " << repeat
-            << (io_core >= 0 ? ", the I/O lcore on CPU " + std::to_string(io_core) : std::string()) << "\n";
+            << (io_core >= 0 ? ", the I/O lcore on CPU " + std::to_string(io_core) : std::string()) << ", CRC32C by "
+            << crc_paths.back().name << "\n";
   auto report = [&](const std::string& what, double secs, double base) {
     double gbps = static_cast<double>(last.payload) * 8 / secs / 1e9;
     std::cout << "  " << std::left << std::setw(30) << what << std::right << std::fixed << std::setprecision(2) << std::setw(8) << gbps
@@ -244,31 +299,18 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
     std::cout << "\n";
     return gbps;
   };
-  // The configurations run in turns, so that a slow moment of the machine hits them all.
-  namespace fs = std::filesystem;
-  // 0: no capture; -1: no capture, a cluster key; -2: no capture, payload sent without a copy;
-  // -3 and -4: as 0 and -1 with an I/O lcore on a second CPU that checks what is received;
-  // -5 and -6: that also seals what is sent
+  // The configurations run in turns, so that a slow moment of the machine hits them all. The
+  // slower CRC paths (not the table) come right after the first, for the ratio of the two.
   std::vector<int> snaps = {0, -2, -1, 65535, snaplen};
   if (io_core >= 0) snaps.insert(snaps.begin() + 3, {-3, -4, -5, -6});
+  for (std::size_t i = 1; i + 1 < crc_paths.size(); ++i) snaps.insert(snaps.begin() + 1, Configs::kCrcPath - static_cast<int>(i));
   const nic::ExternalRegion region(buf.data(), buf.size());
+  Configs configs{cable, block, mtu, buf, capture_dir, io_core};
   std::vector<double> best(snaps.size(), 1e30);
   std::vector<Outcome> outcome(snaps.size());
   for (int rep = 0; rep < repeat; ++rep) {
     for (std::size_t c = 0; c < snaps.size(); ++c) {
-      Outcome o;
-      if (snaps[c] <= 0) {
-        o = run_once(*cable.a, *cable.b, block, mtu, id++, buf, snaps[c] == -1 || snaps[c] == -4 || snaps[c] == -6,
-                     snaps[c] == -2 ? &region : nullptr, snaps[c] <= -3 ? io_core : -1, snaps[c] <= -5);
-      } else {
-        fs::path fa = fs::path(capture_dir) / "aapc-bench-a.pcap", fb = fs::path(capture_dir) / "aapc-bench-b.pcap";
-        {
-          nic::CapturePort ca(*cable.a, {fa.string(), snaps[c]}), cb(*cable.b, {fb.string(), snaps[c]});
-          o = run_once(ca, cb, block, mtu, id++, buf);
-        }
-        fs::remove(fa);
-        fs::remove(fb);
-      }
+      Outcome o = configs.run(snaps[c], region);
       if (!o.ok) throw std::runtime_error("an exchange did not complete byte-exact");
       if (o.seconds < best[c]) {
         best[c] = o.seconds;
@@ -279,14 +321,7 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
   double gbps = 0;
   for (std::size_t c = 0; c < snaps.size(); ++c) {
     last = outcome[c];
-    const std::string what = snaps[c] == 0    ? "no capture (payload copied)"
-                             : snaps[c] == -2 ? "zero copy (payload attached)"
-                             : snaps[c] == -1 ? "cluster key (tagged frames)"
-                             : snaps[c] == -3 ? "copied, lcore checks"
-                             : snaps[c] == -4 ? "key, lcore checks"
-                             : snaps[c] == -5 ? "copied, lcore checks + seals"
-                             : snaps[c] == -6 ? "key, lcore checks + seals"
-                                              : "capture, snaplen " + std::to_string(snaps[c]);
+    const std::string what = Configs::label(snaps[c]);
     double g = report(what, best[c], c == 0 ? 0 : best[0]);
     if (c == 0) gbps = g;
   }

@@ -8,6 +8,7 @@
 #include "../fuzz/fuzz_context.hpp"
 #include "aapc/engine/descriptor.hpp"
 #include "aapc/engine/wire.hpp"
+#include "crc.hpp"
 
 using namespace aapc;
 using namespace aapc::engine;
@@ -49,9 +50,11 @@ TEST_CASE("CRC32C of the standard check string") {
   CHECK(crc32c(crc32c(0, s, 4), s + 4, 5) == 0xE3069283U);
 }
 
-// Three lanes at once and their registers joined (crc.cpp): the same CRC as a bit at a time,
-// at every length around the lane sizes, from every starting value, and copying exactly.
-TEST_CASE("CRC32C of long runs, in lanes, equals the bitwise CRC; copy_and_seal copies exactly") {
+// Every way this CPU computes the CRC (crc.cpp: a table; three lanes of the crc32 instruction;
+// carry-less folding, 256 bytes a round): the same CRC as a bit at a time, at every length up
+// to 1,100 bytes and around the lanes' and rounds' sizes, from every starting value and
+// alignment, and a copy of exactly the bytes asked for.
+TEST_CASE("CRC32C of long runs, by every path, equals the bitwise CRC; copy_and_seal copies exactly") {
   auto bitwise = [](std::uint32_t crc, const std::uint8_t* p, std::size_t len) {
     crc = ~crc;
     for (std::size_t i = 0; i < len; ++i) {
@@ -62,14 +65,43 @@ TEST_CASE("CRC32C of long runs, in lanes, equals the bitwise CRC; copy_and_seal 
   };
   std::vector<std::uint8_t> data(3 * 512 * 3 + 3 * 64 * 2 + 100);
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 2654435761U >> 11);
-  for (std::size_t len : {std::size_t{0}, std::size_t{7}, std::size_t{191}, std::size_t{192}, std::size_t{193}, std::size_t{1535},
-                          std::size_t{1536}, std::size_t{1537}, std::size_t{1456}, std::size_t{3000}, data.size() - 3}) {
-    for (std::size_t off : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
-      INFO("length " << len << " at offset " << off);
-      CHECK(crc32c(0, data.data() + off, len) == bitwise(0, data.data() + off, len));
-      CHECK(crc32c(0x12345678U, data.data() + off, len) == bitwise(0x12345678U, data.data() + off, len));
+  std::vector<std::size_t> lengths;
+  for (std::size_t len = 0; len <= 1100; ++len) lengths.push_back(len);
+  for (std::size_t len : {1456, 1470, 1535, 1536, 1537, 3000, 8970, 8971}) lengths.push_back(len);
+  lengths.push_back(data.size() - 3);
+  INFO("CPU paths: " << crc32c_paths().size());
+  for (const auto& path : crc32c_paths()) {
+    for (std::size_t len : lengths) {
+      if (len + 3 > data.size()) continue;
+      for (std::size_t off : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+        const std::uint8_t* p = data.data() + off;
+        const std::uint32_t want0 = bitwise(0, p, len), want1 = bitwise(0x12345678U, p, len);
+        std::vector<std::uint8_t> out(len + 2 + off, 0xA5);
+        const std::uint32_t copied = path.copy(0x12345678U, out.data() + 1 + off, p, len);
+        const bool ok = path.crc(0, p, len) == want0 && path.crc(0x12345678U, p, len) == want1 && copied == want1 &&
+                        std::equal(p, p + len, out.begin() + 1 + static_cast<std::ptrdiff_t>(off)) && out[off] == 0xA5 &&
+                        out[len + 1 + off] == 0xA5;
+        if (!ok) {  // one CHECK a failure, not ten thousand passes
+          INFO(path.name << ": length " << len << " at offset " << off);
+          CHECK(path.crc(0, p, len) == want0);
+          CHECK(path.crc(0x12345678U, p, len) == want1);
+          CHECK(copied == want1);
+          CHECK(std::equal(p, p + len, out.begin() + 1 + static_cast<std::ptrdiff_t>(off)));
+          CHECK(out[off] == 0xA5);
+          CHECK(out[len + 1 + off] == 0xA5);
+        }
+      }
     }
+    // The functions everyone calls take the path chosen, and the fastest again after.
+    use_crc32c_path(&path);
+    CHECK(crc32c(0, data.data(), 1470) == bitwise(0, data.data(), 1470));
+    use_crc32c_path(nullptr);
   }
+  CHECK(crc32c_paths().front().name == "table");
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("vpclmulqdq") != 0 && __builtin_cpu_supports("sse4.2") != 0)
+    CHECK(crc32c_paths().back().name == "avx512 vpclmulqdq");
+#endif
   // copy_and_seal (copy and CRC in one pass) seals the frame as copying and then seal() does.
   for (std::size_t len : {std::size_t{1}, std::size_t{700}, std::size_t{1456}, std::size_t{1537}, std::size_t{4000}}) {
     Header h;
