@@ -510,13 +510,15 @@ int main(int argc, char** argv) {
     nic::EalOptions eal;
     eal.memory_mb = 1024;
     eal.program = "aapc-engine-bench";
+    // One core: this thread, pinned to the first CPU the process may use; an I/O lcore, where
+    // asked, on another.
+    if (const auto cpus = nic::allowed_cpus(); !cpus.empty()) eal.extra = {"-l", std::to_string(cpus.front())};
     nic::eal_init(eal);
     Cable cable = make_cable(0, mtu);
     if (handovers > 0) {
       handover(*cable.a, *cable.b, handovers);
       return 0;
     }
-    // The EAL runs this thread on the first CPU; an I/O lcore, where asked, on another.
     goodput(cable, block_mib, mtu, repeat, capture_dir, snaplen, io_core);
   } catch (const std::exception& e) {
     std::cerr << "aapc-engine-bench: " << e.what() << "\n";

@@ -3,8 +3,10 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -14,9 +16,46 @@ namespace aapc::nic {
 namespace {
 std::mutex g_mutex;
 bool g_running = false;
+std::vector<int> g_cpus;  // allowed_cpus() when the EAL started
+
+std::vector<int> cpus_now() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(static_cast<unsigned>(c), &set)) out.push_back(c);
+  return out;
+}
+
+// An lcore option of the caller's own: "-l", "-c" or "--lcores", alone or with its value.
+bool names_lcores(const std::string& a) {
+  return a.rfind("-l", 0) == 0 || a.rfind("-c", 0) == 0 || a.rfind("--lcores", 0) == 0;
+}
 }  // namespace
 
-std::vector<std::string> EalOptions::args() const {
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::string out;
+  for (std::size_t i = 0; i < cpus.size();) {
+    std::size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(cpus[i]);
+    if (j > i) out += '-' + std::to_string(cpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::vector<int> allowed_cpus() {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_running && !g_cpus.empty()) return g_cpus;
+  }
+  return cpus_now();
+}
+
+std::vector<std::string> EalOptions::args(const std::vector<int>& cpus) const {
   std::vector<std::string> out{program};
   if (no_huge) out.push_back("--no-huge");
   if (no_huge && memory_mb > 0) out.push_back("-m" + std::to_string(memory_mb));
@@ -26,6 +65,7 @@ std::vector<std::string> EalOptions::args() const {
   if (no_telemetry) out.push_back("--no-telemetry");
   if (!log_level.empty()) out.push_back("--log-level=" + log_level);
   for (const auto& v : vdevs) out.push_back("--vdev=" + v);
+  if (!cpus.empty() && std::none_of(extra.begin(), extra.end(), names_lcores)) out.push_back("--lcores=0@(" + cpu_list(cpus) + ")");
   out.insert(out.end(), extra.begin(), extra.end());
   return out;
 }
@@ -33,7 +73,8 @@ std::vector<std::string> EalOptions::args() const {
 void eal_init(const EalOptions& options) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_running) return;
-  std::vector<std::string> args = options.args();
+  std::vector<int> cpus = cpus_now();
+  std::vector<std::string> args = options.args(cpus);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -45,6 +86,7 @@ void eal_init(const EalOptions& options) {
                    ". Without hugepages keep --no-huge and give enough -m memory; run as root for af_packet and PCI devices.");
   }
   g_running = true;
+  g_cpus = std::move(cpus);
   std::atexit([] {
     std::string dir = rte_eal_get_runtime_dir();
     rte_eal_cleanup();

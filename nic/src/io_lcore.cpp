@@ -106,11 +106,11 @@ void IoLcore::start() {
   const int cpus = static_cast<int>(std::thread::hardware_concurrency());
   if (options_.core >= cpus) throw NicError("I/O lcore " + options_.name + ": no CPU " + std::to_string(options_.core) + " (this machine has " + std::to_string(cpus) + ")");
   if (options_.core >= 0) {
-    // A CPU outside the calling thread's set (taskset, a batch job's binding) belongs to
-    // someone else: spinning there would take another job's core, or fail in a cpuset.
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && !CPU_ISSET(static_cast<unsigned>(options_.core), &allowed))
+    // A CPU outside the process's set (taskset, a batch job's binding) belongs to someone
+    // else: spinning there would take another job's core, or fail in a cpuset. The set as it
+    // was before the EAL started, not the calling thread's: with -l the EAL pins that thread.
+    const std::vector<int> allowed = allowed_cpus();
+    if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), options_.core) == allowed.end())
       throw NicError("I/O lcore " + options_.name + ": CPU " + std::to_string(options_.core) +
                      " is outside this process's CPU set; give one that taskset -p (or the job's allocation) allows");
   }

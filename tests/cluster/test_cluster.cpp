@@ -91,6 +91,35 @@ bool wait_for(Proc& p, std::chrono::milliseconds limit) {
 
 std::vector<std::string> machines() { return aapc::tools::emu_machines(state()); }
 
+// "Cpus_allowed_list" of a /proc status file: "0-1".
+std::string cpus_allowed(const std::string& status_file) {
+  std::ifstream in(status_file);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) return line.substr(line.find_first_not_of(" \t", 18));
+  return "";
+}
+
+// The CPUs of such a list, in order: "0-2,5" gives 0, 1, 2, 5.
+std::vector<int> cpus_of(const std::string& list) {
+  std::vector<int> out;
+  std::stringstream ss(list);
+  for (std::string part; std::getline(ss, part, ',');) {
+    const auto dash = part.find('-');
+    const int lo = std::stoi(part.substr(0, dash)), hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
+    for (int c = lo; c <= hi; ++c) out.push_back(c);
+  }
+  return out;
+}
+
+// Two machines on one cable, at MTU 9000 (written once per run).
+fs::path two_on_a_cable() {
+  fs::create_directories(kLogs);
+  const fs::path topo = kLogs / "two-on-a-cable.dot";
+  std::ofstream(topo) << "graph \"two-on-a-cable\" {\n  mtu=9000;\n  edge [rate=\"100Mbit\"];\n"
+                         "  a [mac=\"02:00:00:00:00:01\"];\n  b [mac=\"02:00:00:00:00:02\"];\n  a -- b;\n}\n";
+  return topo;
+}
+
 // The same command on every machine; returns the finished processes (rank order).
 std::vector<Proc> everywhere(const std::vector<std::string>& argv, std::chrono::milliseconds limit = 60s) {
   std::vector<Proc> procs;
@@ -227,17 +256,46 @@ TEST_CASE("jumbo frames: 256 KiB exchanges byte-exact at MTU 9000, 9014-byte fra
 TEST_CASE("two machines on one cable, at MTU 9000: byte-exact") {
   // Landed main left the far end of the cable without its MAC, MTU and link: its daemon did
   // not come up.
-  fs::create_directories(kLogs);
-  const fs::path topo = kLogs / "two-on-a-cable.dot";
-  std::ofstream(topo) << "graph \"two-on-a-cable\" {\n  mtu=9000;\n  edge [rate=\"100Mbit\"];\n"
-                         "  a [mac=\"02:00:00:00:00:01\"];\n  b [mac=\"02:00:00:00:00:02\"];\n  a -- b;\n}\n";
-  Cluster c(topo.string());
+  Cluster c(two_on_a_cable().string());
   require_all_ok(everywhere(exchange(256 * 1024, "auto", "auto", 2)), "two on a cable");
   const std::string link = sh("ip netns exec " + aapc::tools::emu_netns("b") + " ip link show aapc0").text;
   INFO(link);
   CHECK(link.find("mtu 9000") != std::string::npos);
   CHECK(link.find("02:00:00:00:00:02") != std::string::npos);
   CHECK(sh("ip netns exec " + aapc::tools::emu_netns("b") + " tc qdisc show dev aapc0").text.find("tbf") != std::string::npos);
+  // The daemons' engine threads may run on every CPU this test may: the EAL pinned each to
+  // the first (CPU 0), where every daemon of the box then took turns.
+  const std::string ours = cpus_allowed("/proc/self/status");
+  const nlohmann::json st = state();
+  REQUIRE(st["daemons"].size() == 2);
+  for (const auto& d : st["daemons"]) {
+    const std::string pid = std::to_string(d["pid"].get<int>());
+    INFO("aapcd " << pid << " on " << d["machine"].get<std::string>() << ": this test may run on CPUs " << ours);
+    CHECK(cpus_allowed("/proc/" + pid + "/task/" + pid + "/status") == ours);
+  }
+}
+
+TEST_CASE("aapcd --io-cores: a CPU outside the daemon's taskset is refused, saying so; one inside it is taken") {
+  const auto cpus = cpus_of(cpus_allowed("/proc/self/status"));
+  if (cpus.size() < 2) {
+    WARN("needs two CPUs in this process's set; skipped");
+    return;
+  }
+  const std::string topo = two_on_a_cable().string(), other = std::to_string(cpus[1]);
+  auto daemon = [&](const std::string& taskset, const std::string& io) {
+    return sh(taskset + " timeout 5 " + kTools + "/aapcd -t " + topo + " --vdev net_null0 --rank 0 --socket " + (kLogs / "io-cores.sock").string() +
+              " --io-cores " + io + " --eal-memory-mb 256 2>&1");
+  };
+  const Sh refused = daemon("taskset -c " + std::to_string(cpus[0]), other);
+  INFO(refused.text);
+  CHECK(refused.status != 0);
+  CHECK(refused.text.find("CPU " + other + " is outside this process's CPU set") != std::string::npos);
+  // Without a taskset, the same CPU serves until timeout ends the daemon (status 124). The
+  // EAL had pinned the thread that checks to the first CPU, and refused it.
+  const Sh taken = daemon("", other);
+  INFO(taken.text);
+  CHECK(taken.status == 124);
+  CHECK(taken.text.find("outside") == std::string::npos);
 }
 
 TEST_CASE("1% loss injected in every daemon: still byte-exact") {

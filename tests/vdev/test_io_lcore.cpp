@@ -13,8 +13,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "aapc/engine/wire.hpp"
+#include "aapc/nic/eal.hpp"
 #include "aapc/nic/io_lcore.hpp"
 #include "aapc/sched/generate.hpp"
 #include "checks.hpp"
@@ -214,32 +216,37 @@ TEST_CASE("I/O lcore: what was sent before it stops leaves; a direction is serve
   CHECK_NOTHROW(etx.serve_tx(over_eth));
 }
 
-TEST_CASE("I/O lcore: a CPU outside the process's set is refused with a message that says so") {
-  cpu_set_t saved;
-  REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
-  if (CPU_COUNT(&saved) < 2) {
-    WARN("needs two CPUs in this process's set; skipped");
+// The process's set is the one it had when the EAL started: the EAL may pin the thread that
+// starts an lcore to one CPU (-l; aapc-engine-bench does), and that is no reason to refuse
+// another CPU of the set. aapcd under a taskset that leaves the CPU out is refused, saying so:
+// the cluster suite's "aapcd --io-cores" case (a process can only be started under one).
+TEST_CASE("I/O lcore: a CPU of the process's set is taken though the calling thread is pinned elsewhere; one the machine lacks is refused") {
+  test::start_eal();
+  const std::vector<int> cpus = nic::allowed_cpus();
+  REQUIRE(!cpus.empty());
+  RingPort rp("iol_cpu");
+  {
+    nic::IoLcore beyond({static_cast<int>(std::thread::hardware_concurrency()), "aapc-io-test"});
+    nic::OffloadPort port(*rp.eth);
+    beyond.serve_rx(port);
+    CHECK_THROWS_WITH(beyond.start(), Catch::Contains("no CPU"));
+  }
+  if (cpus.size() < 2) {
+    WARN("needs two CPUs in this process's set for the rest; skipped");
     return;
   }
-  int first = 0;
-  while (!CPU_ISSET(static_cast<unsigned>(first), &saved)) ++first;
-  int other = first + 1;
-  while (!CPU_ISSET(static_cast<unsigned>(other), &saved)) ++other;
+  cpu_set_t saved;
+  REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
   struct Restore {
     cpu_set_t set;
     ~Restore() { sched_setaffinity(0, sizeof set, &set); }
   } restore{saved};
   cpu_set_t only;
   CPU_ZERO(&only);
-  CPU_SET(static_cast<unsigned>(first), &only);
-  REQUIRE(sched_setaffinity(0, sizeof only, &only) == 0);  // as `taskset -c FIRST` would
-  RingPort rp("iol_cpu");
+  CPU_SET(static_cast<unsigned>(cpus[0]), &only);
+  REQUIRE(sched_setaffinity(0, sizeof only, &only) == 0);  // as the EAL's -l pins its main thread
+  nic::IoLcore io({cpus[1], "aapc-io-test"});
   nic::OffloadPort port(*rp.eth);
-  nic::IoLcore io({other, "aapc-io-test"});
   io.serve_rx(port);
-  CHECK_THROWS_WITH(io.start(), Catch::Contains("CPU " + std::to_string(other) + " is outside this process's CPU set"));
-  nic::IoLcore inside({first, "aapc-io-test"});
-  nic::OffloadPort port2(*rp.eth);
-  inside.serve_rx(port2);
-  CHECK_NOTHROW(inside.start());
+  CHECK_NOTHROW(io.start());
 }

@@ -8,7 +8,11 @@ namespace aapc::nic {
 
 struct EalOptions {
   std::vector<std::string> vdevs;  // each becomes --vdev=...; e.g. "net_af_packet0,iface=eth0"
-  std::vector<std::string> extra;  // further EAL arguments, passed as they are
+  // Further EAL arguments, passed as they are. Without -l, -c or --lcores among them, the
+  // EAL's one lcore (the thread that calls eal_init: the engine's) may run on every CPU this
+  // process may use, as the scheduler sees fit; left to itself the EAL would pin that thread
+  // to the first of them, and every daemon of a machine would share one CPU.
+  std::vector<std::string> extra;
   int memory_mb = 512;             // -m, with --no-huge
   bool no_huge = true;
   bool no_pci = true;
@@ -21,12 +25,20 @@ struct EalOptions {
   std::string log_level = "warning";
   std::string program = "aapc";
 
-  std::vector<std::string> args() const;
+  // `cpus`: the CPUs the main lcore may run on (allowed_cpus()).
+  std::vector<std::string> args(const std::vector<int>& cpus) const;
 };
+
+// "0-3,6,8-9" for {0, 1, 2, 3, 6, 8, 9} (sorted, no duplicates): the EAL's and taskset's form.
+std::string cpu_list(const std::vector<int>& cpus);
 
 // Starts the EAL once per process; throws NicError with DPDK's reason. A second call with the
 // EAL already running does nothing. At exit the EAL is cleaned up.
 void eal_init(const EalOptions& options);
 bool eal_running();
+
+// The CPUs this process may use (taskset, cgroups, a batch job's binding), as they were when
+// the EAL started (it may pin its main thread to fewer), or now if it has not started.
+std::vector<int> allowed_cpus();
 
 }  // namespace aapc::nic
