@@ -26,6 +26,17 @@ static void finalize_hung(int sig) {
 /* Never 0 (the cleared buffer) and different from one iteration to the next. */
 static unsigned char stamp(int src, int dst, int iter) { return (unsigned char)(1 + (aapc_pattern(src, dst, 0, 0) + iter) % 255); }
 
+/* MPICH over UCX's TCP transport sometimes spins forever in MPI_Finalize on a rank or two
+ * (seen on this box: 7 minutes at 100% CPU after the last result was printed). Every result
+ * is out and every rank has passed the barrier, so an alarm ends such a rank cleanly. */
+static int finish(void) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  signal(SIGALRM, finalize_hung);
+  alarm(20);
+  MPI_Finalize();
+  return 0;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int me = 0, n = 0, check = 0, world_me = 0, world_n = 0, parts = 1;
@@ -33,6 +44,15 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world_n);
   MPI_Comm comm = MPI_COMM_WORLD;
   for (int a = 1; a < argc; ++a) {
+    if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
+      if (world_me == 0)
+        printf("mpi-alltoall: MPI_Alltoall timed as in the papers (warm-up, then an exchange and a barrier per iteration)\n"
+               "usage: mpi-alltoall [--check] [--split K] SIZE:ITERS [SIZE:ITERS ...]\n"
+               "  SIZE:ITERS  bytes per rank pair, and timed iterations; rank 0 prints one JSON line per size\n"
+               "  --check     validate every received byte\n"
+               "  --split K   K communicators of consecutive ranks, each exchanging at once (the slowest is printed)\n");
+      return finish();
+    }
     if (strcmp(argv[a], "--check") == 0) {
       check = 1;
       continue;
@@ -105,12 +125,5 @@ int main(int argc, char** argv) {
     free(send);
     free(recv);
   }
-  /* MPICH over UCX's TCP transport sometimes spins forever in MPI_Finalize on a rank or two
-   * (seen on this box: 7 minutes at 100% CPU after the last result was printed). Every result
-   * is out and every rank has passed the barrier, so an alarm ends such a rank cleanly. */
-  MPI_Barrier(MPI_COMM_WORLD);
-  signal(SIGALRM, finalize_hung);
-  alarm(20);
-  MPI_Finalize();
-  return 0;
+  return finish();
 }
