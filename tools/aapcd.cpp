@@ -11,6 +11,23 @@
 namespace {
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
+
+// Where and how the engine runs: I/O lcores, the barrier's radix, DPDK's own arguments.
+void add_cpu_options(CLI::App& app, aapc::engine::DaemonConfig& cfg, std::vector<std::string>& eal_args) {
+  app.add_option("--io-cores", cfg.io_cores,
+                 "CPUs for I/O lcores, which take the port's bursts and the check of every received frame off the engine's core: one CPU "
+                 "(receive and send there) or two (receive on the first, send on the second), e.g. --io-cores 2,3")
+      ->delimiter(',')
+      ->expected(1, 2)
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--barrier-radix", cfg.barrier_radix,
+                 "radix of the dissemination barrier (0: chosen by the number of machines); every daemon of the cluster must use the same")
+      ->capture_default_str()
+      ->check([](const std::string& v) { return v == "0" || CLI::Range(2, 4096)(std::string(v)).empty() ? std::string() : "0, or 2 to 4096"; });
+  app.add_option("--eal", eal_args, "further DPDK EAL arguments, e.g. --eal=-l3 to run the engine on CPU 3 alone (default: any CPU this process may use)");
+  app.add_option("--eal-memory-mb", cfg.eal.memory_mb, "EAL memory without hugepages")->capture_default_str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -42,14 +59,7 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-key", cfg.cluster_key,
                  "file of the cluster key (32 bytes or 64 hex digits, mode 0600, the same on every node): frames carry a keyed MAC, "
                  "and frames without a valid one are dropped");
-  app.add_option("--io-cores", cfg.io_cores,
-                 "CPUs for I/O lcores, which take the port's bursts and the check of every received frame off the engine's core: one CPU "
-                 "(receive and send there) or two (receive on the first, send on the second), e.g. --io-cores 2,3")
-      ->delimiter(',')
-      ->expected(1, 2)
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--eal", eal_args, "further DPDK EAL arguments");
-  app.add_option("--eal-memory-mb", cfg.eal.memory_mb, "EAL memory without hugepages")->capture_default_str();
+  add_cpu_options(app, cfg, eal_args);
   app.add_option("--log-level", level, "trace, debug, info, warn, error")->capture_default_str()->take_last();
   CLI11_PARSE(app, argc, argv);
 

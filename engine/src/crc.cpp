@@ -151,7 +151,7 @@ constexpr std::uint64_t x_pow_mod(unsigned n) {
   return v;
 }
 
-// The constants that carry a 128-bit lane `bits` further on (Gopal et al., section "Folding"):
+// The constants that carry a 128-bit lane `bits` further on (Gopal et al.'s folding step):
 // a lane is H * x^64 + L, and it moves to H * x^(64+bits) + L * x^bits. A carry-less product
 // of two reflected 64-bit words is the polynomial product times x, and a 32-bit constant in a
 // word's low half stands for itself times x^32; so H is multiplied by x^(bits+31) mod P and L
@@ -203,8 +203,9 @@ AAPC_FOLD_TARGET std::uint32_t crc32c_fold(std::uint32_t crc, std::uint8_t* dst,
   // The register enters as the first 32 bits of the message, XORed in.
   __m512i x0 = _mm512_xor_si512(load64<kCopy>(dst, src), _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(~crc))));
   advance(64);
+  const __m512i k64 = fold_constants(fold_by(512));
   if (len >= 192) {
-    // Four accumulators, 256 bytes a round: one waits for its product's latency alone.
+    // Four accumulators, 256 bytes a round, so that their products' latencies overlap.
     __m512i x1 = load64<kCopy>(dst, src), x2 = load64<kCopy>(dst, src, 64), x3 = load64<kCopy>(dst, src, 128);
     advance(192);
     const __m512i k256 = fold_constants(fold_by(2048));
@@ -215,10 +216,8 @@ AAPC_FOLD_TARGET std::uint32_t crc32c_fold(std::uint32_t crc, std::uint8_t* dst,
       x3 = fold512(x3, k256, load64<kCopy>(dst, src, 192));
       advance(256);
     }
-    const __m512i k64 = fold_constants(fold_by(512));
     x0 = fold512(fold512(fold512(x0, k64, x1), k64, x2), k64, x3);
   }
-  const __m512i k64 = fold_constants(fold_by(512));
   while (len >= 64) {
     x0 = fold512(x0, k64, load64<kCopy>(dst, src));
     advance(64);
@@ -244,10 +243,6 @@ AAPC_FOLD_TARGET std::uint32_t crc32c_fold(std::uint32_t crc, std::uint8_t* dst,
 }
 #undef AAPC_FOLD_TARGET
 #endif
-
-}  // namespace
-
-namespace {
 
 std::uint32_t soft_crc(std::uint32_t crc, const void* data, std::size_t len) {
   return crc32c_soft(crc, static_cast<const std::uint8_t*>(data), len);

@@ -74,13 +74,14 @@ struct RankHolder {
 // Plans exchanges over a tree: the whole cluster's, or a group's (issue 13). Schedules are
 // cached by "algorithm+sync". Not moved: the model refers to the tree.
 struct Planner {
-  explicit Planner(sched::Topology tree) : topo(std::move(tree)), model(topo) {}
+  explicit Planner(sched::Topology tree, int radix = 0) : topo(std::move(tree)), model(topo), barrier_radix(radix) {}
   Planner(const Planner&) = delete;
   Planner& operator=(const Planner&) = delete;
   std::shared_ptr<const sched::Schedule> schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync);
   std::shared_ptr<const sched::Schedule> barrier();
   sched::Topology topo;
   sched::TreeModel model;
+  int barrier_radix = 0;  // DaemonConfig::barrier_radix
   std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;
   // An alltoallv's agreement on its pattern (daemon_sparse.cpp): its rows to rank 0 and the
   // verdict back, and the all-to-many schedules of patterns seen, over this tree.

@@ -20,7 +20,8 @@ std::shared_ptr<const sched::Schedule> Planner::schedule(const sched::AlgorithmS
 
 std::shared_ptr<const sched::Schedule> Planner::barrier() {
   auto& b = schedules["barrier"];  // no plan spec has that key
-  if (!b) b = std::make_shared<const sched::Schedule>(sched::barrier_schedule(topo.machine_count(), sched::barrier_radix(topo.machine_count())));
+  const int n = topo.machine_count();
+  if (!b) b = std::make_shared<const sched::Schedule>(sched::barrier_schedule(n, sched::barrier_radix(n, barrier_radix)));
   return b;
 }
 

@@ -152,7 +152,8 @@ Schedule barrier_schedule(int machines, int radix) {
   return s;
 }
 
-int barrier_radix(int machines) {
+int barrier_radix(int machines, int wanted) {
+  if (wanted > 0) return std::max(2, std::min(wanted, machines));
   // A stage costs a one-way latency L (wire, switches, a wake-up) plus k - 1 tokens sent one
   // after the other, each c: ceil(log_k N) * (L + (k - 1) c), minimised over k. Measured on
   // 8-one-switch (aapc run --size 8, 1,000 barriers each, medians; 2026-11-23): radix 2 (3

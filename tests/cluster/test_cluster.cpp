@@ -298,6 +298,14 @@ TEST_CASE("aapcd --io-cores: a CPU outside the daemon's taskset is refused, sayi
   CHECK(taken.text.find("outside") == std::string::npos);
 }
 
+TEST_CASE("aapcd --barrier-radix: 1 is refused before anything starts, saying what it takes") {
+  const Sh r = sh(kTools + "/aapcd -t " + two_on_a_cable().string() + " --vdev net_null0 --barrier-radix 1 2>&1");
+  INFO(r.text);
+  CHECK(r.status != 0);
+  CHECK(r.text.find("--barrier-radix") != std::string::npos);
+  CHECK(r.text.find("0, or 2 to 4096") != std::string::npos);
+}
+
 TEST_CASE("1% loss injected in every daemon: still byte-exact") {
   Cluster c("8-two-switch", "", "drop=0.01,seed=3");
   auto procs = everywhere(exchange(64 * 1024, "tree", "auto", 2));

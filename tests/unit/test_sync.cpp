@@ -279,6 +279,11 @@ TEST_CASE("k-ary dissemination barriers: every node hears from every other, in c
   CHECK(barrier_radix(3) == 3);
   CHECK(barrier_radix(8) == 2);
   CHECK(barrier_radix(64) == 2);
+  // aapcd --barrier-radix K: K, within 2 and the number of machines.
+  CHECK(barrier_radix(8, 3) == 3);
+  CHECK(barrier_radix(8, 20) == 8);
+  CHECK(barrier_radix(12, 1) == 2);
+  CHECK(barrier_radix(1, 4) == 2);
 }
 
 TEST_CASE("a barrier that loses a token does not reach everyone") {

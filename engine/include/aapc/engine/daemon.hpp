@@ -44,6 +44,9 @@ struct DaemonConfig {
   // frame's CRC (and tag); two, one thread receives (and checks) on the first and one sends
   // on the second.
   std::vector<int> io_cores;
+  // Radix of the dissemination barrier (0: sched::barrier_radix's choice for the machines of
+  // the world or group). Every daemon of the cluster must use the same.
+  int barrier_radix = 0;
   nic::EalOptions eal;
 };
 

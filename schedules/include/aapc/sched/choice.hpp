@@ -53,7 +53,8 @@ Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block
 // A dissemination barrier made of tokens only: ceil(log_radix N) rounds without data, each node
 // sending radix - 1 tokens per round. Throws std::invalid_argument for a radix below 2.
 Schedule barrier_schedule(int machines, int radix = 2);
-// The radix that costs the barrier of `machines` the least (the model in choice.cpp).
-int barrier_radix(int machines);
+// The radix that costs the barrier of `machines` the least (the model in choice.cpp); with
+// `wanted` > 0 (aapcd --barrier-radix), that radix, at least 2 and at most `machines`.
+int barrier_radix(int machines, int wanted = 0);
 
 }  // namespace aapc::sched
