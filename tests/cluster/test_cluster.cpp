@@ -111,7 +111,7 @@ std::vector<int> cpus_of(const std::string& list) {
   return out;
 }
 
-// Two machines on one cable, at MTU 9000 (written once per run).
+// A topology of two machines on one cable, at MTU 9000, written where the logs go.
 fs::path two_on_a_cable() {
   fs::create_directories(kLogs);
   const fs::path topo = kLogs / "two-on-a-cable.dot";
