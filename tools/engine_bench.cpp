@@ -13,6 +13,7 @@
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_ring.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -337,8 +338,9 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
 
 // Issue 17, part 3: the exchange between two processes, one engine and one core each, over
 // memif (DPDK's shared-memory packet interface, a DPDK-native path between processes, where
-// net_ring joins engines of one process only). Each process pins itself to its own core
-// (both to core 0 on a machine with one); both check every byte they receive. The figure is
+// net_ring joins engines of one process only). Each process pins itself to its own CPU of
+// those the process may use (both to the same where it may use one); both check every byte
+// they receive. The figure is
 // the payload of both directions over the slower side's time, per run; the client's times
 // reach the server through a pipe.
 namespace memif {
@@ -354,8 +356,25 @@ struct Side {
   int ready_fd = -1;
 };
 
-// One side's seconds per exchange; throws when one fails or is not byte-exact.
-std::vector<double> run_side(const Side& side) {
+// What one side measured: its seconds per exchange, and the CPUs its engine ran on.
+struct SideResult {
+  std::vector<double> secs;
+  std::string cpus;
+};
+
+// The CPUs the calling thread may run on, as "0-1".
+std::string thread_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(static_cast<unsigned>(c), &set)) cpus.push_back(c);
+  return nic::cpu_list(cpus);
+}
+
+// One side's run; throws when an exchange fails or is not byte-exact.
+SideResult run_side(const Side& side) {
   const int rank = side.server ? 0 : 1;
   nic::EalOptions eal;
   eal.memory_mb = 1024;
@@ -363,9 +382,13 @@ std::vector<double> run_side(const Side& side) {
   eal.file_prefix = std::string("aapc-bench-") + (side.server ? "server" : "client");
   // memif cannot register its multi-process handler without the EAL's shared config (which
   // aapc leaves off) and says so at error level; this benchmark is one process per side.
-  const bool own_core = std::thread::hardware_concurrency() > 1;
-  eal.extra = {"-l", std::to_string(own_core ? rank : 0), "--log-level=pmd.net.memif:critical"};
+  // Each side on a CPU of its own among those this process may use (a job's allocation need
+  // not hold CPU 0), both on the one there is where there is one.
+  const std::vector<int> cpus = nic::allowed_cpus();
+  const int cpu = cpus.empty() ? 0 : cpus[static_cast<std::size_t>(rank) % cpus.size()];
+  eal.extra = {"-l", std::to_string(cpu), "--log-level=pmd.net.memif:critical"};
   nic::eal_init(eal);
+  SideResult result{{}, thread_cpus()};
   nic::PortOptions po;
   po.device = "net_memif0,role=" + std::string(side.server ? "server" : "client") + ",id=0,socket-abstract=no,socket=" + side.socket;
   po.mtu = side.mtu;
@@ -389,7 +412,7 @@ std::vector<double> run_side(const Side& side) {
   std::vector<std::uint8_t> out(side.block), in(side.block);
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = tools::pattern(rank, 1 - rank, 0, i);
   const sched::Schedule s = sched::ring_schedule(2);
-  std::vector<double> secs;
+  std::vector<double>& secs = result.secs;
   for (int k = 0; k < side.repeat; ++k) {
     std::fill(in.begin(), in.end(), 0);
     auto spec = engine::exchange_spec(s, rank, static_cast<std::uint32_t>(k + 1));
@@ -410,7 +433,7 @@ std::vector<double> run_side(const Side& side) {
       if (in[i] != tools::pattern(1 - rank, rank, 0, i)) throw std::runtime_error("byte " + std::to_string(i) + " received wrong");
   }
   while (!e.quiet()) e.poll();  // the last acknowledgements reach the peer before the port closes
-  return secs;
+  return result;
 }
 
 int bench(std::uint64_t block_mib, int mtu, int repeat) {
@@ -429,7 +452,9 @@ int bench(std::uint64_t block_mib, int mtu, int repeat) {
     side.ready_fd = ready[0];
     int rc = 0;
     try {
-      for (double t : run_side(side)) ::dprintf(fds[1], "%.9f\n", t);
+      const SideResult r = run_side(side);
+      ::dprintf(fds[1], "%s\n", r.cpus.c_str());
+      for (double t : r.secs) ::dprintf(fds[1], "%.9f\n", t);
     } catch (const std::exception& e) {
       std::cerr << "aapc-engine-bench (memif client): " << e.what() << "\n";
       rc = 1;
@@ -441,10 +466,10 @@ int bench(std::uint64_t block_mib, int mtu, int repeat) {
   ::close(ready[0]);
   side.ready_fd = ready[1];
   side.server = true;
-  std::vector<double> server;
+  SideResult server_result;
   std::string error;
   try {
-    server = run_side(side);
+    server_result = run_side(side);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -456,8 +481,11 @@ int bench(std::uint64_t block_mib, int mtu, int repeat) {
   int status = 0;
   ::waitpid(child, &status, 0);
   std::filesystem::remove(side.socket);
+  const std::vector<double>& server = server_result.secs;
   std::vector<double> client;
   std::istringstream lines(text);
+  std::string client_cpus;
+  lines >> client_cpus;
   for (double t; lines >> t;) client.push_back(t);
   if (!error.empty() || client.size() != server.size() || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw std::runtime_error("memif run failed" + (error.empty() ? std::string(" in the client") : ": " + error));
@@ -466,6 +494,7 @@ int bench(std::uint64_t block_mib, int mtu, int repeat) {
   std::sort(gbps.begin(), gbps.end());
   const double median = gbps[gbps.size() / 2];
   std::cout << "two engines, two processes, one core each, memif, MTU " << mtu << ", " << block_mib << " MiB each way, " << repeat << " runs\n"
+            << "  server on CPU " << server_result.cpus << ", client on CPU " << client_cpus << "\n"
             << std::fixed << std::setprecision(2) << "  payload, both directions   median " << median << " Gbit/s (min " << gbps.front() << ", max "
             << gbps.back() << "), over the slower side's time\n"
             << "  per core                   median " << median / 2 << " Gbit/s\n";
