@@ -26,6 +26,11 @@ void start_eal() {
   nic::EalOptions o;
   o.memory_mb = 1024;
   o.program = "aapc-test";
+  // The test's thread (every engine of a fabric) on the first CPU of the set, as the EAL put
+  // it before aapcd's engines were let free (27fabe0). Free, the ASan vdev_adversary case
+  // "finding 8" (30% loss, 300 ms peer deadline) stalled for 5.6 s in 1 of 7 runs beside
+  // another vdev test, and in CI; pinned, 0 of 5. That stall is not explained yet.
+  if (const auto cpus = nic::allowed_cpus(); !cpus.empty()) o.extra = {"-l", std::to_string(cpus.front())};
   nic::eal_init(o);
 }
 
