@@ -13,7 +13,6 @@
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_ring.h>
-#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -362,17 +361,6 @@ struct SideResult {
   std::string cpus;
 };
 
-// The CPUs the calling thread may run on, as "0-1".
-std::string thread_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(static_cast<unsigned>(c), &set)) cpus.push_back(c);
-  return nic::cpu_list(cpus);
-}
-
 // One side's run; throws when an exchange fails or is not byte-exact.
 SideResult run_side(const Side& side) {
   const int rank = side.server ? 0 : 1;
@@ -384,11 +372,10 @@ SideResult run_side(const Side& side) {
   // aapc leaves off) and says so at error level; this benchmark is one process per side.
   // Each side on a CPU of its own among those this process may use (a job's allocation need
   // not hold CPU 0), both on the one there is where there is one.
-  const std::vector<int> cpus = nic::allowed_cpus();
-  const int cpu = cpus.empty() ? 0 : cpus[static_cast<std::size_t>(rank) % cpus.size()];
-  eal.extra = {"-l", std::to_string(cpu), "--log-level=pmd.net.memif:critical"};
+  eal.pin_main = rank;
+  eal.extra = {"--log-level=pmd.net.memif:critical"};
   nic::eal_init(eal);
-  SideResult result{{}, thread_cpus()};
+  SideResult result{{}, nic::cpu_list(nic::thread_cpus())};
   nic::PortOptions po;
   po.device = "net_memif0,role=" + std::string(side.server ? "server" : "client") + ",id=0,socket-abstract=no,socket=" + side.socket;
   po.mtu = side.mtu;
@@ -541,7 +528,7 @@ int main(int argc, char** argv) {
     eal.program = "aapc-engine-bench";
     // One core: this thread, pinned to the first CPU the process may use; an I/O lcore, where
     // asked, on another.
-    if (const auto cpus = nic::allowed_cpus(); !cpus.empty()) eal.extra = {"-l", std::to_string(cpus.front())};
+    eal.pin_main = 0;
     nic::eal_init(eal);
     Cable cable = make_cable(0, mtu);
     if (handovers > 0) {

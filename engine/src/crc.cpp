@@ -283,28 +283,25 @@ const std::vector<Crc32cPath> kPaths{kSoft};
 
 const Crc32cPath* g_chosen = nullptr;  // use_crc32c_path(); null: the fastest
 
+const Crc32cPath& active() {
+  if (g_chosen != nullptr) return *g_chosen;
+#if defined(__x86_64__)
+  if (kHaveFold) return kFold;
+  if (kHaveSse42) return kLanes;
+#endif
+  return kSoft;
+}
+
 }  // namespace
 
 std::span<const Crc32cPath> crc32c_paths() { return kPaths; }
 
 void use_crc32c_path(const Crc32cPath* path) { g_chosen = path; }
 
-std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t len) {
-  if (g_chosen != nullptr) return g_chosen->crc(crc, data, len);
-#if defined(__x86_64__)
-  if (kHaveFold) return fold_crc(crc, data, len);
-  if (kHaveSse42) return lanes_crc(crc, data, len);
-#endif
-  return soft_crc(crc, data, len);
-}
+std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t len) { return active().crc(crc, data, len); }
 
 std::uint32_t crc32c_copy(std::uint32_t crc, std::uint8_t* dst, const std::uint8_t* src, std::size_t len) {
-  if (g_chosen != nullptr) return g_chosen->copy(crc, dst, src, len);
-#if defined(__x86_64__)
-  if (kHaveFold) return fold_copy(crc, dst, src, len);
-  if (kHaveSse42) return lanes_copy(crc, dst, src, len);
-#endif
-  return soft_copy(crc, dst, src, len);
+  return active().copy(crc, dst, src, len);
 }
 
 }  // namespace aapc::engine

@@ -18,16 +18,6 @@ std::mutex g_mutex;
 bool g_running = false;
 std::vector<int> g_cpus;  // allowed_cpus() when the EAL started
 
-std::vector<int> cpus_now() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> out;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(static_cast<unsigned>(c), &set)) out.push_back(c);
-  return out;
-}
-
 // An lcore option of the caller's own: "-l", "-c" or "--lcores", alone or with its value.
 bool names_lcores(const std::string& a) {
   return a.rfind("-l", 0) == 0 || a.rfind("-c", 0) == 0 || a.rfind("--lcores", 0) == 0;
@@ -47,12 +37,22 @@ std::string cpu_list(const std::vector<int>& cpus) {
   return out;
 }
 
+std::vector<int> thread_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(static_cast<unsigned>(c), &set)) out.push_back(c);
+  return out;
+}
+
 std::vector<int> allowed_cpus() {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     if (g_running && !g_cpus.empty()) return g_cpus;
   }
-  return cpus_now();
+  return thread_cpus();
 }
 
 std::vector<std::string> EalOptions::args(const std::vector<int>& cpus) const {
@@ -65,7 +65,12 @@ std::vector<std::string> EalOptions::args(const std::vector<int>& cpus) const {
   if (no_telemetry) out.push_back("--no-telemetry");
   if (!log_level.empty()) out.push_back("--log-level=" + log_level);
   for (const auto& v : vdevs) out.push_back("--vdev=" + v);
-  if (!cpus.empty() && std::none_of(extra.begin(), extra.end(), names_lcores)) out.push_back("--lcores=0@(" + cpu_list(cpus) + ")");
+  if (!cpus.empty() && std::none_of(extra.begin(), extra.end(), names_lcores)) {
+    if (pin_main >= 0)
+      out.push_back("-l" + std::to_string(cpus[static_cast<std::size_t>(pin_main) % cpus.size()]));
+    else
+      out.push_back("--lcores=0@(" + cpu_list(cpus) + ")");
+  }
   out.insert(out.end(), extra.begin(), extra.end());
   return out;
 }
@@ -73,7 +78,7 @@ std::vector<std::string> EalOptions::args(const std::vector<int>& cpus) const {
 void eal_init(const EalOptions& options) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_running) return;
-  std::vector<int> cpus = cpus_now();
+  std::vector<int> cpus = thread_cpus();
   std::vector<std::string> args = options.args(cpus);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

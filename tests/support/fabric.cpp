@@ -30,7 +30,7 @@ void start_eal() {
   // it before aapcd's engines were let free (27fabe0). Free, the ASan vdev_adversary case
   // "finding 8" (30% loss, 300 ms peer deadline) stalled for 5.6 s in 1 of 7 runs beside
   // another vdev test, and in CI; pinned, 0 of 5. That stall is not explained yet.
-  if (const auto cpus = nic::allowed_cpus(); !cpus.empty()) o.extra = {"-l", std::to_string(cpus.front())};
+  o.pin_main = 0;
   nic::eal_init(o);
 }
 

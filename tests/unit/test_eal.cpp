@@ -39,6 +39,12 @@ TEST_CASE("EAL arguments: the main lcore may run on every CPU of the process's s
     CHECK_FALSE(has(args, "--lcores=0@(0-3)"));
     CHECK(has(args, own.front()));
   }
+  // pin_main: one CPU of the set, by index modulo its size (benchmarks and tests).
+  nic::EalOptions pinned;
+  pinned.pin_main = 1;
+  CHECK(has(pinned.args({2, 5, 7}), "-l5"));
+  CHECK_FALSE(has_prefix(pinned.args({2, 5, 7}), "--lcores"));
+  CHECK(has(pinned.args({4}), "-l4"));
   // Other extra arguments do not count as lcore options.
   o.extra = {"--log-level=pmd.net.memif:critical", "--allow=0000:03:00.0"};
   CHECK(has(o.args({0, 1}), "--lcores=0@(0-1)"));

@@ -13,6 +13,9 @@ struct EalOptions {
   // process may use, as the scheduler sees fit; left to itself the EAL would pin that thread
   // to the first of them, and every daemon of a machine would share one CPU.
   std::vector<std::string> extra;
+  // >= 0: pin the EAL's lcore to the CPU of that index (modulo their number) among those the
+  // process may use, as benchmarks and tests want one core; -1: let it run on all of them.
+  int pin_main = -1;
   int memory_mb = 512;             // -m, with --no-huge
   bool no_huge = true;
   bool no_pci = true;
@@ -40,5 +43,7 @@ bool eal_running();
 // The CPUs this process may use (taskset, cgroups, a batch job's binding), as they were when
 // the EAL started (it may pin its main thread to fewer), or now if it has not started.
 std::vector<int> allowed_cpus();
+// The CPUs the calling thread may run on now.
+std::vector<int> thread_cpus();
 
 }  // namespace aapc::nic
