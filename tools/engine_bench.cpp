@@ -13,6 +13,7 @@
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_ring.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -32,6 +34,7 @@
 #include "aapc/nic/eal.hpp"
 #include "aapc/nic/eth_port.hpp"
 #include "aapc/nic/extmem.hpp"
+#include "aapc/nic/fault.hpp"
 #include "aapc/nic/io_lcore.hpp"
 #include "aapc/sched/algorithms.hpp"
 #include "crc.hpp"
@@ -350,15 +353,36 @@ struct Side {
   int mtu = 1500;
   std::uint64_t block = 0;
   int repeat = 0;
+  std::string faults;  // nic::FaultOptions on each side's port, its seed offset by the rank
   // The server writes a byte here once its port is open; the client reads it before opening
   // its own (a client that came first did not always connect: 1 run in 8).
   int ready_fd = -1;
+  // Polled between the engine's polls once this side's exchanges are done: true once the
+  // other side's are. Until then this side's engine answers the other's resends and pings (the
+  // last acknowledgement of a block can be lost, as any frame can); a side that stopped
+  // polling when its own exchanges were done left the other waiting for it (CI, both sides on
+  // one CPU: "peer rank 0 silent for 5050 ms").
+  std::function<bool()> peer_done;
+  std::function<void()> done;  // tells the other side that this side's exchanges are done
 };
 
 // What one side measured: its seconds per exchange, and the CPUs its engine ran on.
 struct SideResult {
   std::vector<double> secs;
   std::string cpus;
+};
+
+// True once a byte has come through `fd` or its writer is gone (the other side then has
+// nothing more to ask of this one); never blocks.
+struct Signal {
+  int fd = -1;
+  bool seen = false;
+  bool operator()() {
+    pollfd p{fd, POLLIN, 0};
+    char byte = 0;
+    if (!seen && ::poll(&p, 1, 0) > 0) seen = ::read(fd, &byte, 1) >= 0;
+    return seen;
+  }
 };
 
 // One side's run; throws when an exchange fails or is not byte-exact.
@@ -383,6 +407,12 @@ SideResult run_side(const Side& side) {
   char byte = 1;
   if (!side.server && ::read(side.ready_fd, &byte, 1) != 1) throw std::runtime_error("the memif server did not start");
   auto port = nic::EthPort::open(po);
+  std::optional<nic::FaultPort> faulty;
+  if (!side.faults.empty()) {
+    nic::FaultOptions fo = nic::FaultOptions::parse(side.faults);
+    fo.seed += static_cast<std::uint64_t>(rank);
+    faulty.emplace(*port, fo);
+  }
   if (side.server && ::write(side.ready_fd, &byte, 1) != 1) throw std::runtime_error("cannot tell the client to start");
   const auto connect_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (rte_eth_link link{}; rte_eth_link_get_nowait(port->port_id(), &link) != 0 || link.link_status == 0;) {
@@ -395,7 +425,7 @@ SideResult run_side(const Side& side) {
   cfg.mtu = side.mtu;
   // The payload is copied into mbufs: memif copies it into its rings anyway and cannot take
   // attached payloads (nic::zero_copy_driver).
-  engine::Engine e(*port, cfg);
+  engine::Engine e(faulty ? static_cast<nic::Port&>(*faulty) : *port, cfg);
   std::vector<std::uint8_t> out(side.block), in(side.block);
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = tools::pattern(rank, 1 - rank, 0, i);
   const sched::Schedule s = sched::ring_schedule(2);
@@ -419,24 +449,37 @@ SideResult run_side(const Side& side) {
     for (std::size_t i = 0; i < in.size(); ++i)
       if (in[i] != tools::pattern(1 - rank, rank, 0, i)) throw std::runtime_error("byte " + std::to_string(i) + " received wrong");
   }
-  while (!e.quiet()) e.poll();  // the last acknowledgements reach the peer before the port closes
+  side.done();
+  while (!e.quiet() || !side.peer_done()) e.poll();
   return result;
 }
 
-int bench(std::uint64_t block_mib, int mtu, int repeat) {
+int bench(std::uint64_t block_mib, int mtu, int repeat, const std::string& faults) {
   Side side;
+  side.faults = faults;
   side.socket = "/tmp/aapc-engine-bench-" + std::to_string(::getpid()) + ".sock";
   side.mtu = mtu;
   side.block = block_mib << 20;
   side.repeat = repeat;
-  int fds[2], ready[2];
-  if (::pipe(fds) != 0 || ::pipe(ready) != 0) throw std::runtime_error("pipe failed");
+  // fds: the client's CPUs and times to the server; ready: the server's port is open, then its
+  // exchanges are done; client_done: the client's exchanges are done.
+  int fds[2], ready[2], client_done[2];
+  if (::pipe(fds) != 0 || ::pipe(ready) != 0 || ::pipe(client_done) != 0) throw std::runtime_error("pipe failed");
+  const auto tell = [](int fd) {
+    return [fd] {
+      const char byte = 1;
+      if (::write(fd, &byte, 1) != 1) throw std::runtime_error("cannot reach the other side");
+    };
+  };
   const pid_t child = ::fork();
   if (child < 0) throw std::runtime_error("fork failed");
   if (child == 0) {  // the client: its times, or nothing (the server then reports the failure)
     ::close(fds[0]);
     ::close(ready[1]);
+    ::close(client_done[0]);
     side.ready_fd = ready[0];
+    side.done = tell(client_done[1]);
+    side.peer_done = Signal{ready[0]};
     int rc = 0;
     try {
       const SideResult r = run_side(side);
@@ -451,8 +494,11 @@ int bench(std::uint64_t block_mib, int mtu, int repeat) {
   }
   ::close(fds[1]);
   ::close(ready[0]);
+  ::close(client_done[1]);
   side.ready_fd = ready[1];
   side.server = true;
+  side.done = tell(ready[1]);
+  side.peer_done = Signal{client_done[0]};
   SideResult server_result;
   std::string error;
   try {
@@ -461,6 +507,7 @@ int bench(std::uint64_t block_mib, int mtu, int repeat) {
     error = e.what();
   }
   ::close(ready[1]);  // a client still waiting to start learns that the server failed
+  ::close(client_done[0]);
   std::string text;
   char chunk[4096];
   for (ssize_t n; (n = ::read(fds[0], chunk, sizeof chunk)) > 0;) text.append(chunk, static_cast<std::size_t>(n));
@@ -512,10 +559,24 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1023));
   bool over_memif = false;
   app.add_flag("--memif", over_memif, "instead: the two engines in two processes, one core each, joined by memif (issue 17)");
+  std::string faults;
+  app.add_option("--faults", faults, "with --memif: inject faults on both ports, for tests (\"drop=0.2,seed=3\")")
+      ->check([](const std::string& spec) {
+        try {
+          nic::FaultOptions::parse(spec);
+          return std::string();
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+      });
   CLI11_PARSE(app, argc, argv);
+  if (!faults.empty() && !over_memif) {
+    std::cerr << "aapc-engine-bench: --faults goes with --memif\n";
+    return 2;
+  }
   if (over_memif) {
     try {
-      return memif::bench(block_mib, mtu, repeat);
+      return memif::bench(block_mib, mtu, repeat, faults);
     } catch (const std::exception& e) {
       std::cerr << "aapc-engine-bench: " << e.what() << "\n";
       return 1;

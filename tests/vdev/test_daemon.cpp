@@ -83,7 +83,12 @@ struct LocalDaemon {
     cfg.pace = "off";
     cfg.peer_deadline = 300ms;
     if (tune) tune(cfg);
-    daemon = engine::Daemon::create(cfg);
+    try {
+      daemon = engine::Daemon::create(cfg);
+    } catch (...) {
+      fs::remove_all(dir);  // a refused configuration leaves nothing behind in /tmp
+      throw;
+    }
     thread = std::thread([this] { daemon->run(stop); });
   }
   ~LocalDaemon() {
