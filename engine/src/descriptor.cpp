@@ -76,7 +76,10 @@ std::string descriptor_difference(const Descriptor& theirs, const Descriptor& ou
     return "called " + what(theirs) + ", this rank " + std::to_string(ours.block) + "-byte blocks";
   // Their plan text may be cut to fit the frame; ours is whole.
   const bool cut = ours.plan.size() > theirs.plan.size() && ours.plan.compare(0, theirs.plan.size(), theirs.plan) == 0;
-  return "called " + std::string(collective_name(theirs.kind)) + " with schedule " + theirs.plan + (cut ? "..." : "") + ", this rank " + ours.plan;
+  // Barriers differ only in their radix ("barrier:4"), which aapcd is told per node.
+  const std::string_view hint = theirs.kind == Collective::kBarrier ? " (another barrier radix: aapcd --barrier-radix must match on every node)" : "";
+  return "called " + std::string(collective_name(theirs.kind)) + " with schedule " + theirs.plan + (cut ? "..." : "") + ", this rank " + ours.plan +
+         std::string(hint);
 }
 
 }  // namespace aapc::engine

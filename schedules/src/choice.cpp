@@ -122,7 +122,10 @@ Schedule barrier_schedule(int machines, int radix) {
   // transitively, from every other. Radix N is one stage of tokens from every node to every other.
   if (radix < 2) throw std::invalid_argument("barrier radix must be at least 2");
   Schedule s;
-  s.algorithm = "barrier";
+  // The radix is in the name, which the ranks compare at the start (engine/descriptor.hpp):
+  // daemons started with different --barrier-radix fail at once, naming it, where they timed
+  // out after 15 s "still waiting for rank 4: a token". A radix of N or more is N's.
+  s.algorithm = "barrier:" + std::to_string(std::min(radix, std::max(machines, 2)));
   s.machines = machines;
   s.programs.resize(static_cast<std::size_t>(machines));
   int stages = 0;

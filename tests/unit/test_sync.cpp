@@ -274,6 +274,11 @@ TEST_CASE("k-ary dissemination barriers: every node hears from every other, in c
   CHECK(barrier_schedule(8, 8).syncs.size() == 8 * 7);  // one stage: every node to every other
   CHECK(barrier_schedule(8, 2).syncs.size() == 3 * 8);
   CHECK_THROWS_AS(barrier_schedule(8, 1), std::invalid_argument);
+  // Named by its radix, which the ranks compare at the start; a radix of N or more is N's.
+  CHECK(barrier_schedule(7, 2).algorithm == "barrier:2");
+  CHECK(barrier_schedule(7, 7).algorithm == "barrier:7");
+  CHECK(barrier_schedule(7, 9).algorithm == "barrier:7");
+  CHECK(barrier_schedule(7, 9).syncs.size() == barrier_schedule(7, 7).syncs.size());
   // The radix the daemons use, where a hop costs what a token does (choice.cpp): one stage of
   // two tokens for 3 machines, stages of one token from there.
   CHECK(barrier_radix(3) == 3);

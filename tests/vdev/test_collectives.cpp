@@ -142,6 +142,32 @@ TEST_CASE("finding 6: barrier on one rank, alltoall on the others: every rank fa
   }
 }
 
+TEST_CASE("barriers of another radix on one rank: every rank fails at once, naming both and aapcd's option") {
+  // Found by restarting one aapcd of seven with --barrier-radix 4, the others 2: every rank
+  // timed out after 15 s, "still waiting for rank 4: a token".
+  constexpr int kN = 7;
+  test::Fabric fabric(test::nodes(kN));
+  std::vector<std::shared_ptr<void>> keep;
+  for (int me = 0; me < kN; ++me) keep.push_back(start(fabric, me, {barrier_schedule(kN, me == 0 ? 4 : 2), Collective::kBarrier, {}, {}, Ms(0)}, 3));
+  auto o = wait(fabric, all_ranks(kN), 3, Ms(20'000));
+  CHECK(o.took < Ms(1'000));
+  // A rank that heard a token of the other radix names both; the others have that in the
+  // abort they were sent.
+  expect_failed(o, all_ranks(kN), Errc::kInvalidArgument, [](int) { return std::string("barrier:"); });
+  int named = 0;
+  for (int r = 0; r < kN; ++r) {
+    const std::string& e = o.reports[static_cast<std::size_t>(r)]->error;
+    INFO("rank " << r << ": " << e);
+    CHECK(e.find("barrier:4+none") != std::string::npos);
+    CHECK(e.find("barrier:2+none") != std::string::npos);
+    if (e.find("aborted by peer rank") == std::string::npos) {
+      ++named;
+      CHECK_THAT(e, Catch::Contains("(another barrier radix: aapcd --barrier-radix must match on every node)"));
+    }
+  }
+  CHECK(named >= 1);
+}
+
 namespace {
 
 // Whether `error`, rank 0's or rank 1's, names rank 1's block of `sent` bytes where rank 0

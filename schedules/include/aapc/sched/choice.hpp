@@ -51,7 +51,8 @@ std::string format_plan_spec(const AlgorithmSpec& algorithm, const SyncSpec& syn
 Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block_bytes);
 
 // A dissemination barrier made of tokens only: ceil(log_radix N) rounds without data, each node
-// sending radix - 1 tokens per round. Throws std::invalid_argument for a radix below 2.
+// sending radix - 1 tokens per round; its algorithm is "barrier:RADIX". Throws
+// std::invalid_argument for a radix below 2.
 Schedule barrier_schedule(int machines, int radix = 2);
 // The radix that costs the barrier of `machines` the least (the model in choice.cpp); with
 // `wanted` > 0 (aapcd --barrier-radix), that radix, at least 2 and at most `machines`.
