@@ -87,8 +87,14 @@ void eal_init(const EalOptions& options) {
   if (rc < 0) {
     std::string all;
     for (const auto& a : args) all += " " + a;
-    throw NicError("DPDK EAL did not start (" + std::string(rte_strerror(rte_errno)) + ") with arguments:" + all +
-                   ". Without hugepages keep --no-huge and give enough -m memory; run as root for af_packet and PCI devices.");
+    // Lcores named by the caller are the likeliest cause then: DPDK itself says only "invalid
+    // core list" (aapcd --eal=-l99).
+    const std::string cpus_hint = std::any_of(options.extra.begin(), options.extra.end(), names_lcores)
+                                      ? " The lcores given (-l, -c, --lcores) must be among the CPUs this process may use: " + cpu_list(cpus) +
+                                            " (its affinity; a taskset or the job's allocation sets it)."
+                                      : "";
+    throw NicError("DPDK EAL did not start (" + std::string(rte_strerror(rte_errno)) + ") with arguments:" + all + "." + cpus_hint +
+                   " Without hugepages keep --no-huge and give enough -m memory; run as root for af_packet and PCI devices.");
   }
   g_running = true;
   g_cpus = std::move(cpus);

@@ -298,6 +298,19 @@ TEST_CASE("aapcd --io-cores: a CPU outside the daemon's taskset is refused, sayi
   CHECK(taken.text.find("outside") == std::string::npos);
 }
 
+TEST_CASE("aapcd --eal=-lN, N not a CPU it may use: the error names those it may") {
+  const auto cpus = cpus_of(cpus_allowed("/proc/self/status"));
+  const int outside = 4000;  // no such CPU (DPDK takes lcores below 128 too, where they exist)
+  const Sh r = sh("taskset -c " + std::to_string(cpus[0]) + " timeout 5 " + kTools + "/aapcd -t " + two_on_a_cable().string() +
+                  " --vdev net_null0 --rank 0 --socket " + (kLogs / "eal-l.sock").string() + " --eal-memory-mb 256 --eal=-l" + std::to_string(outside) +
+                  " 2>&1");
+  INFO(r.text);
+  CHECK(r.status != 0);
+  CHECK(r.status != 124);
+  // Was only DPDK's "invalid core list" and the hint about hugepages.
+  CHECK(r.text.find("must be among the CPUs this process may use: " + std::to_string(cpus[0]) + " ") != std::string::npos);
+}
+
 TEST_CASE("aapcd --barrier-radix: 1 is refused before anything starts, saying what it takes") {
   const Sh r = sh(kTools + "/aapcd -t " + two_on_a_cable().string() + " --vdev net_null0 --barrier-radix 1 2>&1");
   INFO(r.text);
