@@ -468,6 +468,9 @@ SideResult run_side(const Side& side) {
     rc = 1;
   }
   ::close(results_fd);
+  // _Exit runs no atexit handlers (the parent's are copies), so the EAL's cleanup is called
+  // here: /var/run/dpdk/aapc-bench-client was left behind.
+  nic::eal_cleanup();
   std::_Exit(rc);
 }
 

@@ -98,11 +98,16 @@ void eal_init(const EalOptions& options) {
   }
   g_running = true;
   g_cpus = std::move(cpus);
-  std::atexit([] {
-    std::string dir = rte_eal_get_runtime_dir();
-    rte_eal_cleanup();
-    ::rmdir(dir.c_str());  // only if empty: nothing else of ours is in it
-  });
+  std::atexit(eal_cleanup);
+}
+
+void eal_cleanup() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_running) return;
+  g_running = false;
+  std::string dir = rte_eal_get_runtime_dir();
+  rte_eal_cleanup();
+  ::rmdir(dir.c_str());  // only if empty: nothing else of ours is in it
 }
 
 bool eal_running() {

@@ -39,6 +39,9 @@ std::string cpu_list(const std::vector<int>& cpus);
 // EAL already running does nothing. At exit the EAL is cleaned up.
 void eal_init(const EalOptions& options);
 bool eal_running();
+// What exit does after eal_init: the EAL cleaned up and its runtime directory
+// (/var/run/dpdk/PREFIX) removed. For a process that leaves by _exit (a forked child); once.
+void eal_cleanup();
 
 // The CPUs this process may use (taskset, cgroups, a batch job's binding), as they were when
 // the EAL started (it may pin its main thread to fewer), or now if it has not started.
