@@ -22,6 +22,7 @@ std::vector<int> g_cpus;  // allowed_cpus() when the EAL started
 bool names_lcores(const std::string& a) {
   return a.rfind("-l", 0) == 0 || a.rfind("-c", 0) == 0 || a.rfind("--lcores", 0) == 0;
 }
+bool names_lcores(const EalOptions& o) { return std::any_of(o.extra.begin(), o.extra.end(), [](const std::string& a) { return names_lcores(a); }); }
 }  // namespace
 
 std::string cpu_list(const std::vector<int>& cpus) {
@@ -65,7 +66,7 @@ std::vector<std::string> EalOptions::args(const std::vector<int>& cpus) const {
   if (no_telemetry) out.push_back("--no-telemetry");
   if (!log_level.empty()) out.push_back("--log-level=" + log_level);
   for (const auto& v : vdevs) out.push_back("--vdev=" + v);
-  if (!cpus.empty() && std::none_of(extra.begin(), extra.end(), names_lcores)) {
+  if (!cpus.empty() && !names_lcores(*this)) {
     if (pin_main >= 0)
       out.push_back("-l" + std::to_string(cpus[static_cast<std::size_t>(pin_main) % cpus.size()]));
     else
@@ -89,7 +90,7 @@ void eal_init(const EalOptions& options) {
     for (const auto& a : args) all += " " + a;
     // Lcores named by the caller are the likeliest cause then: DPDK itself says only "invalid
     // core list" (aapcd --eal=-l99).
-    const std::string cpus_hint = std::any_of(options.extra.begin(), options.extra.end(), names_lcores)
+    const std::string cpus_hint = names_lcores(options)
                                       ? " The lcores given (-l, -c, --lcores) must be among the CPUs this process may use: " + cpu_list(cpus) +
                                             " (its affinity; a taskset or the job's allocation sets it)."
                                       : "";

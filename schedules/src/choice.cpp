@@ -115,21 +115,35 @@ Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block
   return {*plan.algorithm, tree ? SyncSpec{SyncKind::kSenderAll, 1} : SyncSpec{}, tree ? "given; the tree's default tokens" : "given; no tokens by default"};
 }
 
+namespace {
+
+// A radix of N or more gives the schedule of radix N (one stage); none is below 2.
+int radix_within(int machines, int radix) { return std::max(2, std::min(radix, machines)); }
+
+// ceil(log_radix machines): the stages of a dissemination barrier.
+int barrier_stages(int machines, int radix) {
+  int stages = 0;
+  for (std::int64_t reach = 1; reach < machines; reach *= radix) ++stages;
+  return stages;
+}
+
+}  // namespace
+
 Schedule barrier_schedule(int machines, int radix) {
   // The dissemination barrier (Hensgen, Finkel and Manber 1988), k-ary as in Hoefler et al.'s
   // n-way dissemination: in stage s node i signals i + j*k^s (j = 1..k-1, while j*k^s < N) and
   // waits for i - j*k^s before stage s + 1; after ceil(log_k N) stages every node has heard,
   // transitively, from every other. Radix N is one stage of tokens from every node to every other.
   if (radix < 2) throw std::invalid_argument("barrier radix must be at least 2");
+  radix = radix_within(machines, radix);
   Schedule s;
   // The radix is in the name, which the ranks compare at the start (engine/descriptor.hpp):
   // daemons started with different --barrier-radix fail at once, naming it, where they timed
-  // out after 15 s "still waiting for rank 4: a token". A radix of N or more is N's.
-  s.algorithm = "barrier:" + std::to_string(std::min(radix, std::max(machines, 2)));
+  // out after 15 s "still waiting for rank 4: a token".
+  s.algorithm = "barrier:" + std::to_string(radix);
   s.machines = machines;
   s.programs.resize(static_cast<std::size_t>(machines));
-  int stages = 0;
-  for (std::int64_t reach = 1; reach < machines; reach *= radix) ++stages;
+  const int stages = barrier_stages(machines, radix);
   for (int i = 0; i < machines; ++i) {
     s.programs[static_cast<std::size_t>(i)].rank = i;
     s.programs[static_cast<std::size_t>(i)].rounds.resize(static_cast<std::size_t>(stages + 1));
@@ -156,7 +170,7 @@ Schedule barrier_schedule(int machines, int radix) {
 }
 
 int barrier_radix(int machines, int wanted) {
-  if (wanted > 0) return std::max(2, std::min(wanted, machines));
+  if (wanted > 0) return radix_within(machines, wanted);
   // A stage costs a one-way latency L (wire, switches, a wake-up) plus k - 1 tokens sent one
   // after the other, each c: ceil(log_k N) * (L + (k - 1) c), minimised over k. Measured on
   // 8-one-switch (aapc run --size 8, 1,000 barriers each, medians; 2026-11-23): radix 2 (3
@@ -167,9 +181,7 @@ int barrier_radix(int machines, int wanted) {
   int best = 2;
   std::int64_t best_cost = INT64_MAX;
   for (int k = 2; k <= std::max(2, machines); ++k) {
-    std::int64_t stages = 0;
-    for (std::int64_t reach = 1; reach < machines; reach *= k) ++stages;
-    const std::int64_t cost = stages * (kLatencyInTokens + k - 1);
+    const std::int64_t cost = barrier_stages(machines, k) * (kLatencyInTokens + k - 1);
     if (cost < best_cost) {
       best_cost = cost;
       best = k;
