@@ -232,8 +232,9 @@ double memcpy_gbps(std::vector<std::uint8_t>& buf, std::uint64_t block, int repe
 // The configurations goodput() runs, by code: 0, no capture; -1, no capture, a cluster key;
 // -2, no capture, payload sent without a copy; -3 and -4, as 0 and -1 with an I/O lcore on a
 // second CPU that checks what is received; -5 and -6, that also seals what is sent; -100 - i,
-// as 0 with the CRC computed by crc32c_paths()[i] instead of the fastest way; a positive
-// code, capture at that snap length.
+// as 0 with the CRC computed by crc32c_paths()[i] instead of the fastest way; -7, as 0 with
+// nothing of the blocks fetched ahead of the copies; a positive code, capture at that snap
+// length.
 struct Configs {
   Cable& cable;
   std::uint64_t block;
@@ -243,7 +244,7 @@ struct Configs {
   int io_core;
   std::uint32_t id = 1;
 
-  static constexpr int kCrcPath = -100;
+  static constexpr int kCrcPath = -100, kNoFetch = -7;
 
   static std::string label(int code) {
     if (code <= kCrcPath) return "copied, CRC by " + std::string(engine::crc32c_paths()[static_cast<std::size_t>(kCrcPath - code)].name);
@@ -255,6 +256,7 @@ struct Configs {
       case -4: return "key, lcore checks";
       case -5: return "copied, lcore checks + seals";
       case -6: return "key, lcore checks + seals";
+      case -7: return "copied, nothing fetched ahead";
       default: return "capture, snaplen " + std::to_string(code);
     }
   }
@@ -265,6 +267,12 @@ struct Configs {
       engine::use_crc32c_path(&engine::crc32c_paths()[static_cast<std::size_t>(kCrcPath - code)]);
       Outcome o = run_once(*cable.a, *cable.b, block, mtu, id++, buf);
       engine::use_crc32c_path(nullptr);
+      return o;
+    }
+    if (code == kNoFetch) {
+      engine::fetch_ahead(false);
+      Outcome o = run_once(*cable.a, *cable.b, block, mtu, id++, buf);
+      engine::fetch_ahead(true);
       return o;
     }
     if (code <= 0)
@@ -304,10 +312,12 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
     return gbps;
   };
   // The configurations run in turns, so that a slow moment of the machine hits them all. The
-  // slower CRC paths (not the table) come right after the first, for the ratio of the two.
+  // copy without fetching ahead and the slower CRC paths (not the table) come right after the
+  // first, for the ratio of each to it.
   std::vector<int> snaps = {0, -2, -1, 65535, snaplen};
   if (io_core >= 0) snaps.insert(snaps.begin() + 3, {-3, -4, -5, -6});
   for (std::size_t i = 1; i + 1 < crc_paths.size(); ++i) snaps.insert(snaps.begin() + 1, Configs::kCrcPath - static_cast<int>(i));
+  snaps.insert(snaps.begin() + 1, Configs::kNoFetch);
   const nic::ExternalRegion region(buf.data(), buf.size());
   Configs configs{cable, block, mtu, buf, capture_dir, io_core};
   std::vector<double> best(snaps.size(), 1e30);

@@ -1,7 +1,7 @@
 // What an exchange receives: data into the posted block, NACKs, and its control frames.
 #include "exchange.hpp"
 
-#include <cstring>
+#include "crc.hpp"
 
 namespace aapc::engine {
 
@@ -14,7 +14,7 @@ void Exchange::on_data(const Parsed& f, Clock::time_point now) {
     if ((f.h.flags & kFlagLast) != 0 && in.complete) link_.send_control(src, FrameType::kAck, spec_.id, 0, static_cast<std::uint32_t>(FrameType::kData), in.len);
     return;
   }
-  if (!f.placed) std::memcpy(in.data + f.offset, f.payload.data(), f.payload.size());  // else parse() copied it
+  if (!f.placed) copy_ahead(in.data + f.offset, f.payload.data(), f.payload.size(), Ahead::kDestination);  // else parse() copied it
   set_bit(in.bits, f.h.seq);
   ++in.got;
   last_progress_ = now;

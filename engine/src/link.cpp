@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "aapc/nic/extmem.hpp"
+#include "crc.hpp"
 
 namespace aapc::engine {
 
@@ -74,7 +75,7 @@ rte_mbuf* Link::build_copy(Rank dst, const Header& h, const std::uint8_t* payloa
   }
   encode_header(p, dst, h);
   if (seal_flag_ != 0) {  // sealed on the I/O lcore (seal_hook): here only the copy
-    if (len > 0) std::memcpy(p + frame_overhead(h.type), payload, len);
+    if (len > 0) copy_ahead(p + frame_overhead(h.type), payload, len, Ahead::kSource);
     seal_later(p, key_, ++tag_counter_);
     m->ol_flags |= seal_flag_;
   } else if (len > 0) {

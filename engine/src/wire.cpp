@@ -163,7 +163,7 @@ void seal(std::uint8_t* frame, const FrameKey* key, std::uint64_t counter) {
 void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len, const FrameKey* key, std::uint64_t counter) {
   std::uint8_t* p = frame + kEthHeaderLen;
   if (key != nullptr) p[2] = kVersionAuth;
-  put32(p + crc_at(hlen_of(p)), crc32c_copy(header_crc(p), p + hlen_of(p), payload, len));
+  put32(p + crc_at(hlen_of(p)), crc32c_copy(header_crc(p), p + hlen_of(p), payload, len, Ahead::kSource));
   if (key != nullptr) put_tag(p, len, *key, counter);
 }
 
@@ -181,7 +181,7 @@ void seal_marked(std::uint8_t* frame, const FrameKey* key) {
 
 void seal_apart(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len) {
   std::uint8_t* p = frame + kEthHeaderLen;
-  put32(p + crc_at(hlen_of(p)), crc32c(header_crc(p), payload, len));
+  put32(p + crc_at(hlen_of(p)), crc32c_ahead(header_crc(p), payload, len));
 }
 
 namespace {
@@ -257,7 +257,7 @@ DropReason check_data(Parsed& out, const std::uint8_t* p, bool crc_later, const 
   const std::uint32_t crc = header_crc(p);
   const std::uint32_t want = get32(p + crc_at(hlen_of(p)));
   if (std::uint8_t* dst = e.early ? nullptr : ctx.place_at(h.exchange, out.src_rank, h.seq); dst != nullptr) {
-    if (crc32c_copy(crc, dst, out.payload.data(), h.payload_len) != want) return DropReason::kBadCrc;
+    if (crc32c_copy(crc, dst, out.payload.data(), h.payload_len, Ahead::kDestination) != want) return DropReason::kBadCrc;
     out.placed = true;
     return DropReason::kOk;
   }

@@ -116,6 +116,34 @@ TEST_CASE("CRC32C of long runs, by every path, equals the bitwise CRC; copy_and_
   }
 }
 
+// Copies through a block run in pieces, the block's next lines fetched after each (crc.cpp,
+// in_pieces): by every path and with either side fetched ahead, the same CRC and the same
+// bytes as one pass, over lengths that end inside, at and past the pieces, and nothing
+// written outside the destination.
+TEST_CASE("copies that fetch the block ahead run in pieces with the CRC and bytes of one pass") {
+  std::vector<std::uint8_t> data(20'011);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 40503U >> 5);
+  const std::size_t lengths[] = {0, 1, 63, 64, 1470, 1535, 1536, 1537, 3071, 3072, 3073, 4608, 8970, 9001, 20'000};
+  for (const auto& path : crc32c_paths()) {
+    use_crc32c_path(&path);
+    for (std::size_t len : lengths) {
+      const std::uint8_t* src = data.data() + 7;
+      const std::uint32_t want = crc32c(0x9E3779B9U, src, len);
+      for (Ahead ahead : {Ahead::kNone, Ahead::kSource, Ahead::kDestination}) {
+        INFO(path.name << ": length " << len << ", ahead " << static_cast<int>(ahead));
+        std::vector<std::uint8_t> out(len + 2, 0x5A), plain(len + 2, 0x5A);
+        CHECK(crc32c_copy(0x9E3779B9U, out.data() + 1, src, len, ahead) == want);
+        copy_ahead(plain.data() + 1, src, len, ahead);
+        CHECK(std::equal(src, src + len, out.begin() + 1));
+        CHECK(std::equal(src, src + len, plain.begin() + 1));
+        CHECK((out.front() == 0x5A && out.back() == 0x5A && plain.front() == 0x5A && plain.back() == 0x5A));
+      }
+      CHECK(crc32c_ahead(0x9E3779B9U, src, len) == want);
+    }
+  }
+  use_crc32c_path(nullptr);
+}
+
 TEST_CASE("a DATA frame round-trips through encode and parse") {
   static const fuzz::Context ctx;
   auto f = make(data_header(2), fuzz::kChunk);
