@@ -263,16 +263,14 @@ struct Configs {
 
   Outcome run(int code, const nic::ExternalRegion& region) {
     namespace fs = std::filesystem;
-    if (code <= kCrcPath) {
-      engine::use_crc32c_path(&engine::crc32c_paths()[static_cast<std::size_t>(kCrcPath - code)]);
-      Outcome o = run_once(*cable.a, *cable.b, block, mtu, id++, buf);
-      engine::use_crc32c_path(nullptr);
-      return o;
-    }
-    if (code == kNoFetch) {
-      engine::fetch_ahead(false);
+    if (code <= kCrcPath || code == kNoFetch) {  // the copy path, one of the engine's copy switches turned
+      if (code == kNoFetch)
+        engine::fetch_ahead(false);
+      else
+        engine::use_crc32c_path(&engine::crc32c_paths()[static_cast<std::size_t>(kCrcPath - code)]);
       Outcome o = run_once(*cable.a, *cable.b, block, mtu, id++, buf);
       engine::fetch_ahead(true);
+      engine::use_crc32c_path(nullptr);
       return o;
     }
     if (code <= 0)
