@@ -586,10 +586,9 @@ std::string mpi_library(const std::string& given) {
     if (!fs::exists(given)) throw Failure("--library " + given + ": no such file");
     return fs::absolute(given).string();
   }
-  const fs::path bin = fs::canonical("/proc/self/exe").parent_path();
-  for (const fs::path& p : {bin / ".." / "mpi", bin / ".." / "lib" / "x86_64-linux-gnu", bin / ".." / "lib64", bin / ".." / "lib"})
-    if (fs::exists(p / "libaapc-mpi.so")) return fs::canonical(p / "libaapc-mpi.so").string();
-  throw Failure("cannot find libaapc-mpi.so beside " + bin.string() + "; give --library PATH, or --no-preload for the MPI alone");
+  if (auto found = aapc::tools::beside_tools("libaapc-mpi.so", {"../mpi", "../lib/x86_64-linux-gnu", "../lib64", "../lib"})) return found->string();
+  throw Failure("cannot find libaapc-mpi.so beside " + fs::canonical("/proc/self/exe").parent_path().string() +
+                "; give --library PATH, or --no-preload for the MPI alone");
 }
 
 int cmd_mpirun(const RunOptions& o, const MpiOptions& m, const std::vector<std::string>& program, const char* argv0) {

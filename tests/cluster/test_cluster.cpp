@@ -524,6 +524,9 @@ TEST_CASE("a program built only from the installed header and aapc.pc performs a
   REQUIRE(build.status == 0);
   auto libdir = sh(pkgconfig + " --variable=libdir aapc");
   std::string ld = libdir.text.substr(0, libdir.text.find('\n'));
+  // The MPICH yield library is where an installed aapc-emu looks for it (mpilaunch.cpp).
+  CHECK(fs::exists(fs::path(ld) / "aapc" / "libaapc-mpich-yield.so"));
+  CHECK(fs::equivalent(fs::path(ld) / "aapc", dest / prefix.text.substr(1, prefix.text.find('\n') - 1) / "bin" / ".." / "lib" / "x86_64-linux-gnu" / "aapc"));
   Cluster c("8-one-switch");
   auto procs = everywhere({"env", "LD_LIBRARY_PATH=" + ld, exe.string(), "4096"});
   require_all_ok(procs, "the packaged example");

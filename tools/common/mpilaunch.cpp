@@ -5,9 +5,11 @@
 
 #include <chrono>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "common/procutil.hpp"
 
@@ -20,6 +22,32 @@ std::string shell_quote(const std::string& text) {
   for (char c : text) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
 }
+
+std::optional<fs::path> beside_tools(const std::string& file, const std::vector<fs::path>& dirs) {
+  const fs::path bin = fs::canonical("/proc/self/exe").parent_path();
+  for (const auto& d : dirs)
+    if (fs::exists(bin / d / file)) return fs::canonical(bin / d / file);
+  return std::nullopt;
+}
+
+namespace {
+
+// libaapc-mpich-yield.so (tools/common/mpich_yield.cpp), beside the tools or the tests of a
+// build, or where `meson install` puts it.
+std::string mpich_yield_library() {
+  static const std::optional<fs::path> found =
+      beside_tools("libaapc-mpich-yield.so", {".", "../tools", "../lib/x86_64-linux-gnu/aapc", "../lib64/aapc", "../lib/aapc"});
+  if (!found) {
+    static bool told = false;
+    if (!std::exchange(told, true))
+      std::cerr << "warning: libaapc-mpich-yield.so is not beside these tools: MPICH's ranks will spin in their waits, and on few cores "
+                   "its barriers take tens of ms\n";
+    return "";
+  }
+  return found->string();
+}
+
+}  // namespace
 
 MpiCluster::MpiCluster(const nlohmann::json& state, const fs::path& workdir)
     : state_(state), dir_(workdir), agent_(workdir / "mpi-agent"), wrapper_(workdir / "mpi-rank") {
@@ -94,7 +122,13 @@ std::string MpiCluster::command(const MpiJob& job) const {
     hostlist += (hostlist.empty() ? "" : ",") + name + ":" + std::to_string(ppn[i]);
   }
   std::vector<std::string> env = job.env;
-  if (!job.preload.empty()) env.push_back("AAPC_EMU_PRELOAD=" + job.preload);
+  std::string preload = job.preload;
+  if (job.impl == "mpich") {
+    // MPICH's idle ranks yield, as Open MPI's do below, with libaapc-mpi.so or without.
+    const std::string yield = mpich_yield_library();
+    if (!yield.empty()) preload += (preload.empty() ? "" : ":") + yield;
+  }
+  if (!preload.empty()) env.push_back("AAPC_EMU_PRELOAD=" + preload);
   std::string launch = exe;
   if (job.impl == "openmpi") {
     // TCP between machines on the emulated network; shared memory (vader) within one. Idle

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,10 @@ class MpiCluster {
   std::filesystem::path dir_, agent_, wrapper_;
   std::string subnet_;
 };
+
+// A file that a build puts beside the tools and an install under their lib directory: the
+// first of `dirs` (relative to the directory of this process's executable) that holds it.
+std::optional<std::filesystem::path> beside_tools(const std::string& file, const std::vector<std::filesystem::path>& dirs);
 
 // 'text' for a POSIX shell.
 std::string shell_quote(const std::string& text);
