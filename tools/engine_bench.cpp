@@ -256,7 +256,7 @@ struct Configs {
       case -4: return "key, lcore checks";
       case -5: return "copied, lcore checks + seals";
       case -6: return "key, lcore checks + seals";
-      case -7: return "copied, nothing fetched ahead";
+      case kNoFetch: return "copied, nothing fetched ahead";
       default: return "capture, snaplen " + std::to_string(code);
     }
   }

@@ -169,6 +169,9 @@ struct Cluster {
   ~Cluster() { sh(kEmu + " down"); }
 };
 
+// `aapc status` of the first machine's daemon.
+Sh status_of_first() { return sh("AAPC_SOCKET=" + socket_of(machines().front()) + " " + kTools + "/aapc status"); }
+
 std::vector<std::string> exchange(std::size_t size, const std::string& schedule, const std::string& sync = "auto", int iters = 2) {
   return {kClient, "exchange", std::to_string(size), schedule, sync, std::to_string(iters)};
 }
@@ -227,7 +230,7 @@ TEST_CASE("issue 14: sparse alltoallv (Figure 7, 3 of N destinations) byte-exact
 TEST_CASE("aapc run --check: a barrier after the untimed check starts each timed exchange together") {
   Cluster c("8-one-switch");
   auto next_id = [] {
-    auto st = sh("AAPC_SOCKET=" + socket_of(machines().front()) + " " + kTools + "/aapc status");
+    auto st = status_of_first();
     INFO(st.text);
     REQUIRE(st.status == 0);
     return nlohmann::json::parse(st.text)["next_exchange"].get<long>();
@@ -480,7 +483,7 @@ TEST_CASE("issue 13: groups: two clients per machine, each in groups of its own 
     INFO(p.machine << ": " << p.output());
     CHECK(p.status == 0);
   }
-  auto status = sh("AAPC_SOCKET=" + socket_of(machines().front()) + " " + kTools + "/aapc status");
+  auto status = status_of_first();
   INFO(status.text);
   CHECK(status.text.find("\"groups\": []") != std::string::npos);  // closed when their clients went
 }
@@ -517,7 +520,8 @@ TEST_CASE("a program built only from the installed header and aapc.pc performs a
   std::string pcdir = fs::path(pc.text.substr(0, pc.text.find('\n'))).parent_path().string();
   // The .pc names the install prefix; point it into the staging directory.
   auto prefix = sh("PKG_CONFIG_PATH=" + pcdir + " pkg-config --variable=prefix aapc");
-  std::string pkgconfig = "PKG_CONFIG_PATH=" + pcdir + " pkg-config --define-variable=prefix=" + dest.string() + prefix.text.substr(0, prefix.text.find('\n'));
+  const std::string staged = dest.string() + prefix.text.substr(0, prefix.text.find('\n'));  // the prefix, in the staging directory
+  std::string pkgconfig = "PKG_CONFIG_PATH=" + pcdir + " pkg-config --define-variable=prefix=" + staged;
   fs::path exe = kLogs / "example";
   auto build = sh("g++ " + std::string(AAPC_EXAMPLE) + " -o " + exe.string() + " $(" + pkgconfig + " --cflags --libs aapc)");
   INFO(build.text);
@@ -526,7 +530,7 @@ TEST_CASE("a program built only from the installed header and aapc.pc performs a
   std::string ld = libdir.text.substr(0, libdir.text.find('\n'));
   // The MPICH yield library is where an installed aapc-emu looks for it (mpilaunch.cpp).
   CHECK(fs::exists(fs::path(ld) / "aapc" / "libaapc-mpich-yield.so"));
-  CHECK(fs::equivalent(fs::path(ld) / "aapc", dest / prefix.text.substr(1, prefix.text.find('\n') - 1) / "bin" / ".." / "lib" / "x86_64-linux-gnu" / "aapc"));
+  CHECK(fs::equivalent(fs::path(ld) / "aapc", fs::path(staged) / "bin" / ".." / "lib" / "x86_64-linux-gnu" / "aapc"));
   Cluster c("8-one-switch");
   auto procs = everywhere({"env", "LD_LIBRARY_PATH=" + ld, exe.string(), "4096"});
   require_all_ok(procs, "the packaged example");

@@ -9,7 +9,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
-#include <utility>
 
 #include "common/procutil.hpp"
 
@@ -34,17 +33,16 @@ namespace {
 
 // libaapc-mpich-yield.so (tools/common/mpich_yield.cpp), beside the tools or the tests of a
 // build, or where `meson install` puts it.
-std::string mpich_yield_library() {
-  static const std::optional<fs::path> found =
-      beside_tools("libaapc-mpich-yield.so", {".", "../tools", "../lib/x86_64-linux-gnu/aapc", "../lib64/aapc", "../lib/aapc"});
-  if (!found) {
-    static bool told = false;
-    if (!std::exchange(told, true))
+// Looked for once a process, which warns once when it is missing.
+const std::string& mpich_yield_library() {
+  static const std::string path = [] {
+    auto found = beside_tools("libaapc-mpich-yield.so", {".", "../tools", "../lib/x86_64-linux-gnu/aapc", "../lib64/aapc", "../lib/aapc"});
+    if (!found)
       std::cerr << "warning: libaapc-mpich-yield.so is not beside these tools: MPICH's ranks will spin in their waits, and on few cores "
                    "its barriers take tens of ms\n";
-    return "";
-  }
-  return found->string();
+    return found ? found->string() : std::string();
+  }();
+  return path;
 }
 
 }  // namespace
@@ -125,7 +123,7 @@ std::string MpiCluster::command(const MpiJob& job) const {
   std::string preload = job.preload;
   if (job.impl == "mpich") {
     // MPICH's idle ranks yield, as Open MPI's do below, with libaapc-mpi.so or without.
-    const std::string yield = mpich_yield_library();
+    const std::string& yield = mpich_yield_library();
     if (!yield.empty()) preload += (preload.empty() ? "" : ":") + yield;
   }
   if (!preload.empty()) env.push_back("AAPC_EMU_PRELOAD=" + preload);
