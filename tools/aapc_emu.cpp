@@ -93,17 +93,13 @@ void preflight() {
 
 std::string netns_of(const std::string& machine) { return aapc::tools::emu_netns(machine); }
 
-// Rate in tc's notation, burst and queue limits in bytes. tbf drops a frame longer than its
-// burst, so the burst holds two frames of the MTU (jumbo frames) besides 2 ms at the rate.
+// Rate in tc's notation, burst (aapc::tools::emu_tbf_burst) and queue limits in bytes.
 std::string tc_rate(std::uint64_t bps) { return std::to_string(bps / 1000) + "kbit"; }
-std::uint64_t burst_for(std::uint64_t bps, int mtu) {
-  return std::max<std::uint64_t>({16384, 2 * (static_cast<std::uint64_t>(mtu) + 14), bps / 8 / 500});
-}
 
 void shape(const std::string& netns, const std::string& dev, std::uint64_t bps, std::uint64_t limit, int mtu) {
   std::vector<std::string> argv;
   if (!netns.empty()) argv = {"ip", "netns", "exec", netns};
-  std::uint64_t burst = burst_for(bps, mtu);
+  std::uint64_t burst = aapc::tools::emu_tbf_burst(bps, mtu);
   for (const std::string& a : {std::string("tc"), std::string("qdisc"), std::string("replace"), std::string("dev"), dev, std::string("root"),
                                std::string("tbf"), std::string("rate"), tc_rate(bps), std::string("burst"), std::to_string(burst),
                                std::string("limit"), std::to_string(std::max(limit, burst))})

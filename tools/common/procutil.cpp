@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -84,6 +85,10 @@ nlohmann::json read_emu_state() {
 std::string emu_netns(const std::string& machine) { return "aapc-" + machine; }
 
 std::string emu_socket(const std::string& machine) { return (kEmuStateDir / machine / "aapcd.sock").string(); }
+
+std::uint64_t emu_tbf_burst(std::uint64_t bps, int mtu) {
+  return std::max<std::uint64_t>({16384, 2 * (static_cast<std::uint64_t>(mtu) + 14), bps / 8 / 500});
+}
 
 std::vector<std::string> emu_machines(const nlohmann::json& state) {
   std::vector<std::string> out;

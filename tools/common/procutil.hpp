@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -52,5 +53,9 @@ std::string emu_netns(const std::string& machine);
 std::string emu_socket(const std::string& machine);
 // The machines' names, in rank order.
 std::vector<std::string> emu_machines(const nlohmann::json& state);
+// The burst of aapc-emu's tbf on a link of `bps` bits/s and that MTU, in bytes. tbf drops a
+// frame longer than its burst, so it holds two frames of the MTU besides 2 ms at the rate. A
+// link that was idle passes that many bytes at once, faster than its rate.
+std::uint64_t emu_tbf_burst(std::uint64_t bps, int mtu);
 
 }  // namespace aapc::tools
