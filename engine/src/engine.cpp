@@ -274,11 +274,7 @@ void Engine::timers(Clock::time_point now) {
   link_->probe_dead(now);
   for (Exchange* ex : active_) ex->timers(now);
   while (!lingering_.empty() && now > lingering_.front().first) {
-    if (Exchange* ex = find(lingering_.front().second); ex != nullptr && ex->state() == ExchangeState::kDone) {
-      done_ids_.push_back(ex->id());
-      if (done_ids_.size() > kMaxDoneIds) done_ids_.pop_front();
-    }
-    exchanges_.erase(lingering_.front().second);
+    end_linger(lingering_.front().second);  // (gone already when linger_max ended it)
     lingering_.pop_front();
   }
   // Early entries do not expire with time (they go when a later exchange starts, or to make
@@ -286,6 +282,16 @@ void Engine::timers(Clock::time_point now) {
   // again. At 30% loss per port direction an exchange takes 30 s, and a rank started the
   // next one more than linger (15 s) before a slower peer did; that peer's entry expired and
   // both waited for each other until the stall deadline (issue 15).
+}
+
+void Engine::end_linger(std::uint32_t id) {
+  auto it = exchanges_.find(id);
+  if (it == exchanges_.end()) return;
+  if (it->second->state() == ExchangeState::kDone) {
+    done_ids_.push_back(id);
+    if (done_ids_.size() > kMaxDoneIds) done_ids_.pop_front();
+  }
+  exchanges_.erase(it);
 }
 
 void Engine::transmit(Clock::time_point now) {
@@ -338,7 +344,11 @@ bool Engine::poll() {
       continue;
     }
     lingering_.emplace_back(ex->linger_until(), ex->id());
+    // The exchange linger_max before it in its group stops lingering (EngineConfig::linger_max),
+    // unless it is still in this loop (nonblocking ones finish in any order; the time ends it).
+    const std::uint32_t id = ex->id(), old = make_id(id_slot(id), id_seq(id) - config_.linger_max);
     it = active_.erase(it);
+    if (config_.linger_max > 0 && std::find(active_.begin(), active_.end(), find(old)) == active_.end()) end_linger(old);
   }
   // Work means frames of ours handled or sent; frames dropped (our own, looped back by
   // af_packet, or other protocols) do not keep the loop spinning.

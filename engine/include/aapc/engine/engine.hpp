@@ -53,6 +53,11 @@ struct EngineConfig {
   std::uint64_t link_bps = 0;
   std::chrono::milliseconds timeout_allowance{5'000};
   std::chrono::milliseconds linger{15'000};     // finished exchanges still answer late frames
+  // And of one group, at most this many: a benchmark of tiny blocks finishes thousands a
+  // second, and each holds a few KiB (issue 14). An exchange that lingers stops once this many
+  // later ones of its group have finished here; the peers took part in all of those, so none
+  // still runs it unless it has that many collectives of the group in flight.
+  std::uint32_t linger_max = 1024;
   std::uint32_t epoch = 0;                      // 0: derived from the clock (later is newer)
   // Epochs are the senders' start times in wall-clock ms. A peer's epoch is taken only if it is
   // no later than our clock plus this skew (issue 15, finding 5: one forged frame with a
@@ -325,6 +330,8 @@ class Engine final : private ParseContext {
   // The entry of early_ for the exchange that would start last here (early_ not empty).
   std::map<std::uint32_t, EarlyFrames>::const_iterator farthest_early() const;
   void timers(Clock::time_point now);
+  // Erases a lingering exchange and remembers it as done (done_ids_) when it completed.
+  void end_linger(std::uint32_t id);
   void transmit(Clock::time_point now);
   // kOk when `epoch` is the sender's current one (learned or moved forward here), else why
   // the frame must be dropped (kStaleEpoch, kFutureEpoch).
