@@ -153,6 +153,10 @@ Rank Engine::rank_of(const MacAddr& mac) const {
 }
 
 Exchange* Engine::find(std::uint32_t id) const {
+  // Nearly every frame is for one of the few exchanges in the poll loop; thousands more may
+  // linger (a benchmark of tiny blocks), whose tree each frame would otherwise descend.
+  for (Exchange* ex : active_)
+    if (ex->id() == id) return ex;
   auto it = exchanges_.find(id);
   return it == exchanges_.end() ? nullptr : it->second.get();
 }
@@ -296,11 +300,14 @@ void Engine::end_linger(std::uint32_t id) {
 
 void Engine::transmit(Clock::time_point now) {
   link_->refill(now);
-  std::vector<Exchange*> ready;
+  std::vector<Exchange*>& ready = ready_;  // kept: the loop polls many times a frame
+  ready.clear();
   for (Exchange* ex : active_)
     if (ex->has_data()) ready.push_back(ex);
-  if (ready.empty()) return;
-  // Leave mbufs for control frames and for receiving; checked once per pass.
+  if (ready.empty() || link_->queued() >= kTxTarget || !link_->may_send()) return;
+  // Leave mbufs for control frames and for receiving; checked once per pass that may send:
+  // the count visits every lcore's cache of the pool (RTE_MAX_LCORE of them), and counted on
+  // every pass it took 3.2% of the box's time at 1 KiB blocks on 8-one-switch (2.3% now).
   const unsigned avail = rte_mempool_avail_count(port_.pool());
   const std::size_t budget = avail > kMinFreeMbufs ? std::min<std::size_t>(avail - kMinFreeMbufs, kTxTarget) : 0;
   std::size_t built = 0;

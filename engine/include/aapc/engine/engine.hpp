@@ -373,6 +373,7 @@ class Engine final : private ParseContext {
   // exchanges linger (they answer late frames) in `lingering_`, oldest first, until erased;
   // a benchmark leaves thousands of them, which the loop must not walk.
   std::vector<Exchange*> active_;
+  std::vector<Exchange*> ready_;  // transmit()'s, kept between polls
   std::deque<std::pair<Clock::time_point, std::uint32_t>> lingering_;
   // Ids of exchanges that completed here and are no longer lingering, newest last (bounded):
   // a sender whose ACKs were all lost still polls, and learns that its block arrived.
