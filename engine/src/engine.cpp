@@ -124,6 +124,7 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   peer_epoch_known_.assign(n, false);
   aborted_by_.resize(n);
   last_started_.resize(kSlots);
+  newest_lingering_.resize(kSlots);
   peer_proposal_.resize(n);
   join_acked_.assign(n, true);
   ethertype = config_.ethertype;
@@ -298,6 +299,28 @@ void Engine::end_linger(std::uint32_t id) {
   exchanges_.erase(it);
 }
 
+void Engine::bound_linger(std::uint32_t id) {
+  const std::uint32_t max = config_.linger_max;
+  std::optional<std::uint32_t>& newest = newest_lingering_[id_slot(id)];
+  if (max == 0) return;
+  if (newest && !later_id(id, *newest)) {
+    // It settled after later ones started to linger (a loss, or nonblocking calls).
+    if (id_distance(*newest, id) >= max) end_linger(id);
+    return;
+  }
+  // Those linger_max or more behind `id`, from where the last call stopped: the exchanges of
+  // the group that lingered before it (after *newest, none has). One in the steady state.
+  if (newest) {
+    const std::uint32_t behind = id_distance(id, *newest);  // >= 1
+    for (std::uint32_t k = std::max(behind, max); k < behind + max; ++k) {
+      const std::uint32_t old = make_id(id_slot(id), id_seq(id) - k);
+      // One still in the poll loop ends when it leaves it (above).
+      if (std::find(active_.begin(), active_.end(), find(old)) == active_.end()) end_linger(old);
+    }
+  }
+  newest = id;
+}
+
 void Engine::transmit(Clock::time_point now) {
   link_->refill(now);
   std::vector<Exchange*>& ready = ready_;  // kept: the loop polls many times a frame
@@ -351,11 +374,8 @@ bool Engine::poll() {
       continue;
     }
     lingering_.emplace_back(ex->linger_until(), ex->id());
-    // The exchange linger_max before it in its group stops lingering (EngineConfig::linger_max),
-    // unless it is still in this loop (nonblocking ones finish in any order; the time ends it).
-    const std::uint32_t id = ex->id(), old = make_id(id_slot(id), id_seq(id) - config_.linger_max);
     it = active_.erase(it);
-    if (config_.linger_max > 0 && std::find(active_.begin(), active_.end(), find(old)) == active_.end()) end_linger(old);
+    bound_linger(ex->id());
   }
   // Work means frames of ours handled or sent; frames dropped (our own, looped back by
   // af_packet, or other protocols) do not keep the loop spinning.

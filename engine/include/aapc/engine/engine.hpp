@@ -332,6 +332,9 @@ class Engine final : private ParseContext {
   void timers(Clock::time_point now);
   // Erases a lingering exchange and remembers it as done (done_ids_) when it completed.
   void end_linger(std::uint32_t id);
+  // Exchange `id` starts to linger: those of its group now linger_max or more behind the
+  // newest that lingers end (it too, when it left the poll loop after later ones).
+  void bound_linger(std::uint32_t id);
   void transmit(Clock::time_point now);
   // kOk when `epoch` is the sender's current one (learned or moved forward here), else why
   // the frame must be dropped (kStaleEpoch, kFutureEpoch).
@@ -383,6 +386,8 @@ class Engine final : private ParseContext {
   std::vector<ExchangeReport> finished_;
   // By group slot: the last exchange started here, if any.
   std::vector<std::optional<std::uint32_t>> last_started_;
+  // By group slot: the newest exchange that started to linger here (bound_linger).
+  std::vector<std::optional<std::uint32_t>> newest_lingering_;
   std::vector<struct rte_mbuf*> rx_;
   std::uint64_t rx_verified_ = 0;  // port_.rx_verified_flag()
   // Frames out, pacing, the peers' liveness and the counters: what exchanges use (Link).
