@@ -311,9 +311,9 @@ void Engine::bound_linger(std::uint32_t id) {
   // Those linger_max or more behind `id`, from where the last call stopped: the exchanges of
   // the group that lingered before it (after *newest, none has). One in the steady state.
   if (newest) {
-    const std::uint32_t behind = id_distance(id, *newest);  // >= 1
-    for (std::uint32_t k = std::max(behind, max); k < behind + max; ++k) {
-      const std::uint32_t old = make_id(id_slot(id), id_seq(id) - k);
+    const std::uint64_t behind = id_distance(id, *newest);  // >= 1
+    for (std::uint64_t k = std::max<std::uint64_t>(behind, max); k < behind + max && k <= kSeqMask; ++k) {
+      const std::uint32_t old = make_id(id_slot(id), id_seq(id) - static_cast<std::uint32_t>(k));
       // One still in the poll loop ends when it leaves it (above).
       if (std::find(active_.begin(), active_.end(), find(old)) == active_.end()) end_linger(old);
     }
