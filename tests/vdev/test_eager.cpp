@@ -63,6 +63,13 @@ bool run_sides(test::Fabric& fabric, std::vector<Side>& sides, std::uint32_t id,
       deadline);
 }
 
+// Back to back, as a program calls them: a tiny alltoall on one switch, then a barrier.
+void tiny_pair(test::Fabric& fabric, std::uint32_t& id, std::uint64_t block = 8) {
+  const int n = fabric.size();
+  test::expect_ok(test::run_exchange(fabric, make_schedule(single_switch_topology(n), {Algorithm::kSyncShuffle, 0}), id++, block), "alltoall");
+  test::expect_ok(test::run_exchange(fabric, barrier_schedule(n, 2), id++, 0), "barrier");
+}
+
 }  // namespace
 
 TEST_CASE("issue 14: eager blocks that reach a rank before it starts are kept, and nothing is resent") {
@@ -145,17 +152,12 @@ TEST_CASE("issue 14: blocks larger than eager_frames still wait for READY") {
 
 TEST_CASE("issue 14: acknowledgements of eager blocks and tokens are gathered, several in a frame, and every exchange settles") {
   const int n = 4;
-  Topology t = single_switch_topology(n);
   auto opts = test::nodes(n);
   // The daemons' RTO (the fabric's 2 ms is stalled past by a loaded host, and a poll follows).
   opts.tune = [](engine::EngineConfig& c) { c.rto = std::chrono::milliseconds(20); };
   test::Fabric fabric(opts);
   std::uint32_t id = 1;
-  // Back to back, as a program calls them: tiny alltoalls, each followed by a barrier.
-  for (int i = 0; i < 10; ++i) {
-    test::expect_ok(test::run_exchange(fabric, make_schedule(t, {Algorithm::kSyncShuffle, 0}), id++, 64), "alltoall " + std::to_string(i));
-    test::expect_ok(test::run_exchange(fabric, barrier_schedule(n, 2), id++, 0), "barrier " + std::to_string(i));
-  }
+  for (int i = 0; i < 10; ++i) tiny_pair(fabric, id, 64);
   fabric.settle(Ms(100));
   std::uint64_t gathered = 0, lists = 0;
   for (int r = 0; r < n; ++r) {
@@ -219,13 +221,6 @@ std::size_t heap_in_use() {
 }
 
 }  // namespace
-
-// Back to back, as a program calls them: a tiny alltoall of n ranks, then a barrier.
-void tiny_pair(test::Fabric& fabric, std::uint32_t& id) {
-  const int n = fabric.size();
-  test::expect_ok(test::run_exchange(fabric, make_schedule(single_switch_topology(n), {Algorithm::kSyncShuffle, 0}), id++, 8), "alltoall");
-  test::expect_ok(test::run_exchange(fabric, barrier_schedule(n, 2), id++, 0), "barrier");
-}
 
 TEST_CASE("issue 14: exchanges that linger after tiny ones hold little memory") {
   // A benchmark of tiny blocks finishes thousands of exchanges a second, and each lingers
