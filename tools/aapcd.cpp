@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "aapc/engine/daemon.hpp"
+#include "aapc/engine/engine.hpp"
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -24,6 +25,11 @@ void add_cpu_options(CLI::App& app, aapc::engine::DaemonConfig& cfg, std::vector
                  "radix of the dissemination barrier (0: chosen by the number of machines); every daemon of the cluster must use the same")
       ->capture_default_str()
       ->check([](const std::string& v) { return v == "0" || CLI::Range(2, 4096)(std::string(v)).empty() ? std::string() : "0, or 2 to 4096"; });
+  app.add_option("--stream-bytes", cfg.stream_bytes,
+                 "an exchange that receives at least this many bytes, in frames of 4096 bytes of payload or more, writes them around the CPU "
+                 "caches (non-temporal stores), which would not keep them; default: from this machine's caches (" +
+                     std::to_string(aapc::engine::default_stream_bytes() >> 20) + " MiB here)")
+      ->check([](const std::string& v) { return v.starts_with('-') ? std::string("a number of bytes, 0 or more") : std::string(); });
   app.add_option("--eal", eal_args, "further DPDK EAL arguments, e.g. --eal=-l3 to run the engine on CPU 3 alone (default: any CPU this process may use)");
   app.add_option("--eal-memory-mb", cfg.eal.memory_mb, "EAL memory without hugepages")->capture_default_str();
 }

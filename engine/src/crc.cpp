@@ -179,11 +179,16 @@ AAPC_FOLD_TARGET inline __m128i fold128(__m128i x, __m128i k, __m128i data) {
   return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), data);
 }
 
-// 64 bytes at src + at (stored at dst + at when copying; dst is null otherwise).
-template <bool kCopy>
+// How crc32c_fold() copies: not at all (dst is null), by cached stores, or by non-temporal
+// stores to a destination aligned to 64 bytes (Ahead::kStream).
+enum class Copy : std::uint8_t { kNo, kCached, kStreamed };
+
+// 64 bytes at src + at (stored at dst + at when copying).
+template <Copy kCopy>
 AAPC_FOLD_TARGET inline __m512i load64(std::uint8_t* dst, const std::uint8_t* src, std::size_t at = 0) {
   const __m512i v = _mm512_loadu_si512(src + at);
-  if constexpr (kCopy) _mm512_storeu_si512(dst + at, v);
+  if constexpr (kCopy == Copy::kCached) _mm512_storeu_si512(dst + at, v);
+  if constexpr (kCopy == Copy::kStreamed) _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + at), v);
   return v;
 }
 template <bool kCopy>
@@ -194,14 +199,16 @@ AAPC_FOLD_TARGET inline __m128i load16(std::uint8_t* dst, const std::uint8_t* sr
 }
 
 // At least 64 bytes. The register's invariant: the CRC of everything so far is the CRC, from
-// zero, of the accumulators' bytes followed by what is still to come.
-template <bool kCopy>
+// zero, of the accumulators' bytes followed by what is still to come. The last 16-63 bytes are
+// copied by cached stores.
+template <Copy kCopy>
 AAPC_FOLD_TARGET std::uint32_t crc32c_fold(std::uint32_t crc, std::uint8_t* dst, const std::uint8_t* src, std::size_t len) {
   auto advance = [&](std::size_t n) {
     src += n;
-    if constexpr (kCopy) dst += n;
+    if constexpr (kCopy != Copy::kNo) dst += n;
     len -= n;
   };
+  constexpr bool kCopies = kCopy != Copy::kNo;
   // The register enters as the first 32 bits of the message, XORed in.
   __m512i x0 = _mm512_xor_si512(load64<kCopy>(dst, src), _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(~crc))));
   advance(64);
@@ -231,7 +238,7 @@ AAPC_FOLD_TARGET std::uint32_t crc32c_fold(std::uint32_t crc, std::uint8_t* dst,
   y = fold128(y, k16, _mm512_maskz_extracti32x4_epi32(0xF, x0, 2));
   y = fold128(y, k16, _mm512_maskz_extracti32x4_epi32(0xF, x0, 3));
   while (len >= 16) {
-    y = fold128(y, k16, load16<kCopy>(dst, src));
+    y = fold128(y, k16, load16<kCopies>(dst, src));
     advance(16);
   }
   // Clean upper halves before the SSE code that follows (and the caller's): GCC does not add
@@ -241,7 +248,7 @@ AAPC_FOLD_TARGET std::uint32_t crc32c_fold(std::uint32_t crc, std::uint8_t* dst,
   // The CRC from zero of the last 16 bytes, then the rest.
   std::uint64_t c = _mm_crc32_u64(0, static_cast<std::uint64_t>(_mm_cvtsi128_si64(y)));
   c = _mm_crc32_u64(c, static_cast<std::uint64_t>(_mm_extract_epi64(y, 1)));
-  return crc32c_hw<kCopy>(~static_cast<std::uint32_t>(c), dst, src, len);
+  return crc32c_hw<kCopies>(~static_cast<std::uint32_t>(c), dst, src, len);
 }
 #undef AAPC_FOLD_TARGET
 #endif
@@ -262,17 +269,26 @@ std::uint32_t lanes_copy(std::uint32_t crc, std::uint8_t* dst, const std::uint8_
 }
 std::uint32_t fold_crc(std::uint32_t crc, const void* data, std::size_t len) {
   const auto* p = static_cast<const std::uint8_t*>(data);
-  return len >= 64 ? crc32c_fold<false>(crc, nullptr, p, len) : crc32c_hw<false>(crc, nullptr, p, len);
+  return len >= 64 ? crc32c_fold<Copy::kNo>(crc, nullptr, p, len) : crc32c_hw<false>(crc, nullptr, p, len);
 }
 std::uint32_t fold_copy(std::uint32_t crc, std::uint8_t* dst, const std::uint8_t* src, std::size_t len) {
-  return len >= 64 ? crc32c_fold<true>(crc, dst, src, len) : crc32c_hw<true>(crc, dst, src, len);
+  return len >= 64 ? crc32c_fold<Copy::kCached>(crc, dst, src, len) : crc32c_hw<true>(crc, dst, src, len);
+}
+// The bytes up to the destination's next 64-byte boundary by cached stores, the rest streamed.
+std::uint32_t fold_stream(std::uint32_t crc, std::uint8_t* dst, const std::uint8_t* src, std::size_t len) {
+  const std::size_t head = std::min<std::size_t>(len, -reinterpret_cast<std::uintptr_t>(dst) & 63);
+  crc = crc32c_hw<true>(crc, dst, src, head);
+  dst += head;
+  src += head;
+  len -= head;
+  return len >= 64 ? crc32c_fold<Copy::kStreamed>(crc, dst, src, len) : crc32c_hw<true>(crc, dst, src, len);
 }
 #endif
 
 constexpr Crc32cPath kSoft{"table", soft_crc, soft_copy};
 #if defined(__x86_64__)
 constexpr Crc32cPath kLanes{"sse4.2 lanes", lanes_crc, lanes_copy};
-constexpr Crc32cPath kFold{"avx512 vpclmulqdq", fold_crc, fold_copy};
+constexpr Crc32cPath kFold{"avx512 vpclmulqdq", fold_crc, fold_copy, fold_stream};
 const std::vector<Crc32cPath> kPaths = [] {
   std::vector<Crc32cPath> v{kSoft};
   if (kHaveSse42) v.push_back(kLanes);
@@ -331,11 +347,34 @@ void in_pieces(const std::uint8_t* block, std::size_t len, Piece&& piece) {
   }
 }
 
-const std::uint8_t* streamed(Ahead ahead, const std::uint8_t* dst, const std::uint8_t* src) {
+const std::uint8_t* walked(Ahead ahead, const std::uint8_t* dst, const std::uint8_t* src) {
   return ahead == Ahead::kSource ? src : ahead == Ahead::kDestination ? dst : nullptr;
 }
 
+thread_local bool t_streamed = false;  // stores of this thread wait for stream_fence()
+
+// memcpy by non-temporal stores (Ahead::kStream).
+void stream_memcpy(std::uint8_t* dst, const std::uint8_t* src, std::size_t len) {
+#if defined(__x86_64__)
+  const std::size_t head = std::min<std::size_t>(len, -reinterpret_cast<std::uintptr_t>(dst) & 15);
+  std::memcpy(dst, src, head);
+  std::size_t at = head;
+  for (; at + 16 <= len; at += 16) _mm_stream_si128(reinterpret_cast<__m128i*>(dst + at), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + at)));
+  std::memcpy(dst + at, src + at, len - at);
+#else
+  std::memcpy(dst, src, len);
+#endif
+}
+
 }  // namespace
+
+void stream_fence() {
+  if (!t_streamed) return;
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+  t_streamed = false;
+}
 
 std::span<const Crc32cPath> crc32c_paths() { return kPaths; }
 
@@ -345,7 +384,11 @@ std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t len) { ret
 
 std::uint32_t crc32c_copy(std::uint32_t crc, std::uint8_t* dst, const std::uint8_t* src, std::size_t len, Ahead ahead) {
   const Crc32cPath& path = active();
-  in_pieces(streamed(ahead, dst, src), len,
+  if (ahead == Ahead::kStream) {
+    t_streamed = true;
+    return (path.stream != nullptr ? path.stream : path.copy)(crc, dst, src, len);
+  }
+  in_pieces(walked(ahead, dst, src), len,
             [&](std::size_t at, std::size_t n) { crc = path.copy(crc, dst + at, src + at, n); });
   return crc;
 }
@@ -359,7 +402,12 @@ std::uint32_t crc32c_ahead(std::uint32_t crc, const std::uint8_t* data, std::siz
 void fetch_ahead(bool on) { g_fetch_ahead = on; }
 
 void copy_ahead(std::uint8_t* dst, const std::uint8_t* src, std::size_t len, Ahead ahead) {
-  in_pieces(streamed(ahead, dst, src), len,
+  if (ahead == Ahead::kStream) {
+    t_streamed = true;
+    stream_memcpy(dst, src, len);
+    return;
+  }
+  in_pieces(walked(ahead, dst, src), len,
             [&](std::size_t at, std::size_t n) { std::memcpy(dst + at, src + at, n); });
 }
 

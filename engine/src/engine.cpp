@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <thread>
 
+#include <unistd.h>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "crc.hpp"
 #include "exchange.hpp"
 #include "link.hpp"
 #include "serial.hpp"
@@ -32,6 +35,13 @@ std::size_t early_payload(const EarlyFrames& e) {
 }
 
 }  // namespace
+
+std::uint64_t default_stream_bytes() {
+  const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE), cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const std::uint64_t share = l3 > 0 && cpus > 0 ? static_cast<std::uint64_t>(l3 / cpus) * 3 / 4 : 0;
+  const std::uint64_t bytes = std::max<std::uint64_t>(share, l2 > 0 ? static_cast<std::uint64_t>(l2) : 0);
+  return bytes > 0 ? bytes : std::uint64_t{8} << 20;
+}
 
 ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32_t id) {
   ExchangeSpec spec;
@@ -376,6 +386,9 @@ bool Engine::poll() {
     it = active_.erase(it);
     bound_linger(ex->id());
   }
+  // Kept eager frames that an exchange started with were streamed into its blocks outside
+  // receive(): the client, told by the caller that its exchange is done, must see them.
+  stream_fence();
   // Work means frames of ours handled or sent; frames dropped (our own, looped back by
   // af_packet, or other protocols) do not keep the loop spinning.
   return handled_ != before_rx || link_->counters().frames_sent != before_tx;

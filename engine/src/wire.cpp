@@ -257,7 +257,7 @@ DropReason check_data(Parsed& out, const std::uint8_t* p, bool crc_later, const 
   const std::uint32_t crc = header_crc(p);
   const std::uint32_t want = get32(p + crc_at(hlen_of(p)));
   if (std::uint8_t* dst = e.early ? nullptr : ctx.place_at(h.exchange, out.src_rank, h.seq); dst != nullptr) {
-    if (crc32c_copy(crc, dst, out.payload.data(), h.payload_len, Ahead::kDestination) != want) return DropReason::kBadCrc;
+    if (crc32c_copy(crc, dst, out.payload.data(), h.payload_len, e.stream ? Ahead::kStream : Ahead::kDestination) != want) return DropReason::kBadCrc;
     out.placed = true;
     return DropReason::kOk;
   }

@@ -129,17 +129,55 @@ TEST_CASE("copies that fetch the block ahead run in pieces with the CRC and byte
     for (std::size_t len : lengths) {
       const std::uint8_t* src = data.data() + 7;
       const std::uint32_t want = crc32c(0x9E3779B9U, src, len);
-      for (Ahead ahead : {Ahead::kNone, Ahead::kSource, Ahead::kDestination}) {
+      for (Ahead ahead : {Ahead::kNone, Ahead::kSource, Ahead::kDestination, Ahead::kStream}) {
         INFO(path.name << ": length " << len << ", ahead " << static_cast<int>(ahead));
         std::vector<std::uint8_t> out(len + 2, 0x5A), plain(len + 2, 0x5A);
         CHECK(crc32c_copy(0x9E3779B9U, out.data() + 1, src, len, ahead) == want);
         copy_ahead(plain.data() + 1, src, len, ahead);
+        stream_fence();
         CHECK(std::equal(src, src + len, out.begin() + 1));
         CHECK(std::equal(src, src + len, plain.begin() + 1));
         CHECK((out.front() == 0x5A && out.back() == 0x5A && plain.front() == 0x5A && plain.back() == 0x5A));
       }
       CHECK(crc32c_ahead(0x9E3779B9U, src, len) == want);
     }
+  }
+  use_crc32c_path(nullptr);
+}
+
+// Issue 17: payloads streamed into a block (non-temporal stores, Ahead::kStream) go in aligned
+// 64-byte lines, with cached stores before the destination's first line boundary and after its
+// last; the copy must be exact at every alignment of the destination, by every path.
+TEST_CASE("copies streamed around the caches are exact at every alignment of the destination") {
+  std::vector<std::uint8_t> data(9100);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 2654435761U >> 11);
+  const std::size_t lengths[] = {1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 191, 256, 320, 1456, 4096, 8956};
+  for (const auto& path : crc32c_paths()) {
+    use_crc32c_path(&path);
+    for (std::size_t len : lengths)
+      for (std::size_t align = 0; align < 64; align += (len > 1000 ? 7 : 1)) {
+        INFO(path.name << ": length " << len << ", destination 64k+" << align);
+        const std::uint8_t* src = data.data() + 3;
+        // 64-byte aligned storage, the destination `align` bytes in, a guard band either side.
+        std::vector<std::uint8_t> out_store(len + 256, 0xA5), plain_store(len + 256, 0xA5);
+        auto aligned = [&](std::vector<std::uint8_t>& v) {
+          return v.data() + ((64 - reinterpret_cast<std::uintptr_t>(v.data()) % 64) % 64) + 64 + align;
+        };
+        std::uint8_t* out = aligned(out_store);
+        std::uint8_t* plain = aligned(plain_store);
+        CHECK(crc32c_copy(0x1234567U, out, src, len, Ahead::kStream) == crc32c(0x1234567U, src, len));
+        copy_ahead(plain, src, len, Ahead::kStream);
+        stream_fence();
+        CHECK(std::equal(src, src + len, out));
+        CHECK(std::equal(src, src + len, plain));
+        auto untouched = [&](const std::vector<std::uint8_t>& v, const std::uint8_t* at) {
+          const auto first = static_cast<std::size_t>(at - v.data());
+          return std::all_of(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(first), [](std::uint8_t b) { return b == 0xA5; }) &&
+                 std::all_of(v.begin() + static_cast<std::ptrdiff_t>(first + len), v.end(), [](std::uint8_t b) { return b == 0xA5; });
+        };
+        CHECK(untouched(out_store, out));
+        CHECK(untouched(plain_store, plain));
+      }
   }
   use_crc32c_path(nullptr);
 }

@@ -47,6 +47,8 @@ struct DaemonConfig {
   // Radix of the dissemination barrier (0: sched::barrier_radix's choice for the machines of
   // the world or group). Every daemon of the cluster must use the same.
   int barrier_radix = 0;
+  // EngineConfig::stream_bytes (unset: from this machine's caches).
+  std::optional<std::uint64_t> stream_bytes;
   nic::EalOptions eal;
 };
 

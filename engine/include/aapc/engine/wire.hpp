@@ -243,6 +243,9 @@ class ParseContext {
     // start: the frame is checked against the chunk only here, and against the posted block
     // when the exchange starts (data_fits).
     bool early = false;
+    // Issue 17: the block's receive area is larger than the caches would keep, and payloads are
+    // written around them (EngineConfig::stream_bytes).
+    bool stream = false;
   };
   virtual Expected expect_data(std::uint32_t exchange, std::uint32_t epoch, Rank src) const = 0;
   // For a DATA frame that passed every other check: where its payload goes (frame `seq` of
