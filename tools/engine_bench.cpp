@@ -317,8 +317,8 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
   std::cout << "two engines, one core, net_ring, MTU " << mtu << ", " << block_mib << " MiB each way, best of " << repeat
             << (io_core >= 0 ? ", the I/O lcore on CPU " + std::to_string(io_core) : std::string()) << ", CRC32C by "
             << crc_paths.back().name << ", payloads written "
-            << (streamed ? "around" : "through") << " the caches (around them from " << std::setprecision(1) << std::fixed
-            << static_cast<double>(defaults.stream_bytes) / (1 << 20) << " MiB an exchange, in frames of " << defaults.stream_min_chunk
+            << (streamed ? "around" : "through") << " the caches (around them when an exchange receives " << std::setprecision(1) << std::fixed
+            << static_cast<double>(defaults.stream_bytes) / (1 << 20) << " MiB or more, in frames of " << defaults.stream_min_chunk
             << " bytes or more)\n";
   auto report = [&](const std::string& what, double secs, double base) {
     double gbps = static_cast<double>(last.payload) * 8 / secs / 1e9;

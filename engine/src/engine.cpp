@@ -37,10 +37,13 @@ std::size_t early_payload(const EarlyFrames& e) {
 }  // namespace
 
 std::uint64_t default_stream_bytes() {
-  const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE), cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  const std::uint64_t share = l3 > 0 && cpus > 0 ? static_cast<std::uint64_t>(l3 / cpus) * 3 / 4 : 0;
-  const std::uint64_t bytes = std::max<std::uint64_t>(share, l2 > 0 ? static_cast<std::uint64_t>(l2) : 0);
-  return bytes > 0 ? bytes : std::uint64_t{8} << 20;
+  static const std::uint64_t bytes = [] {  // once: the CPU count is read from sysfs
+    const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE), cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+    const std::uint64_t share = l3 > 0 && cpus > 0 ? static_cast<std::uint64_t>(l3 / cpus) * 3 / 4 : 0;
+    const std::uint64_t b = std::max<std::uint64_t>(share, l2 > 0 ? static_cast<std::uint64_t>(l2) : 0);
+    return b > 0 ? b : std::uint64_t{8} << 20;
+  }();
+  return bytes;
 }
 
 ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32_t id) {
