@@ -166,11 +166,16 @@ Rank Engine::rank_of(const MacAddr& mac) const {
   return it != mac_index_.end() && it->first == mac ? it->second : -1;
 }
 
+Exchange* Engine::in_loop(std::uint32_t id) const {
+  for (Exchange* ex : active_)
+    if (ex->id() == id) return ex;
+  return nullptr;
+}
+
 Exchange* Engine::find(std::uint32_t id) const {
   // Nearly every frame is for one of the few exchanges in the poll loop; thousands more may
   // linger (a benchmark of tiny blocks), whose tree each frame would otherwise descend.
-  for (Exchange* ex : active_)
-    if (ex->id() == id) return ex;
+  if (Exchange* ex = in_loop(id)) return ex;
   auto it = exchanges_.find(id);
   return it == exchanges_.end() ? nullptr : it->second.get();
 }
@@ -270,6 +275,9 @@ Result<void> Engine::start(ExchangeSpec spec) {
   // Early entries for ids now in the past can never start.
   for (auto it = early_.begin(); it != early_.end();) it = id_slot(it->first) != id_slot(id) || later_id(it->first, id) ? std::next(it) : erase_early(it);
   raw->begin(now, early);
+  // The eager frames kept for it may have been streamed into its blocks (outside receive(),
+  // which fences its own): the client, told later that its exchange is done, must see them.
+  stream_fence();
   return {};
 }
 
@@ -328,7 +336,7 @@ void Engine::bound_linger(std::uint32_t id) {
     for (std::uint64_t k = std::max<std::uint64_t>(behind, max); k < behind + max && k <= kSeqMask; ++k) {
       const std::uint32_t old = make_id(id_slot(id), id_seq(id) - static_cast<std::uint32_t>(k));
       // One still in the poll loop ends when it leaves it (above).
-      if (std::none_of(active_.begin(), active_.end(), [old](const Exchange* ex) { return ex->id() == old; })) end_linger(old);
+      if (in_loop(old) == nullptr) end_linger(old);
     }
   }
   newest = id;
@@ -389,9 +397,6 @@ bool Engine::poll() {
     it = active_.erase(it);
     bound_linger(ex->id());
   }
-  // Kept eager frames that an exchange started with were streamed into its blocks outside
-  // receive(): the client, told by the caller that its exchange is done, must see them.
-  stream_fence();
   // Work means frames of ours handled or sent; frames dropped (our own, looped back by
   // af_packet, or other protocols) do not keep the loop spinning.
   return handled_ != before_rx || link_->counters().frames_sent != before_tx;

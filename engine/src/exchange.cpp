@@ -59,8 +59,7 @@ Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
   // A combining exchange reads what it receives again (its staging), so it keeps it in cache.
   std::uint64_t in_bytes = 0;
   for (const auto& in : in_) in_bytes += in.len;
-  stream_in_ = !staging_ && in_bytes >= link_.config().stream_bytes && chunk >= link_.config().stream_min_chunk;
-  counters_.streamed = stream_in_;
+  counters_.streamed = !staging_ && in_bytes >= link_.config().stream_bytes && chunk >= link_.config().stream_min_chunk;
   // The phase of each block, for the frames' phase field.
   for (const auto& round : spec_.program.rounds)
     for (const auto& send : round.sends)
@@ -141,7 +140,7 @@ ParseContext::Expected Exchange::expect(std::uint32_t epoch, Rank src) const {
   if (state_ == ExchangeState::kFailed) return {DropReason::kNotLive, 0, 0};
   if (epoch_known_[idx(src)] && epoch_[idx(src)] != epoch) return {DropReason::kStaleEpoch, 0, 0};
   if (in_[idx(src)].len == 0) return {DropReason::kUnexpectedBlock, 0, link_.chunk()};
-  return {DropReason::kOk, in_[idx(src)].len, link_.chunk(), false, stream_in_};
+  return {DropReason::kOk, in_[idx(src)].len, link_.chunk(), false, counters_.streamed};
 }
 
 std::uint8_t* Exchange::place_at(Rank src, std::uint32_t seq) const {

@@ -264,7 +264,6 @@ class Exchange {
   std::size_t n_;
   ExchangeState state_ = ExchangeState::kRunning;
   bool settling_ = false, reported_ = false;
-  bool stream_in_ = false;  // payloads are written around the caches (EngineConfig::stream_bytes)
   std::vector<std::uint8_t> eager_copy_;  // the eager blocks' bytes (copy_eager_blocks)
   Errc code_ = Errc::kOk;
   std::string error_;

@@ -14,7 +14,7 @@ void Exchange::on_data(const Parsed& f, Clock::time_point now) {
     if ((f.h.flags & kFlagLast) != 0 && in.complete) link_.send_control(src, FrameType::kAck, spec_.id, 0, static_cast<std::uint32_t>(FrameType::kData), in.len);
     return;
   }
-  if (!f.placed) copy_ahead(in.data + f.offset, f.payload.data(), f.payload.size(), stream_in_ ? Ahead::kStream : Ahead::kDestination);  // else parse() copied it
+  if (!f.placed) copy_ahead(in.data + f.offset, f.payload.data(), f.payload.size(), counters_.streamed ? Ahead::kStream : Ahead::kDestination);  // else parse() copied it
   set_bit(in.bits, f.h.seq);
   ++in.got;
   last_progress_ = now;

@@ -209,7 +209,7 @@ struct ExchangeCounters {
   std::array<std::uint64_t, kDropReasons> drops{};  // frames of this exchange dropped, by reason
   std::vector<RoundTime> rounds;
   std::int64_t wait_ns = 0;  // time rounds spent waiting for tokens and READY
-  bool streamed = false;     // payloads were written around the caches (EngineConfig::stream_bytes)
+  bool streamed = false;     // payloads are written around the caches (EngineConfig::stream_bytes), decided at the start
 };
 
 struct ExchangeReport {
@@ -358,6 +358,7 @@ class Engine final : private ParseContext {
   // A dropped frame is of its sender's current incarnation (the epoch we know it by).
   bool alive_epoch(const Parsed& f) const;
   Exchange* find(std::uint32_t id) const;
+  Exchange* in_loop(std::uint32_t id) const;  // among the exchanges in the poll loop (active_), else nullptr
 
 
   nic::Port& port_;
