@@ -26,9 +26,10 @@ static void finalize_hung(int sig) {
 /* Never 0 (the cleared buffer) and different from one iteration to the next. */
 static unsigned char stamp(int src, int dst, int iter) { return (unsigned char)(1 + (aapc_pattern(src, dst, 0, 0) + iter) % 255); }
 
-/* MPICH over UCX's TCP transport sometimes spins forever in MPI_Finalize on a rank or two
- * (seen on this box: 7 minutes at 100% CPU after the last result was printed). Every result
- * is out and every rank has passed the barrier, so an alarm ends such a rank cleanly. */
+/* A guard: should MPI_Finalize hang on a rank, every result is out and every rank has passed
+ * the barrier, so an alarm ends such a rank after 20 s. Debian's MPICH hung there in most jobs
+ * on the emulated cluster until libaapc-mpich-yield.so gave its endpoint closes a deadline
+ * (tools/common/mpich_yield.cpp). */
 static int finish(void) {
   MPI_Barrier(MPI_COMM_WORLD);
   signal(SIGALRM, finalize_hung);

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -99,9 +100,8 @@ TEST_CASE("the same program with MPICH, ppn 2 and uneven", "[mpi]") {
     INFO("--ppn " << ppn);
     Sh r = mpirun("--mpi mpich --ppn " + std::string(ppn) + " --env AAPC_MPI_VERBOSE=1", check_program("mpich") + " 4096");
     INFO(r.text);
-    // The program's verdict, reached after every case was checked on every rank. Not the job's
-    // exit status: Debian's MPICH over UCX/TCP can hang in MPI_Finalize here, with or without
-    // aapc, and Hydra reports the rank that the program then ends (mpi_check.c).
+    // The job ends by itself: MPI_Finalize no longer hangs (libaapc-mpich-yield.so, below).
+    CHECK(r.status == 0);
     CHECK(r.text.find(" ranks, all cases ok") != std::string::npos);
     CHECK(r.text.find(kCarried) != std::string::npos);
     CHECK(r.text.find(kCarriedNonblocking) != std::string::npos);
@@ -137,6 +137,27 @@ TEST_CASE("MPICH's ranks yield when idle: every rank of an MPICH job has the yie
   CHECK(ompi.status == 0);
   CHECK(count(ompi.text, "has libaapc-mpi.so") == 8);
   CHECK(count(ompi.text, "has libaapc-mpich-yield.so") == 0);
+}
+
+// Debian's MPICH 4.0 hung in MPI_Finalize in most jobs here, with the library and without: a
+// rank or two spun for ever closing a UCX endpoint whose peer already waited in a PMI barrier
+// (seen: 4 of 6 jobs of 8 ranks, 5 of 6 of 32, a trivial program). libaapc-mpich-yield.so
+// gives those closes a second. Each job must end by itself, well within its timeout.
+TEST_CASE("unmodified MPI jobs end by themselves: MPICH's MPI_Finalize does not hang, ppn 2 and 4, with the library and without", "[mpi]") {
+  REQUIRE(have("mpich"));
+  const std::string program = std::string(AAPC_TESTS_DIR) + "/mpi-finalize-mpich";
+  REQUIRE(fs::exists(program));
+  for (const auto& [how, ranks] : {std::pair{"--ppn 2", 8}, {"--ppn 4", 16}, {"--ppn 4 --no-preload", 16}})
+    for (int round = 0; round < 2; ++round) {
+      INFO(how << ", round " << round);
+      const auto t0 = std::chrono::steady_clock::now();
+      Sh r = sh(kEmu + " mpirun " + aapc::tools::shell_quote(topology().string()) + " --timeout 60 --mpi mpich " + how + " -- " + program);
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      INFO(r.text);
+      CHECK(r.status == 0);
+      CHECK(r.text.find("mpi-finalize: " + std::to_string(ranks) + " ranks exchanged\n") != std::string::npos);
+      CHECK(took < 30);
+    }
 }
 
 TEST_CASE("without the library, and with AAPC_MPI=off, the MPI's own all-to-all runs", "[mpi]") {
@@ -228,9 +249,7 @@ TEST_CASE("unmodified Fortran programs (use mpi, use mpi_f08) through aapc, ppn 
     REQUIRE(fs::exists(std::string(AAPC_TESTS_DIR) + "/" + program));
     Sh r = mpirun("--mpi " + std::string(mpi) + " --ppn 2 --env AAPC_MPI_VERBOSE=1", std::string(AAPC_TESTS_DIR) + "/" + program);
     INFO(r.text);
-    // MPICH's verdict is the program's words: its job may end through the program's alarm
-    // after a hung MPI_Finalize (mpi_check.f90).
-    if (std::string(mpi) == "openmpi") CHECK(r.status == 0);
+    CHECK(r.status == 0);
     CHECK(r.text.find("mpi-check-fortran: 8 ranks, all cases ok") != std::string::npos);
     CHECK(r.text.find(kCarried) != std::string::npos);
   }

@@ -108,7 +108,7 @@ std::vector<Json> MpiLauncher::run(const MpiVariant& v, const Args& a, const std
   failed = false;
   if (r.status != 0 && r.points.size() == sweep_.sizes.size()) {
     std::cerr << "aapc-bench: " << v.label << ": every point measured, then the job exited with status " << r.status
-              << " (MPICH over UCX/TCP can hang in MPI_Finalize; the program ends such a rank)\n";
+              << " (a rank that hangs in MPI_Finalize is ended by the program after 20 s)\n";
   } else if (r.status != 0) {
     failed = true;
     std::cerr << "aapc-bench: " << v.label << " failed:\n" << r.other;
