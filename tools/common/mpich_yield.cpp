@@ -26,6 +26,7 @@
 #include <sched.h>
 
 #include <chrono>
+#include <optional>
 
 namespace {
 
@@ -43,8 +44,8 @@ using Disconnect = void* (*)(void*);
 using IsCompleted = int (*)(void*);
 
 // When MPI_Finalize began to close the endpoints (ucp_disconnect_nb has no other caller in
-// MPICH's ch4:ucx); unset before.
-std::chrono::steady_clock::time_point closing_since{};
+// MPICH's ch4:ucx).
+std::optional<std::chrono::steady_clock::time_point> closing_since;
 
 }  // namespace
 
@@ -61,7 +62,7 @@ extern "C" __attribute__((visibility("default"))) unsigned ucp_worker_progress(v
 extern "C" __attribute__((visibility("default"))) void* ucp_disconnect_nb(void* ep) {
   static const auto real = next<Disconnect>("ucp_disconnect_nb");
   if (real == nullptr) return nullptr;
-  if (closing_since == std::chrono::steady_clock::time_point{}) closing_since = std::chrono::steady_clock::now();
+  if (!closing_since) closing_since = std::chrono::steady_clock::now();
   return real(ep);
 }
 
@@ -70,6 +71,6 @@ extern "C" __attribute__((visibility("default"))) int ucp_request_is_completed(v
   static const auto real = next<IsCompleted>("ucp_request_is_completed");
   if (real == nullptr) return 1;
   const int done = real(request);
-  if (done != 0 || closing_since == std::chrono::steady_clock::time_point{}) return done;
-  return std::chrono::steady_clock::now() - closing_since >= kCloseWait ? 1 : 0;
+  if (done != 0 || !closing_since) return done;
+  return std::chrono::steady_clock::now() - *closing_since >= kCloseWait ? 1 : 0;
 }
