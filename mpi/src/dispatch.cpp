@@ -1,6 +1,7 @@
 // libaapc-mpi.so: the MPI profiling-interface interposer that programs preload or link
 // (issue 13). It defines MPI_Init(_thread), MPI_(I)alltoall(v), the completion calls
-// (MPI_Wait*, MPI_Test*, which drive the nonblocking ones) and the Fortran all-to-alls,
+// (MPI_Wait*, MPI_Test*, MPI_Request_get_status, which drive the nonblocking ones) and the
+// Fortran all-to-alls,
 // finds out which MPI the process runs (Open MPI or MPICH, whose ABIs differ), and forwards to libaapc-mpi-openmpi.so or libaapc-mpi-mpich.so beside it, which are built
 // against that MPI's mpi.h. Without one, it calls the MPI's own PMPI_* so that a program
 // never breaks because of aapc.
@@ -33,6 +34,7 @@ using Waitsome = int (*)(int, void*, int*, int*, void*);  // and MPI_Testsome
 using Test = int (*)(void*, int*, void*);
 using Testall = int (*)(int, void*, int*, void*);
 using Testany = int (*)(int, void*, int*, int*, void*);
+using RequestGetStatus = int (*)(Word, int*, void*);
 // Fortran (mpif.h, use mpi): every argument by reference, handles as MPI_Fint (int).
 using FAlltoall = void (*)(const void*, const int*, const int*, void*, const int*, const int*, const int*, int*);
 using FAlltoallv = void (*)(const void*, const int*, const int*, const int*, void*, const int*, const int*, const int*, const int*, int*);
@@ -53,6 +55,7 @@ struct Target {
   Testall testall = nullptr;
   Testany testany = nullptr;
   Waitsome testsome = nullptr;
+  RequestGetStatus request_get_status = nullptr;
   FAlltoall f_alltoall = nullptr;
   FAlltoallv f_alltoallv = nullptr;
   // Open MPI's mpi_f08 bindings call these (libmpi_mpifh's), past mpi_alltoall_ too.
@@ -135,6 +138,7 @@ bool bind_c(Target& t, void* lib, bool ours) {
   bind(t.testall, "aapc_mpi_testall", "PMPI_Testall");
   bind(t.testany, "aapc_mpi_testany", "PMPI_Testany");
   bind(t.testsome, "aapc_mpi_testsome", "PMPI_Testsome");
+  bind(t.request_get_status, "aapc_mpi_request_get_status", "PMPI_Request_get_status");
   return all;
 }
 
@@ -217,6 +221,9 @@ __attribute__((visibility("default"))) int MPI_Testany(int count, void* reqs, in
 }
 __attribute__((visibility("default"))) int MPI_Testsome(int count, void* reqs, int* outcount, int* indices, void* statuses) {
   return target().testsome(count, reqs, outcount, indices, statuses);
+}
+__attribute__((visibility("default"))) int MPI_Request_get_status(Word req, int* flag, void* status) {
+  return target().request_get_status(req, flag, status);
 }
 
 // gfortran's names (Debian's Fortran compiler): lower case, one trailing underscore.

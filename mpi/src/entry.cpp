@@ -91,6 +91,10 @@ __attribute__((visibility("default"))) int aapc_mpi_testsome(int count, MPI_Requ
   return aapc::mpi::testsome(count, reqs, outcount, indices, statuses);
 }
 
+__attribute__((visibility("default"))) int aapc_mpi_request_get_status(Word req, int* flag, MPI_Status* status) {
+  return aapc::mpi::request_get_status(handle<MPI_Request>(req), flag, status);
+}
+
 // Fortran, for Open MPI (dispatch.cpp): handles converted, its MPI_IN_PLACE recognised.
 __attribute__((visibility("default"))) void aapc_mpi_f_alltoall(const void* sbuf, const MPI_Fint* scount, const MPI_Fint* stype, void* rbuf,
                                                                 const MPI_Fint* rcount, const MPI_Fint* rtype, const MPI_Fint* comm, MPI_Fint* ierr) {

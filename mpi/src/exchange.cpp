@@ -249,7 +249,13 @@ struct TypeInfo {
   bool contiguous = false;
 };
 
-TypeInfo type_info(MPI_Datatype t) {
+bool in_order(MPI_Datatype t, int depth);
+
+// Whether `t` covers its extent without gaps, from 0, with its bytes in the order of its type
+// map: then packing it copies its bytes as they lie. Extent and size alone do not say so: a
+// block transposed by its datatype (a vector of one element per row, resized to one element,
+// made contiguous) has no gaps either, and its bytes must move.
+TypeInfo type_info(MPI_Datatype t, int depth = 0) {
   MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
   MPI_Count size = 0;
   PMPI_Type_get_extent(t, &lb, &extent);
@@ -258,8 +264,32 @@ TypeInfo type_info(MPI_Datatype t) {
   TypeInfo i;
   i.extent = extent;
   i.size = static_cast<std::uint64_t>(size);
-  i.contiguous = lb == 0 && true_lb == 0 && static_cast<MPI_Count>(extent) == size && static_cast<MPI_Count>(true_extent) == size;
+  i.contiguous = lb == 0 && true_lb == 0 && static_cast<MPI_Count>(extent) == size && static_cast<MPI_Count>(true_extent) == size && in_order(t, depth);
   return i;
+}
+
+// Whether `t`'s type map lists its bytes in increasing order, each once: a predefined type, or
+// one made of such a type, gapless, by dup, contiguous, resized, or a vector whose stride is its
+// block. Others are taken as out of order (they are packed, which is always right).
+bool in_order(MPI_Datatype t, int depth) {
+  int ni = 0, na = 0, nd = 0, combiner = MPI_COMBINER_NAMED;
+  PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner);
+  if (combiner == MPI_COMBINER_NAMED) return true;
+  const bool layered = combiner == MPI_COMBINER_DUP || combiner == MPI_COMBINER_CONTIGUOUS || combiner == MPI_COMBINER_RESIZED ||
+                       combiner == MPI_COMBINER_VECTOR || combiner == MPI_COMBINER_HVECTOR;
+  if (!layered || nd != 1 || depth > 32) return false;
+  std::vector<int> ints(static_cast<std::size_t>(ni));
+  std::vector<MPI_Aint> addrs(static_cast<std::size_t>(na));
+  MPI_Datatype inner = MPI_DATATYPE_NULL;
+  PMPI_Type_get_contents(t, ni, na, nd, ints.data(), addrs.data(), &inner);
+  const TypeInfo in = type_info(inner, depth + 1);
+  bool ok = in.contiguous;
+  if (combiner == MPI_COMBINER_VECTOR) ok = ok && (ints[0] <= 1 || ints[1] == ints[2]);  // count, blocklength, stride (elements)
+  if (combiner == MPI_COMBINER_HVECTOR) ok = ok && (ints[0] <= 1 || static_cast<MPI_Aint>(ints[1]) * in.extent == addrs[0]);  // ... stride in bytes
+  int inner_ni = 0, inner_na = 0, inner_nd = 0, inner_combiner = MPI_COMBINER_NAMED;
+  PMPI_Type_get_envelope(inner, &inner_ni, &inner_na, &inner_nd, &inner_combiner);
+  if (inner_combiner != MPI_COMBINER_NAMED) PMPI_Type_free(&inner);  // get_contents gave a new handle
+  return ok;
 }
 
 // `side`'s blocks in bytes: in place for a contiguous datatype, else in `packed`

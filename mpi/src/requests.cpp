@@ -226,4 +226,11 @@ int testsome(int count, MPI_Request* reqs, int* outcount, int* indices, MPI_Stat
   return test_driving(count, reqs, [&] { return PMPI_Testsome(count, reqs, outcount, indices, statuses); });
 }
 
+// A program may poll with this alone: the ops must move (MPICH has no progress hook).
+int request_get_status(MPI_Request req, int* flag, MPI_Status* status) {
+  if (none_outstanding()) return PMPI_Request_get_status(req, flag, status);
+  progress();
+  return PMPI_Request_get_status(req, flag, status);
+}
+
 }  // namespace aapc::mpi

@@ -14,5 +14,6 @@ int test(MPI_Request* req, int* flag, MPI_Status* status);
 int testall(int count, MPI_Request* reqs, int* flag, MPI_Status* statuses);
 int testany(int count, MPI_Request* reqs, int* index, int* flag, MPI_Status* status);
 int testsome(int count, MPI_Request* reqs, int* outcount, int* indices, MPI_Status* statuses);
+int request_get_status(MPI_Request req, int* flag, MPI_Status* status);
 
 }  // namespace aapc::mpi

@@ -231,6 +231,60 @@ static void derived(MPI_Comm comm) {
   free(s), free(r);
 }
 
+/* A datatype that transposes: each block is a 3x3 matrix of ints, sent with a type that lists
+ * it column by column (a vector of one int per row, resized to one int, three of them, resized
+ * to the matrix). It has no gaps, so its extent and size alone pass it for contiguous; the
+ * receiver must get the transpose. And a vector whose stride is its block, which is contiguous. */
+static void transposed(MPI_Comm comm) {
+  int n = 0, me = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  MPI_Datatype column, one, columns, matrix_t, rows;
+  MPI_Type_vector(3, 1, 3, MPI_INT, &column);
+  MPI_Type_create_resized(column, 0, sizeof(int), &one);
+  MPI_Type_contiguous(3, one, &columns);
+  MPI_Type_create_resized(columns, 0, 9 * sizeof(int), &matrix_t);
+  MPI_Type_commit(&matrix_t);
+  MPI_Type_vector(3, 3, 3, MPI_INT, &rows);
+  MPI_Type_commit(&rows);
+  int* s = malloc(sizeof(int) * 9 * (size_t)n);
+  int* r = calloc(9 * (size_t)n, sizeof(int));
+  int* q = calloc(9 * (size_t)n, sizeof(int));
+  for (int d = 0; d < n; ++d)
+    for (int k = 0; k < 9; ++k) s[9 * d + k] = 1000 * me + 10 * d + k;
+  MPI_Alltoall(s, 1, matrix_t, r, 9, MPI_INT, comm);
+  MPI_Alltoall(s, 1, rows, q, 9, MPI_INT, comm);
+  int ok = 1, same = 1;
+  for (int src = 0; src < n; ++src)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) {
+        ok &= r[9 * src + 3 * i + j] == 1000 * src + 10 * me + 3 * j + i;
+        same &= q[9 * src + 3 * i + j] == 1000 * src + 10 * me + 3 * i + j;
+      }
+  expect("derived datatype (transposing)", ok, comm);
+  expect("derived datatype (vector, gapless)", same, comm);
+  MPI_Type_free(&matrix_t), MPI_Type_free(&columns), MPI_Type_free(&one), MPI_Type_free(&column), MPI_Type_free(&rows);
+  free(s), free(r), free(q);
+}
+
+/* MPI_Request_get_status polled alone until the call is over (it completes nothing; the
+ * program then collects the request with MPI_Wait). At most 30 s, then WRONG. */
+static void polled_status(size_t block) {
+  struct bytes_case x = bytes_begin(MPI_COMM_WORLD, block);
+  MPI_Request r;
+  MPI_Ialltoall(x.s, (int)block, MPI_BYTE, x.r, (int)block, MPI_BYTE, MPI_COMM_WORLD, &r);
+  int flag = 0;
+  MPI_Status status;
+  const double t0 = MPI_Wtime();
+  while (!flag && MPI_Wtime() - t0 < 30) MPI_Request_get_status(r, &flag, &status);
+  expect("MPI_Request_get_status polled alone", flag, MPI_COMM_WORLD);
+  if (flag) {
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+    bytes_end("... its data came", &x);
+  }
+  /* A request still running is left (its buffers too): the job fails, and ends at MPI_Finalize. */
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   size_t block = argc > 1 ? (size_t)strtoull(argv[1], NULL, 10) : 4096;
@@ -245,6 +299,8 @@ int main(int argc, char** argv) {
   progress_while_computing(block);
   in_place(MPI_COMM_WORLD);
   derived(MPI_COMM_WORLD);
+  transposed(MPI_COMM_WORLD);
+  polled_status(block);
   MPI_Comm dup, half, parity, row;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   alltoall_bytes("MPI_Comm_dup", dup, block);
