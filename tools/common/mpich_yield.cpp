@@ -3,13 +3,15 @@
 // so that both columns of a comparison run alike). It does two things, both through UCX calls
 // that MPICH makes through the PLT:
 //
-// 1. Idle ranks yield. Every emulated machine shares this box's few cores. Debian's MPICH
-//    (ch4:ucx) spins in its waits and has no setting to yield (MPIR_CVAR_POLLS_BEFORE_YIELD is
-//    ch3's), so a rank waiting in MPI_Barrier takes the CPU from the rank whose message it
-//    waits for: one barrier of 16 ranks took 79 ms on 2 cores, Open MPI's (run with
-//    mpi_yield_when_idle) 1.9 ms. This does what mpi_yield_when_idle does: when a pass of UCX's
-//    progress engine found nothing to do, yield. On a real cluster, where every rank has a
-//    core, nothing needs it.
+// 1. Idle ranks yield, and then sleep. Every emulated machine shares this box's few cores.
+//    Debian's MPICH (ch4:ucx) spins in its waits and has no setting to yield
+//    (MPIR_CVAR_POLLS_BEFORE_YIELD is ch3's), so a rank waiting in MPI_Barrier takes the CPU
+//    from the rank whose message it waits for: one barrier of 16 ranks took 79 ms on 2 cores,
+//    Open MPI's (run with mpi_yield_when_idle) 1.9 ms. When a pass of UCX's progress engine
+//    found nothing to do, the rank yields, as mpi_yield_when_idle does; once it has found
+//    nothing for 10 ms, it sleeps between passes (IdleWait, tools/common/idle_wait.hpp), since
+//    48 yielding ranks on 2 cores still took them from the daemons. AAPC_EMU_NAP_AFTER_US sets
+//    the 10 ms (0: yield only). On a real cluster, where every rank has a core, nothing needs it.
 //
 // 2. MPI_Finalize ends. MPICH 4.0's finalize closes every UCX endpoint (ucp_disconnect_nb, a
 //    flushing close) and spins until each close has completed, and a close over UCX's TCP
@@ -26,7 +28,11 @@
 #include <sched.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <optional>
+#include <thread>
+
+#include "idle_wait.hpp"
 
 namespace {
 
@@ -47,6 +53,15 @@ using IsCompleted = int (*)(void*);
 // MPICH's ch4:ucx).
 std::optional<std::chrono::steady_clock::time_point> closing_since;
 
+// How long a rank finds nothing to do before it sleeps between passes: AAPC_EMU_NAP_AFTER_US,
+// or IdleWait's 10 ms.
+std::chrono::microseconds nap_after() {
+  const char* text = std::getenv("AAPC_EMU_NAP_AFTER_US");
+  char* end = nullptr;
+  const long us = text != nullptr ? std::strtol(text, &end, 10) : -1;
+  return text != nullptr && end != text && *end == '\0' && us >= 0 ? std::chrono::microseconds(us) : aapc::tools::IdleWait::kNapAfter;
+}
+
 }  // namespace
 
 // UCX's `unsigned ucp_worker_progress(ucp_worker_h)`.
@@ -54,7 +69,11 @@ extern "C" __attribute__((visibility("default"))) unsigned ucp_worker_progress(v
   static const auto real = next<Progress>("ucp_worker_progress");
   if (real == nullptr) return 0;  // no UCX in this process: nobody calls this
   const unsigned events = real(worker);
-  if (events == 0) sched_yield();
+  static const std::chrono::microseconds after = nap_after();
+  thread_local aapc::tools::IdleWait idle(after);
+  const auto nap = idle.after_pass(events, aapc::tools::IdleWait::Clock::now());
+  if (nap.count() > 0) std::this_thread::sleep_for(nap);
+  else if (events == 0) sched_yield();
   return events;
 }
 
