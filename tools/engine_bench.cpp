@@ -313,7 +313,8 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
   Outcome last;
   const auto crc_paths = engine::crc32c_paths();
   const engine::EngineConfig defaults;
-  const bool streamed = block >= defaults.stream_bytes && static_cast<std::uint32_t>(mtu) - engine::kDataFrameOverhead >= defaults.stream_min_chunk;
+  const auto payload = static_cast<std::uint32_t>(mtu) - engine::kDataFrameOverhead;
+  const bool streamed = defaults.streams(block, payload);
   std::cout << "two engines, one core, net_ring, MTU " << mtu << ", " << block_mib << " MiB each way, best of " << repeat
             << (io_core >= 0 ? ", the I/O lcore on CPU " + std::to_string(io_core) : std::string()) << ", CRC32C by "
             << crc_paths.back().name << ", payloads written "
@@ -368,7 +369,7 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
   // that large go without a copy where the port takes them).
   if (mtu == 1500 || mtu == 9000) {
     const int target = mtu == 9000 ? 40 : 25;
-    const bool zero_copy_default = static_cast<std::uint32_t>(mtu) - engine::kDataFrameOverhead >= defaults.zero_copy_min;
+    const bool zero_copy_default = defaults.attaches(payload);
     auto verdict = [&](double g, const char* how) {
       std::cout << (g >= target ? "target met: " : "target MISSED: ") << "at least " << target << " Gbit/s of payload per core at MTU " << mtu
                 << ", " << how << ": " << std::setprecision(2) << g << "\n";

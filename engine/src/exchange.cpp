@@ -30,6 +30,7 @@ Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
   have_sync_.assign(spec_.sync_count, 0);
   if (!spec_.combine.empty()) stage_combine();
   const Rank me = link_.rank();
+  std::uint64_t in_bytes = 0;
   for (std::size_t r = 0; r < n_; ++r) {
     if (static_cast<Rank>(r) == me) continue;
     if (spec_.send[r].len > 0) {
@@ -52,14 +53,13 @@ Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
       in.frames = frame_count(in.len, chunk);
       in.bits.assign((in.frames + 63) / 64, 0);
       in.eager = eager_block(in.len, chunk, link_.config());
+      in_bytes += in.len;
       ++incomplete_blocks_;
     }
   }
   unacked_blocks_ = out_.size();
   // A combining exchange reads what it receives again (its staging), so it keeps it in cache.
-  std::uint64_t in_bytes = 0;
-  for (const auto& in : in_) in_bytes += in.len;
-  counters_.streamed = !staging_ && in_bytes >= link_.config().stream_bytes && chunk >= link_.config().stream_min_chunk;
+  counters_.streamed = !staging_ && link_.config().streams(in_bytes, chunk);
   // The phase of each block, for the frames' phase field.
   for (const auto& round : spec_.program.rounds)
     for (const auto& send : round.sends)

@@ -115,7 +115,7 @@ rte_mbuf* Link::build_zero_copy(Rank dst, const Header& h, const std::uint8_t* p
 
 bool Link::send_frame(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len, const nic::ExternalRegion* region) {
   rte_mbuf* m = nullptr;
-  if (zero_copy_ && region != nullptr && len >= std::max<std::size_t>(config_.zero_copy_min, 1) && len <= UINT16_MAX) {
+  if (zero_copy_ && region != nullptr && config_.attaches(len)) {
     m = build_zero_copy(dst, h, payload, len, *region);
     if (m != nullptr) ++counters_.zero_copy_frames;
   }

@@ -632,7 +632,9 @@ int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Data
 
 int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request) {
   Plan& p = plan_of(comm);
-  const std::uint64_t block = static_cast<std::uint64_t>(rcount) * type_info(rtype).size;
+  MPI_Count type_size = 0;  // the size alone: type_info() would also walk the type's layers
+  PMPI_Type_size_x(rtype, &type_size);
+  const std::uint64_t block = static_cast<std::uint64_t>(rcount) * static_cast<std::uint64_t>(type_size);
   // A zero block is the same on every rank (the call's contract): nothing to carry.
   if (!p.aapc || block == 0 || too_small(p, block))
     return request != nullptr ? PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, request)

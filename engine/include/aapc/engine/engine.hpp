@@ -3,6 +3,7 @@
 // from loss. One poll loop drives everything; an Engine is used by one thread.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -91,6 +92,11 @@ struct EngineConfig {
   // 1.20x the payload at 8,956-byte payloads (MTU 9000), 1.06x at 4,096, 1.02x at 4,052, and
   // 0.81-0.85x at 1,456 (MTU 1500), where the stores stall on the write-combining buffers.
   std::uint32_t stream_min_chunk = 4096;
+  // The two rules above, for the engine and the tools that report them: whether a DATA payload
+  // of `len` bytes may go attached (where the port and a registered region allow), and whether
+  // an exchange that receives `in_bytes` in frames of `chunk` bytes of payload streams them.
+  bool attaches(std::size_t len) const { return len >= std::max<std::size_t>(zero_copy_min, 1) && len <= UINT16_MAX; }
+  bool streams(std::uint64_t in_bytes, std::uint32_t chunk) const { return in_bytes >= stream_bytes && chunk >= stream_min_chunk; }
   // Issue 14: blocks of at most this many frames are eager: sent at once, without waiting for
   // the receiver's READY (a round trip), and a receiver that has not started the exchange yet
   // keeps their frames (up to early_data_bytes in all) for its start. Larger blocks wait for
