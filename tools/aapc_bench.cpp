@@ -21,6 +21,7 @@
 #include "aapc/sched/dot.hpp"
 #include "aapc/sched/tree.hpp"
 #include "bench/bench.hpp"
+#include "common/procutil.hpp"
 
 using namespace aapc::bench;
 
@@ -43,7 +44,12 @@ Sweep plan_sweep(const Args& a) {
     std::ofstream(s.topo_file) << aapc::sched::to_dot(topo, *bps);
     topo = aapc::sched::load_topology(s.topo_file.string());
   }
-  s.peak = aapc::sched::TreeModel(topo).peak_aggregate_bps();
+  const aapc::sched::TreeModel model(topo);
+  s.peak = model.peak_aggregate_bps();
+  if (model.limiting_link() >= 0) {
+    const std::uint64_t rate = topo.links()[static_cast<std::size_t>(model.limiting_link())].rate_bps;
+    s.burst_s = 8.0 * static_cast<double>(aapc::tools::emu_tbf_burst(rate, topo.mtu())) / static_cast<double>(rate);
+  }
   s.n = topo.machine_count();
   s.multi_switch = !topo.single_switch();
   s.ppn = a.ppn;

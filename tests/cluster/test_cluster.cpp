@@ -617,6 +617,17 @@ TEST_CASE("traces: linear contends on the inter-switch link, tree with receiver-
   CHECK(fs::file_size(kLogs / "plots" / "links.svg") > 1000);
 }
 
+// Physics, within what the emulation lets through, for 8-two-switch's blocks of `block` bytes:
+// a link's tbf passes its burst at once, so an exchange whose busiest link (s0-s1: 16 blocks
+// each way) carries B bytes can end in (B - burst) / rate; and eager blocks (issue 14) leave a
+// rank that is out of the barrier before rank 0 starts its clock (5%). With a fixed 1.05 this
+// failed at 4 KiB, where the burst is 38% of B: auto measured 107.9% and 108.9%.
+double emulated_ceiling(double block) {
+  const double busiest = 16.0 * block;
+  const double burst = static_cast<double>(aapc::tools::emu_tbf_burst(100'000'000, 1500));
+  return 1.05 * busiest / (busiest - burst);
+}
+
 TEST_CASE("aapc-bench: a short sweep with the MPI baselines gives a well-formed report") {
   sh(kEmu + " down");
   fs::path out = kLogs / "bench";
@@ -638,17 +649,13 @@ TEST_CASE("aapc-bench: a short sweep with the MPI baselines gives a well-formed 
     CHECK(p.contains("why"));
     // The MPIs' bytes crossed the emulated network (MPICH over UCX left alone does not).
     if (p["impl"] != "aapc") CHECK(p["over_network"] == true);
-    // Physics, within what the emulation lets through: a link's tbf passes its burst at once,
-    // so an exchange whose busiest link (s0-s1: 16 blocks each way) carries B bytes can end
-    // in (B - burst) / rate; and eager blocks (issue 14) leave a rank that is out of the
-    // barrier before rank 0 starts its clock (5%). With a fixed 1.05 this failed at 4 KiB,
-    // where the burst is 38% of B: auto measured 107.9% and 108.9%.
-    const double busiest = 16.0 * p["size"].get<double>();
-    const double burst = static_cast<double>(aapc::tools::emu_tbf_burst(100'000'000, 1500));
-    CHECK(p["fraction_of_peak"].get<double>() <= 1.05 * busiest / (busiest - burst));
-    // Each point is the median of its two runs (the slower one), both kept.
+    // Each point is the median of its two runs (the slower one), both kept. Every run, the
+    // faster one too, is within physics.
     REQUIRE(p["runs"] == 2);
     REQUIRE(p["seconds_all"].size() == 2);
+    for (const auto& s : p["seconds_all"])
+      CHECK(p["fraction_of_peak"].get<double>() * p["seconds"].get<double>() / s.get<double>() <= emulated_ceiling(p["size"].get<double>()));
+    CHECK(p["too_fast"] == false);
     CHECK(p["seconds"] == std::max(p["seconds_all"][0].get<double>(), p["seconds_all"][1].get<double>()));
     CHECK(p["spread"].get<double>() >= 0);
     // auto's calibrated choice on a tree of switches: the pairwise exchange without tokens for small
@@ -666,13 +673,11 @@ TEST_CASE("aapc-bench: a short sweep with the MPI baselines gives a well-formed 
   for (const auto& row : report["summary"]) {
     INFO(row.dump());
     CHECK(row["auto_chose"] == (row["size"] == 4096 ? "pairwise-ec" : "tree+sender-all"));
-    // auto is compared with the best only where its timing is trusted: at 4 KiB it once timed
-    // at 102.9% of the limit (eager blocks start before rank 0's clock).
-    const auto is_auto = [&](const nlohmann::json& p) { return p["label"] == "auto" && p["size"] == row["size"]; };
-    const auto auto_point = std::find_if(report["points"].begin(), report["points"].end(), is_auto);
-    REQUIRE(auto_point != report["points"].end());
-    if ((*auto_point)["fraction_of_peak"].get<double>() <= 1.02) CHECK(row["auto_of_best"].get<double>() > 0);
-    else CHECK_FALSE(row.contains("auto_of_best"));
+    // Every run was a real exchange (above), so auto is compared with the best turn by turn in
+    // both rounds. A fixed bound of 1.02 on each run's fraction cast out runs of real 4 KiB
+    // exchanges (102.4% and 113.1%: the tbf's burst), and with them every round of auto and
+    // linear, and the report said auto was at 0.0% of the best.
+    CHECK(row["auto_of_best"].get<double>() > 0.5);
     // At 64 KiB auto's choice was also swept on its own: the two are compared turn by turn.
     if (row["size"] == 65536) CHECK(row["auto_of_choice"].get<double>() > 0);
   }

@@ -76,6 +76,10 @@ struct Sweep {
   fs::path out, topo_file, tools;
   int n = 0;
   double peak = 0;
+  // How long the limiting link passes at once what its tbf bucket holds (aapc-emu fills it
+  // while the link idles, as between two exchanges): on the emulated cluster an exchange can
+  // end this much sooner than the limit allows.
+  double burst_s = 0;
   bool multi_switch = false;
   std::vector<std::uint64_t> sizes;
   std::vector<std::pair<std::string, std::string>> configs;  // schedule and sync of aapc

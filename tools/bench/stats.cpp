@@ -5,7 +5,9 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "bench/bench.hpp"
@@ -17,9 +19,9 @@ namespace {
 // Why a point falls short of 90% of the limit, from what it measured.
 std::string why(const Json& p, double fraction, bool multi_switch) {
   if (p.contains("check_ok") && !p["check_ok"].get<bool>()) return "CHECK FAILED: received bytes wrong";
-  // Nothing crosses the bottleneck faster than the wire: a point above the limit did not
-  // move its data over the network, whatever the library reported.
-  if (fraction > 1.02) return "ABOVE the physical limit: not a real exchange";
+  // Nothing crosses the bottleneck faster than the wire: a point faster than the emulated
+  // network can carry its bytes did not move them over it, whatever the library reported.
+  if (p.value("too_fast", false)) return "ABOVE the physical limit: not a real exchange";
   if (!p.value("over_network", true)) return "NOT over the network (shared memory?)";
   if (fraction >= 0.9) return "";
   std::vector<std::string> reasons;
@@ -92,8 +94,20 @@ void plot(const fs::path& dir, const std::vector<Json>& points, double peak_bps,
   if (std::system(cmd.c_str()) != 0) std::cerr << "aapc-bench: gnuplot failed (is gnuplot installed?); data and script are in " << dir << "\n";
 }
 
-// A point is trusted unless its check failed, it went around the network or it beat the limit.
-bool trusted(const Json& p) { return p.value("check_ok", true) && p.value("over_network", true) && p["fraction_of_peak"].get<double>() <= 1.02; }
+// A point is trusted unless its check failed, it went around the network or it was faster
+// than the network can carry it.
+bool trusted(const Json& p) { return p.value("check_ok", true) && p.value("over_network", true) && !p.value("too_fast", false); }
+
+// The highest fraction of the limit that an exchange of `block` bytes can show on the
+// emulated cluster: the limiting link's full bucket passes its first burst_s at once, and
+// eager blocks (issue 14) leave ranks that are out of the barrier before rank 0 starts its
+// clock (5%). With a fixed 1.02, 4 KiB points of real exchanges on 8-two-switch (a burst of
+// 38% of the busiest link's bytes) were cast out, and with them every pairing of auto with the
+// best schedule. Infinite where the burst holds the exchange's whole share of that link.
+double fraction_ceiling(const Sweep& sweep, double block) {
+  const double at_limit = exchange_bits(sweep.n, block) / sweep.peak;
+  return at_limit > sweep.burst_s ? 1.05 * at_limit / (at_limit - sweep.burst_s) : std::numeric_limits<double>::infinity();
+}
 
 // One configuration against another, turn by turn: the r-th turns of all configurations
 // ran in the same round, within a second or so of each other, so their ratio is what the
@@ -102,7 +116,9 @@ bool trusted(const Json& p) { return p.value("check_ok", true) && p.value("over_
 // repetition, as before, favoured whichever of eight near-equal schedules drew the luckiest
 // noise: auto then trailed "the best" by as much as it trailed its own schedule measured as
 // itself.)
-double paired(const std::vector<Json>& runs, int repeat, std::uint64_t b, const std::string& label, const std::string& against) {
+// Nothing where no round has both configurations trusted: a ratio of 0 would read as auto
+// far behind.
+std::optional<double> paired(const std::vector<Json>& runs, int repeat, std::uint64_t b, const std::string& label, const std::string& against) {
   std::vector<double> ratios;
   for (int r = 0; r < repeat; ++r) {
     const Json *mine = nullptr, *ref = nullptr;
@@ -116,7 +132,7 @@ double paired(const std::vector<Json>& runs, int repeat, std::uint64_t b, const 
     for (std::size_t t = 0; t < std::min(x.size(), y.size()); ++t)
       if (x[t].get<double>() > 0) ratios.push_back(y[t].get<double>() / x[t].get<double>());  // throughput: time inverted
   }
-  if (ratios.empty()) return 0.0;
+  if (ratios.empty()) return std::nullopt;
   std::sort(ratios.begin(), ratios.end());
   const std::size_t m = ratios.size() / 2;
   return ratios.size() % 2 == 1 ? ratios[m] : (ratios[m - 1] + ratios[m]) / 2;
@@ -146,6 +162,8 @@ std::string table_of(const Args& a, const Sweep& sweep, const std::vector<Json>&
     if (r.contains("auto_of_best"))
       table << " = " << std::setprecision(1) << r["auto_of_best"].get<double>() * 100 << "% of the best"
             << (r["auto_within_5pct"].get<bool>() ? " (within 5%)" : " (MORE than 5% below)");
+    else if (r["auto_bps"].get<double>() > 0 && r["best_bps"].get<double>() > 0)
+      table << " (not compared: no round timed both as real exchanges)";
     if (r.contains("auto_chose")) table << ", ran " << r["auto_chose"].get<std::string>();
     if (r.contains("auto_choice"))
       table << " (as " << r["auto_choice"].get<std::string>() << ": " << mb(r["auto_choice_bps"]) << ", " << r["auto_choice_of_best"].get<double>() * 100
@@ -165,6 +183,7 @@ std::vector<Json> report_points(std::vector<Json>& runs, const Sweep& sweep) {
     double agg = exchange_bits(sweep.n, p["size"].get<double>()) / p["seconds"].get<double>();
     p["aggregate_bps"] = agg;
     p["fraction_of_peak"] = agg / sweep.peak;
+    p["too_fast"] = agg / sweep.peak > fraction_ceiling(sweep, p["size"].get<double>());
   }
   std::vector<Json> points = median_points(runs);
   for (auto& p : points) p["why"] = why(p, p["fraction_of_peak"].get<double>(), sweep.multi_switch);
@@ -201,15 +220,19 @@ Json summary(const Args& a, const Sweep& sweep, const std::vector<Json>& runs, c
       if (p["size"] == b && p["impl"] != "aapc" && trusted(p) && p["aggregate_bps"].get<double>() > best_mpi) best_mpi = p["aggregate_bps"], best_mpi_label = p["label"];
     Json row = {{"size", b}, {"best", best_label}, {"best_bps", best}, {"auto_bps", chosen}};
     if (best > 0 && chosen > 0) {
-      row["auto_of_best"] = paired(runs, a.repeat, b, "auto", best_label);
-      row["auto_within_5pct"] = row["auto_of_best"].get<double>() >= 0.95;
+      if (auto ratio = paired(runs, a.repeat, b, "auto", best_label)) {
+        row["auto_of_best"] = *ratio;
+        row["auto_within_5pct"] = *ratio >= 0.95;
+      }
     }
     if (!choice.empty()) row["auto_chose"] = choice;
-    if (choice_bps > 0) {
+    const auto choice_of_best = paired(runs, a.repeat, b, choice_label, best_label);
+    const auto of_choice = paired(runs, a.repeat, b, "auto", choice_label);  // the same schedule twice: the resolution
+    if (choice_bps > 0 && choice_of_best && of_choice) {
       row["auto_choice"] = choice_label;
       row["auto_choice_bps"] = choice_bps;
-      row["auto_choice_of_best"] = paired(runs, a.repeat, b, choice_label, best_label);
-      row["auto_of_choice"] = paired(runs, a.repeat, b, "auto", choice_label);  // the same schedule twice: the resolution
+      row["auto_choice_of_best"] = *choice_of_best;
+      row["auto_of_choice"] = *of_choice;
     }
     if (best_mpi > 0) {
       row["best_mpi"] = best_mpi_label;
