@@ -55,6 +55,11 @@ int main(int argc, char** argv) {
   app.add_option("--socket-mode", mode, "permissions of the socket file (octal)")->capture_default_str();
   app.add_option("--allow-uid", cfg.allow_uids, "further uids allowed besides root, ours and members of --socket-group");
   app.add_option("--max-clients-per-uid", cfg.max_clients_per_uid, "connections one uid may hold (not root or ours)")->capture_default_str();
+  app.add_option("--max-exchanges", cfg.max_exchanges,
+                 "collectives running here at once, of all clients; more are refused (an MPI job runs one or more for each communicator "
+                 "whose leader on this machine is in a collective)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
   int hello_ms = 5000;
   app.add_option("--hello-timeout-ms", hello_ms, "a client that says no HELLO this long after connecting is closed")->capture_default_str();
   app.add_option("--capture", cfg.capture_path, "write every frame sent and received to this pcap file");

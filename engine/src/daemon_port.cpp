@@ -35,6 +35,7 @@ void Daemon::Impl::open_port() {
   for (const auto& link : topo.links())
     if (link.rate_bps != 0 && (ec.link_bps == 0 || link.rate_bps < ec.link_bps)) ec.link_bps = link.rate_bps;
   ec.key = key;
+  ec.max_live_exchanges = cfg.max_exchanges;
   if (cfg.stream_bytes) ec.stream_bytes = *cfg.stream_bytes;
   engine = std::make_unique<Engine>(port, ec);
   engine->on_peer_restart = [](Rank peer) { spdlog::warn("peer rank {} restarted: running exchanges with it failed", peer); };

@@ -225,7 +225,8 @@ Result<void> Engine::start(ExchangeSpec spec) {
     return invalid("ids must grow; the last exchange of its group slot started here was " + std::to_string(*last_started_[id_slot(spec.id)]));
   const auto running = static_cast<std::size_t>(std::count_if(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->running(); }));
   if (running >= config_.max_live_exchanges)
-    return Error(Errc::kBusy, "exchange " + std::to_string(spec.id) + ": " + std::to_string(running) + " exchanges are already running");
+    return Error(Errc::kBusy, "exchange " + std::to_string(spec.id) + ": " + std::to_string(running) +
+                                  " exchanges are already running here, the limit (aapcd --max-exchanges)");
   if (spec.send.size() != n || spec.recv.size() != n) return invalid("send and recv need one block per rank (" + std::to_string(n) + ")");
   if (spec.program.rank != config_.rank) return invalid("the program is for rank " + std::to_string(spec.program.rank));
   for (std::size_t r = 0; r < n; ++r) {

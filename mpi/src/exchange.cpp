@@ -32,8 +32,9 @@ namespace aapc::mpi {
 namespace {
 
 constexpr std::uint64_t kChunk = 1ULL << 30;  // hindexed block lengths are ints
-// Machine-level exchanges of this process running at once: the daemon runs up to 16
-// (EngineConfig::max_live_exchanges) and refuses more.
+// Machine-level exchanges of this process running at once. The daemon runs up to 256 of all
+// its clients (aapcd --max-exchanges) and refuses more: 32 processes leading communicators on
+// one machine, each at this limit.
 constexpr std::size_t kMostRunning = 8;
 
 // The messages of one call on the plan's local communicator, each with a tag of its own

@@ -285,6 +285,41 @@ static void polled_status(size_t block) {
   /* A request still running is left (its buffers too): the job fails, and ends at MPI_Finalize. */
 }
 
+/* Every machine's k-th rank in one communicator, all of them at once, each with several
+ * MPI_Ialltoall in flight: the column communicators of a 2-D decomposition. On each machine
+ * every rank leads one, so its daemon runs ranks-per-machine times the calls at once (it
+ * refused more than 16: issue 13). A rank's machine is its processor name (the emulated
+ * machines share one host, so MPI_COMM_TYPE_SHARED would join them all). Each call has a
+ * block size of its own, so that calls paired wrongly fail. */
+static void column_communicators(size_t block) {
+  enum { kCalls = 6 };
+  int me = 0, n = 0, len = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  MPI_Get_processor_name(name, &len);
+  char* names = malloc((size_t)n * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  int local = 0;
+  for (int r = 0; r < me; ++r) local += strcmp(names + (size_t)r * MPI_MAX_PROCESSOR_NAME, name) == 0;
+  free(names);
+  MPI_Comm column;
+  MPI_Comm_split(MPI_COMM_WORLD, local, me, &column);
+  struct bytes_case c[kCalls];
+  MPI_Request requests[kCalls];
+  MPI_Status statuses[kCalls];
+  for (int i = 0; i < kCalls; ++i) c[i] = bytes_begin(column, block + 8 * (size_t)i);
+  for (int i = 0; i < kCalls; ++i)
+    MPI_Ialltoall(c[i].s, (int)c[i].block, MPI_BYTE, c[i].r, (int)c[i].block, MPI_BYTE, column, &requests[i]);
+  MPI_Waitall(kCalls, requests, statuses);
+  for (int i = 0; i < kCalls; ++i) {
+    char what[64];
+    snprintf(what, sizeof what, "every column at once, call %d of %d", i + 1, (int)kCalls);
+    bytes_end(what, &c[i]);
+  }
+  MPI_Comm_free(&column);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   size_t block = argc > 1 ? (size_t)strtoull(argv[1], NULL, 10) : 4096;
@@ -301,6 +336,7 @@ int main(int argc, char** argv) {
   derived(MPI_COMM_WORLD);
   transposed(MPI_COMM_WORLD);
   polled_status(block);
+  column_communicators(block);
   MPI_Comm dup, half, parity, row;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   alltoall_bytes("MPI_Comm_dup", dup, block);

@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <latch>
 #include <thread>
 
 #include "aapc/client.hpp"
@@ -428,6 +429,79 @@ TEST_CASE("issue 13: two groups of both machines, two clients each, run with the
   INFO(errors[0] << " | " << errors[1] << " | " << errors[2] << " | " << errors[3]);
   CHECK(failures == 0);
   CHECK(status_of(w0)["groups"].empty());  // closed with their clients
+}
+
+TEST_CASE("issue 13: 32 collectives of four groups' clients run at once on one daemon, byte-exact") {
+  // An MPI job's communicators each have a leader on every machine, and a leader runs up to 8
+  // exchanges at once (libaapc-mpi's kMostRunning): four communicators split by local rank,
+  // at four ranks a machine, make 32. The daemon ran 16 and refused the 17th (busy), and the
+  // program got an error. Rank 1's clients start only once rank 0's have started all of
+  // theirs, so that rank 0's daemon runs all 32 at once: blocks beyond the eager size wait for
+  // their receiver's READY.
+  DaemonPair pair;
+  constexpr int kGroups = 4, kEach = 8;
+  constexpr std::size_t kBlock = 32 * 1024;
+  const auto byte = [](int src, int dst, int call, std::size_t i) { return static_cast<std::uint8_t>(src * 31 + dst * 7 + call * 13 + static_cast<int>(i)); };
+  std::vector<std::unique_ptr<ThreadReduce>> reduces;
+  for (int g = 0; g < kGroups; ++g) reduces.push_back(std::make_unique<ThreadReduce>(2));
+  std::latch rank0_started(kGroups);
+  std::mutex m;
+  std::vector<std::string> errors;
+  const auto note = [&](const std::string& e) {
+    std::lock_guard lock(m);
+    errors.push_back(e);
+  };
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 2 * kGroups; ++k) {
+    threads.emplace_back([&, k] {
+      const int group = k / 2, me = k % 2;
+      bool counted = me == 1;
+      const auto started = [&] {
+        if (!counted) rank0_started.count_down();
+        counted = true;
+      };
+      Client c = Client::connect(pair.d[me]->socket);
+      auto g = open_in(c, {0, 1}, *reduces[static_cast<std::size_t>(group)]);
+      if (!g) {
+        note(g.error().message());
+        return started();
+      }
+      std::vector<Buffer> sends, recvs;
+      std::vector<Request> requests;
+      for (int i = 0; i < kEach; ++i) {
+        sends.push_back(c.allocate(2 * kBlock));
+        recvs.push_back(c.allocate(2 * kBlock));
+        for (std::size_t b = 0; b < 2 * kBlock; ++b) sends.back().data()[b] = byte(me, static_cast<int>(b / kBlock), group * kEach + i, b % kBlock);
+      }
+      if (me == 1) rank0_started.wait();
+      for (int i = 0; i < kEach; ++i) {
+        auto r = g->start_alltoall(sends[static_cast<std::size_t>(i)], recvs[static_cast<std::size_t>(i)], kBlock);
+        if (!r) {
+          note("rank " + std::to_string(me) + ", group " + std::to_string(group) + ", call " + std::to_string(i) + ": " + r.error().message());
+          break;
+        }
+        requests.push_back(std::move(*r));
+      }
+      started();
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        auto done = requests[i].wait();
+        if (!done) {
+          note(done.error().message());
+          continue;
+        }
+        for (std::size_t b = 0; b < 2 * kBlock; ++b)
+          if (recvs[i].data()[b] != byte(static_cast<int>(b / kBlock), me, group * kEach + static_cast<int>(i), b % kBlock)) {
+            note("rank " + std::to_string(me) + ", group " + std::to_string(group) + ", call " + std::to_string(i) + ": byte " + std::to_string(b) + " differs");
+            break;
+          }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::string all;
+  for (const auto& e : errors) all += e + "\n";
+  INFO(all);
+  CHECK(errors.empty());
 }
 
 TEST_CASE("issue 13: a group's ranks are its members' order; one member's bad list fails the group on every member") {

@@ -39,6 +39,7 @@ struct DaemonConfig {
   // A client that has not said HELLO within this time is closed.
   std::chrono::milliseconds hello_timeout{5'000};
   std::uint64_t max_buffer_bytes = 1ULL << 36;  // per buffer
+  std::size_t max_exchanges = 256;              // running at once (EngineConfig::max_live_exchanges)
   // I/O lcores (issue 17, part 3; nic/io_lcore.hpp): empty, the engine's thread drives the
   // port; one CPU, a thread pinned there receives and sends for it and checks every received
   // frame's CRC (and tag); two, one thread receives (and checks) on the first and one sends

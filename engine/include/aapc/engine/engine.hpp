@@ -68,7 +68,12 @@ struct EngineConfig {
   // far-future epoch made every real frame of its sender stale until restart). 0: no bound,
   // for engines given an epoch that is not a clock reading.
   std::chrono::milliseconds max_epoch_skew{600'000};
-  std::size_t max_live_exchanges = 16;
+  // Exchanges running here at once, beyond which start() answers busy. Every communicator of
+  // an MPI job has a leader on each machine, and each leader may run several (libaapc-mpi's
+  // kMostRunning): the column communicators of a 2-D decomposition with 64 ranks a machine
+  // make 64 leaders here. With 16, the 17th exchange failed. An idle running exchange costs a
+  // few hundred bytes per peer and a look in each poll pass.
+  std::size_t max_live_exchanges = 256;
   // Issue 15, finding 4: the cluster key (load_cluster_key in auth.hpp). When set, every frame
   // is tagged with it and only frames tagged with it are taken; each frame's chunk is
   // kTagLen bytes smaller. Every node of a cluster must have the same key, or none.
