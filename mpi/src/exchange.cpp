@@ -293,6 +293,24 @@ bool in_order(MPI_Datatype t, int depth) {
   return ok;
 }
 
+// Every block of `side` between the user's buffer and b's packed bytes (MPI_Pack, or
+// MPI_Unpack when not `into_packed`), in runs of at most 2 GiB (element_runs).
+void packing(const Side& side, const TypeInfo& t, MPI_Comm comm, const Blocks& b, bool into_packed) {
+  for (std::size_t r = 0; r < side.counts.size(); ++r) {
+    auto* user = static_cast<std::uint8_t*>(side.buf) + side.displs[r] * t.extent;
+    for (const Run& run : element_runs(static_cast<std::uint64_t>(side.counts[r]), t.size)) {
+      std::uint8_t* elements = user + static_cast<std::int64_t>(run.first) * t.extent;
+      std::uint8_t* packed = b.base + b.by_rank[r].offset + run.first * t.size;
+      const int bytes = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(run.elements) * t.size, std::numeric_limits<int>::max()));
+      int position = 0;
+      if (into_packed)
+        PMPI_Pack(elements, run.elements, side.type, packed, bytes, &position, comm);
+      else
+        PMPI_Unpack(packed, bytes, &position, elements, run.elements, side.type, comm);
+    }
+  }
+}
+
 // `side`'s blocks in bytes: in place for a contiguous datatype, else in `packed`
 // (filled from the user's buffer if `pack`).
 Blocks blocks_of(const Side& side, int n, MPI_Comm comm, std::vector<std::uint8_t>& packed, bool pack) {
@@ -312,26 +330,11 @@ Blocks blocks_of(const Side& side, int n, MPI_Comm comm, std::vector<std::uint8_
   }
   packed.resize(std::max<std::uint64_t>(total, 1));
   b.base = packed.data();
-  for (int r = 0; pack && r < n; ++r) {
-    int position = 0;
-    auto* from = static_cast<std::uint8_t*>(side.buf) + side.displs[static_cast<std::size_t>(r)] * t.extent;
-    PMPI_Pack(from, static_cast<int>(side.counts[static_cast<std::size_t>(r)]), side.type, b.base + b.by_rank[static_cast<std::size_t>(r)].offset,
-              static_cast<int>(std::min<std::uint64_t>(b.by_rank[static_cast<std::size_t>(r)].length, std::numeric_limits<int>::max())), &position,
-              comm);
-  }
+  if (pack) packing(side, t, comm, b, true);
   return b;
 }
 
-void unpack(const Side& side, int n, MPI_Comm comm, const Blocks& b) {
-  const TypeInfo t = type_info(side.type);
-  for (int r = 0; r < n; ++r) {
-    int position = 0;
-    const Piece& piece = b.by_rank[static_cast<std::size_t>(r)];
-    PMPI_Unpack(b.base + piece.offset, static_cast<int>(std::min<std::uint64_t>(piece.length, std::numeric_limits<int>::max())), &position,
-                static_cast<std::uint8_t*>(side.buf) + side.displs[static_cast<std::size_t>(r)] * t.extent,
-                static_cast<int>(side.counts[static_cast<std::size_t>(r)]), side.type, comm);
-  }
-}
+void unpack(const Side& side, MPI_Comm comm, const Blocks& b) { packing(side, type_info(side.type), comm, b, false); }
 
 // An MPI_Alltoall whose machine-level blocks are smaller than AAPC_MPI_MIN_BLOCK bytes
 // (default 8 KiB) runs the MPI's own: below that, aapc's per-phase frames cost more than the
@@ -374,7 +377,7 @@ void finish(Op& op) {
       std::fprintf(stderr, "aapc-mpi: machine %d: gather %.3f ms, exchange %.3f ms, scatter %.3f ms\n", p.machine, (op.t1 - op.t0) * 1e3,
                    (op.t2 - op.t1) * 1e3, (seconds_now() - op.t2) * 1e3);
   }
-  if (op.error.empty() && !op.recv_packed.empty()) unpack(op.recv, static_cast<int>(op.recv.counts.size()), op.comm, op.rb);
+  if (op.error.empty() && !op.recv_packed.empty()) unpack(op.recv, op.comm, op.rb);
   if (op.error.empty() && !op.plan->carried && !p.doomed) {  // once per communicator, for AAPC_MPI_VERBOSE
     op.plan->carried = true;
     announce_first(op.comm, *op.plan);
@@ -540,7 +543,7 @@ bool mover_has_work() {
 }
 
 // The progress thread: moves the detached single-copy ops of this process's leaders while
-// there are any, napping as Idle::nap does (at most 500 us: in step 2 each look asks the
+// there are any, napping as Idle::nap does (in step 2 each look asks the
 // daemon), and sleeps on Process::wake while there are none.
 [[noreturn]] void mover() {
   Process& pr = process();
@@ -587,16 +590,22 @@ void Idle::rest(bool moved) {
     sleepy = std::all_of(ops.begin(), ops.end(), [](const Op* o) { return o->may_nap(); });
   }
   if (!sleepy) {
-    nap_ = std::chrono::microseconds(10);
+    (void)pace_.next(true, NapPace::Clock::now());  // spins from here: the next nap starts short
     return;
   }
   nap(false);
 }
 
-void Idle::nap(bool moved) {
-  if (moved) nap_ = std::chrono::microseconds(10);
-  std::this_thread::sleep_for(nap_);
-  nap_ = std::min(nap_ * 2, std::chrono::microseconds(500));
+void Idle::nap(bool moved) { std::this_thread::sleep_for(pace_.next(moved, NapPace::Clock::now())); }
+
+std::chrono::microseconds Idle::longest_nap() {
+  static const std::chrono::microseconds longest = [] {
+    const char* v = std::getenv("AAPC_MPI_LONGEST_NAP_US");
+    char* end = nullptr;
+    const long long us = v != nullptr ? std::strtoll(v, &end, 10) : -1;
+    return v != nullptr && *v != '\0' && *end == '\0' && us >= 0 && us <= 1'000'000 ? std::chrono::microseconds(us) : NapPace::kLongest;
+  }();
+  return longest;
 }
 
 std::string drive(Op& op) {

@@ -84,4 +84,11 @@ LeaderLayout leader_layout(const Placement& p, int me, const Length& send_len, c
   return out;
 }
 
+std::vector<Run> element_runs(std::uint64_t count, std::uint64_t size, std::uint64_t limit) {
+  const std::uint64_t per = std::clamp<std::uint64_t>(size == 0 ? limit : limit / size, 1, 0x7fffffff);
+  std::vector<Run> runs;
+  for (std::uint64_t first = 0; first < count; first += per) runs.push_back({first, static_cast<int>(std::min(per, count - first))});
+  return runs;
+}
+
 }  // namespace aapc::mpi

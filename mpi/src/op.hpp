@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "aapc/mpi/nap.hpp"
 #include "plan.hpp"
 
 namespace aapc::mpi {
@@ -118,18 +119,19 @@ void wake_mover();
 
 // The pause between two looks at the ops in flight. The MPIs poll in their waits, and a
 // machine's ranks polling while its daemon moves the exchange take the cores the daemon
-// needs: while only the daemons move the data, a nap that doubles up to 500 us. None after
-// a step moved something, or while an op hands over through the MPI (large messages move
-// only while both sides call in).
+// needs: while only the daemons or the leader move the data, naps (NapPace: from 10 us, and
+// as long waits go on, up to 1/32 of the wait so far, at most AAPC_MPI_LONGEST_NAP_US, 10 ms).
+// None after a step moved something, or while an op hands over through the MPI (large
+// messages move only while both sides call in).
 class Idle {
  public:
   void rest(bool moved);
-  // Pauses whatever the ops are: 10 us after a look that moved one, else twice the last
-  // pause, up to 500 us (the progress thread's pace, mover()).
+  // Pauses whatever the ops are (the progress thread's pace, mover()).
   void nap(bool moved);
 
  private:
-  std::chrono::microseconds nap_{10};
+  NapPace pace_{longest_nap()};
+  static std::chrono::microseconds longest_nap();
 };
 
 // Drives `op` to done (and every other op with it), pausing as Idle does. The op's error, or

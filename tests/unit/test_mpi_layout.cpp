@@ -12,6 +12,7 @@
 
 #include "aapc/mpi/copy.hpp"
 #include "aapc/mpi/layout.hpp"
+#include "aapc/mpi/nap.hpp"
 
 using aapc::mpi::LeaderLayout;
 using aapc::mpi::Piece;
@@ -103,6 +104,69 @@ TEST_CASE("a placement knows whether it covers the cluster", "[mpi]") {
   CHECK(Placement::from({1, 0}, 2).covers_all());
   CHECK_FALSE(Placement::from({0, 0}, 2).covers_all());
   CHECK_THROWS(Placement::from({0, 3}, 2));
+}
+
+// A derived datatype's block of more than 2 GiB packed: MPI_Pack was given the whole block's
+// count with its size cut to INT_MAX, and refused it.
+TEST_CASE("packing goes in runs of whole elements of at most 2 GiB", "[mpi]") {
+  using aapc::mpi::element_runs;
+  CHECK(element_runs(0, 24).empty());
+  auto one = element_runs(1000, 24);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].first == 0);
+  CHECK(one[0].elements == 1000);
+  // 3 GiB of 24-byte elements: INT_MAX / 24 = 89478485 elements a run.
+  const std::uint64_t count = (3ULL << 30) / 24;
+  auto runs = element_runs(count, 24);
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[0].first == 0);
+  CHECK(runs[0].elements == 89478485);
+  CHECK(runs[1].first == 89478485);
+  CHECK(runs[0].elements + runs[1].elements == static_cast<std::int64_t>(count));
+  std::uint64_t covered = 0;
+  for (const auto& r : element_runs(1000, 7, 100)) {  // 14 elements a run
+    CHECK(r.first == covered);
+    CHECK(r.elements * 7 <= 100);
+    covered += static_cast<std::uint64_t>(r.elements);
+  }
+  CHECK(covered == 1000);
+  // An element beyond the limit is a run of its own; empty elements go in one run.
+  auto big = element_runs(3, 200, 100);
+  REQUIRE(big.size() == 3);
+  CHECK(big[2].first == 2);
+  CHECK(big[2].elements == 1);
+  CHECK(element_runs(5, 0).size() == 1);
+}
+
+// How long a waiting rank pauses between looks (aapc/mpi/nap.hpp): doubling to 500 us, then
+// as the wait goes on up to 1/32 of it, at most the longest; a look that moved starts over.
+TEST_CASE("a waiting rank's naps grow with its wait, to a share of it, and start over when something moved", "[mpi]") {
+  using aapc::mpi::NapPace;
+  using std::chrono::microseconds;
+  using std::chrono::milliseconds;
+  NapPace pace;
+  auto t = NapPace::Clock::time_point{} + std::chrono::hours(1);
+  CHECK(pace.next(false, t) == microseconds(10));
+  std::vector<long> naps;
+  for (int i = 0; i < 8; ++i) naps.push_back(pace.next(false, t += microseconds(100)).count());
+  CHECK(naps == std::vector<long>{20, 40, 80, 160, 320, 500, 500, 500});  // 800 us waited: 500 us
+  CHECK(pace.next(false, t += milliseconds(64)) == microseconds(1000));  // 64.8 ms / 32 = 2 ms, but twice the last
+  CHECK(pace.next(false, t) == microseconds(2000));                       // twice the last, under 64.8 ms / 32
+  CHECK(pace.next(false, t += milliseconds(10)) == microseconds(2337));   // 74.8 ms / 32
+  CHECK(pace.next(false, t += std::chrono::seconds(10)) == microseconds(4674));
+  CHECK(pace.next(false, t) == microseconds(9348));
+  CHECK(pace.next(false, t) == NapPace::kLongest);
+  CHECK(pace.next(false, t += std::chrono::seconds(60)) == NapPace::kLongest);
+  CHECK(pace.next(true, t) == microseconds(10));
+  CHECK(pace.next(false, t += microseconds(100)) == microseconds(20));
+  // The longest nap is what the caller allows, never under 500 us.
+  NapPace old_pace(microseconds(500)), tiny(microseconds(1));
+  auto u = NapPace::Clock::time_point{} + std::chrono::hours(1);
+  (void)old_pace.next(false, u);
+  (void)tiny.next(false, u);
+  for (int i = 0; i < 12; ++i) (void)old_pace.next(false, u += std::chrono::seconds(1)), (void)tiny.next(false, u);
+  CHECK(old_pace.next(false, u += std::chrono::seconds(1)) == microseconds(500));
+  CHECK(tiny.next(false, u) == microseconds(500));
 }
 
 // Single-copy hand-overs (aapc/mpi/copy.hpp): a leader reads a local rank's blocks out of

@@ -78,6 +78,7 @@ std::vector<Json> MpiLauncher::run(const MpiVariant& v, const Args& a, const std
     }
     p["impl"] = v.impl;
     p["label"] = v.label;
+    p["aapc_mpi"] = v.preload;
     p["ppn"] = sweep_.ppn;
   };
   // With the library, the daemons run beside the job (aapc-emu start/stop), and the library

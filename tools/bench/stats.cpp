@@ -26,6 +26,7 @@ std::string why(const Json& p, double fraction, bool multi_switch) {
   if (fraction >= 0.9) return "";
   std::vector<std::string> reasons;
   const double secs = p.value("seconds", 0.0);
+  if (p.value("aapc_mpi", false)) return "aapc under the MPI: hand-overs, the MPI's barrier (AAPC_MPI_TIMING=1 times the parts)";
   if (p.value("impl", std::string()) != "aapc") return "TCP, MPI's own schedule";
   if (p.value("retransmissions", 0) > 0) reasons.push_back(std::to_string(p["retransmissions"].get<std::uint64_t>()) + " frames resent (queues overflowed)");
   const double wait = p.value("sync_wait_s", 0.0), cpu = p.value("cpu_s", 0.0);

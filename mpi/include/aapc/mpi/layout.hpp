@@ -71,4 +71,14 @@ struct LeaderLayout {
 // senders' counts), recv_len(i, j) for j on `me` (from the receivers' counts).
 LeaderLayout leader_layout(const Placement& p, int me, const Length& send_len, const Length& recv_len);
 
+// MPI_Pack and MPI_Unpack take int counts and sizes, so a block of more than `limit` packed
+// bytes goes in runs of whole elements: `count` elements of `size` bytes each, as (first
+// element, elements) pairs of at most `limit` bytes. An element larger than `limit` is a run
+// of its own (the MPI refuses it, and says so). Empty for no elements.
+struct Run {
+  std::uint64_t first = 0;
+  int elements = 0;
+};
+std::vector<Run> element_runs(std::uint64_t count, std::uint64_t size, std::uint64_t limit = 0x7fffffff);
+
 }  // namespace aapc::mpi
