@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "aapc/mpi/bell.hpp"
 #include "op.hpp"
 #include "single_copy.hpp"
 
@@ -596,7 +597,7 @@ void Idle::rest(bool moved) {
   nap(false);
 }
 
-void Idle::nap(bool moved) { std::this_thread::sleep_for(pace_.next(moved, NapPace::Clock::now())); }
+void Idle::nap(bool moved) { (void)bell::pause(pace_.next(moved, NapPace::Clock::now())); }
 
 std::chrono::microseconds Idle::longest_nap() {
   static const std::chrono::microseconds longest = [] {

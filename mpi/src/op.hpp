@@ -120,9 +120,11 @@ void wake_mover();
 // The pause between two looks at the ops in flight. The MPIs poll in their waits, and a
 // machine's ranks polling while its daemon moves the exchange take the cores the daemon
 // needs: while only the daemons or the leader move the data, naps (NapPace: from 10 us, and
-// as long waits go on, up to 1/32 of the wait so far, at most AAPC_MPI_LONGEST_NAP_US, 10 ms).
-// None after a step moved something, or while an op hands over through the MPI (large
-// messages move only while both sides call in).
+// as long waits go on, up to 1/32 of the wait so far, at most AAPC_MPI_LONGEST_NAP_US, 10 ms),
+// which end early when the process's bell rings (aapc/mpi/bell.hpp: with single copy, a rank
+// rings its leader's when it has described its call, the leader a rank's when the call is
+// over there). None after a step moved something, or while an op hands over through the MPI
+// (large messages move only while both sides call in).
 class Idle {
  public:
   void rest(bool moved);

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "aapc/mpi/bell.hpp"
 #include "aapc/mpi/copy.hpp"
 #include "op.hpp"
 #include "single_copy.hpp"
@@ -135,8 +136,11 @@ void choose_handover(Plan& p) {
       if (r[2] == 0 || !can_reach(static_cast<int>(r[0]), r[1], r[2]).empty()) single = 0;
     }
   }
-  PMPI_Bcast(&single, 1, MPI_INT, Plan::leader_rank, p.local);
-  p.single_copy = single != 0;
+  int told[2] = {single, static_cast<int>(::getpid())};  // and whose bell to ring
+  PMPI_Bcast(told, 2, MPI_INT, Plan::leader_rank, p.local);
+  p.single_copy = told[0] != 0;
+  p.leader_pid = told[1];
+  if (p.single_copy) bell::open();  // before anyone rings it
   if (!p.single_copy) {
     p.pids.clear();
     p.mailboxes.clear();

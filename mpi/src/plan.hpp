@@ -50,6 +50,7 @@ struct Plan {
   bool single_copy = false;
   bool single_copy_everywhere = false;  // ... on every machine of the communicator (for AAPC_MPI_VERBOSE)
   std::vector<int> pids;  // the leader's: every local rank's process, by local rank
+  int leader_pid = 0;     // with single copy: the leader's process, whose bell a rank rings (aapc/mpi/bell.hpp)
   std::unique_ptr<single_copy::Mailbox> mailbox;  // this rank's, with single copy
   std::vector<std::uint64_t> mailboxes;  // the leader's: where every local rank's is, by local rank
   // The leader's ops that have yet to start their machine-level exchange, in call order: the

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "aapc/mpi/bell.hpp"
 #include "aapc/mpi/copy.hpp"
 
 namespace aapc::mpi::single_copy {
@@ -70,6 +71,7 @@ bool post(Op& op) {
   s.at = reinterpret_cast<std::uint64_t>(op.counts.data());
   s.error_len = 0;  // the leader writes it only when this call fails: not an earlier call's words
   s.posted.store(op.call + 1ULL, std::memory_order_release);
+  bell::ring(op.plan->leader_pid);  // a leader waiting for its ranks' descriptions looks now
   return true;
 }
 
@@ -154,6 +156,7 @@ void tell(const Op& op) {
       (void)slot_io(op, k, true, offsetof(Slot, error_len), &words, sizeof words);
     }
     (void)slot_io(op, k, true, offsetof(Slot, over), &over, sizeof over);
+    bell::ring(pid_of(op, k));  // the rank waits for that word
   }
 }
 

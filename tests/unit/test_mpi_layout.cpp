@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "aapc/mpi/bell.hpp"
 #include "aapc/mpi/copy.hpp"
 #include "aapc/mpi/layout.hpp"
 #include "aapc/mpi/nap.hpp"
@@ -167,6 +170,40 @@ TEST_CASE("a waiting rank's naps grow with its wait, to a share of it, and start
   for (int i = 0; i < 12; ++i) (void)old_pace.next(false, u += std::chrono::seconds(1)), (void)tiny.next(false, u);
   CHECK(old_pace.next(false, u += std::chrono::seconds(1)) == microseconds(500));
   CHECK(tiny.next(false, u) == microseconds(500));
+}
+
+// A process's doorbell (aapc/mpi/bell.hpp): a pause ends when the bell rings, from this
+// process or another, and lasts its time when nobody rings.
+TEST_CASE("a pause on the bell ends when another process rings it, and lasts its time otherwise", "[mpi]") {
+  namespace bell = aapc::mpi::bell;
+  using std::chrono::steady_clock;
+  bell::open();
+  auto t0 = steady_clock::now();
+  CHECK_FALSE(bell::pause(std::chrono::microseconds(20000)));
+  CHECK(steady_clock::now() - t0 >= std::chrono::milliseconds(19));
+  bell::ring(static_cast<int>(::getpid()));
+  bell::ring(static_cast<int>(::getpid()));
+  t0 = steady_clock::now();
+  CHECK(bell::pause(std::chrono::seconds(5)));
+  CHECK(steady_clock::now() - t0 < std::chrono::seconds(1));
+  CHECK_FALSE(bell::pause(std::chrono::microseconds(1000)));  // both rings were taken at once
+  const int parent = static_cast<int>(::getpid());
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    bell::ring(parent);
+    ::_exit(0);
+  }
+  t0 = steady_clock::now();
+  const bool rang = bell::pause(std::chrono::seconds(10));
+  const auto took = steady_clock::now() - t0;
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(rang);
+  CHECK(took >= std::chrono::milliseconds(90));
+  CHECK(took < std::chrono::seconds(5));
+  bell::ring(123456789);  // nobody's: nothing happens
 }
 
 // Single-copy hand-overs (aapc/mpi/copy.hpp): a leader reads a local rank's blocks out of
