@@ -609,6 +609,16 @@ std::chrono::microseconds Idle::longest_nap() {
   return longest;
 }
 
+// Whether the program's threads may call the MPI at once (MPI_THREAD_MULTIPLE).
+bool threads_call() {
+  static const bool multiple = [] {
+    int level = MPI_THREAD_SINGLE;
+    PMPI_Query_thread(&level);
+    return level == MPI_THREAD_MULTIPLE;
+  }();
+  return multiple;
+}
+
 std::string drive(Op& op) {
   Process& pr = process();
   Idle idle;
@@ -617,8 +627,12 @@ std::string drive(Op& op) {
     {
       std::lock_guard<std::recursive_mutex> hold(pr.mutex);
       if (op.done()) return op.error;
-      // Alone in step 2, it waits for the daemon's word rather than asking again and again.
-      if (op.stage == Op::Stage::kExchange && pr.in_flight.size() == 1) {
+      // Alone in step 2, it waits for the daemon's word rather than asking again and again;
+      // not where other threads may call the MPI. The process's lock and its connection carry
+      // one request at a time, so another thread could not start the all-to-all on another
+      // communicator that the peers may need first: two threads' calls, started in opposite
+      // orders on two machines, waited for each other until the daemons' deadline.
+      if (op.stage == Op::Stage::kExchange && pr.in_flight.size() == 1 && !threads_call()) {
         exchange_over(op, true);
         continue;
       }

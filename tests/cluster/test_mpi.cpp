@@ -160,6 +160,29 @@ TEST_CASE("unmodified MPI jobs end by themselves: MPICH's MPI_Finalize does not 
     }
 }
 
+// tests/mpi/mpi_threads.c: two threads of every rank run MPI_Alltoall on two communicators,
+// started in opposite orders on even and odd ranks. A leader waited for its daemon in one
+// request, holding the process's lock and connection, so the other thread could not start the
+// exchange that the peers waited for: every call failed at the daemons' deadline, and the job
+// with them.
+TEST_CASE("an MPI_THREAD_MULTIPLE program's two threads run all-to-alls on two communicators in opposite orders, ppn 1 and 2", "[mpi]") {
+  for (const char* mpi : {"openmpi", "mpich"}) {
+    REQUIRE(have(mpi));
+    const std::string program = std::string(AAPC_TESTS_DIR) + "/mpi-threads-" + mpi;
+    REQUIRE(fs::exists(program));
+    for (const auto& [ppn, ranks] : {std::pair{"1", 4}, {"2", 8}}) {
+      INFO(mpi << ", --ppn " << ppn);
+      const auto t0 = std::chrono::steady_clock::now();
+      Sh r = mpirun("--mpi " + std::string(mpi) + " --ppn " + ppn + " --env AAPC_MPI_VERBOSE=1", program + " 65536 2");
+      INFO(r.text);
+      CHECK(r.status == 0);
+      CHECK(r.text.find("mpi-threads: " + std::to_string(ranks) + " ranks, all calls ok") != std::string::npos);
+      CHECK(r.text.find("a communicator: its first all-to-all was carried by aapc") != std::string::npos);
+      CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60));
+    }
+  }
+}
+
 TEST_CASE("without the library, and with AAPC_MPI=off, the MPI's own all-to-all runs", "[mpi]") {
   REQUIRE(have("openmpi"));
   Sh alone = mpirun("--ppn 2 --no-preload", check_program("openmpi") + " 1024");
