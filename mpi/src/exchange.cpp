@@ -544,8 +544,8 @@ bool mover_has_work() {
 }
 
 // The progress thread: moves the detached single-copy ops of this process's leaders while
-// there are any, napping as Idle::nap does (in step 2 each look asks the
-// daemon), and sleeps on Process::wake while there are none.
+// there are any, napping as Idle::nap does (in step 2 each look asks the daemon), and sleeps
+// on Process::wake while there are none.
 [[noreturn]] void mover() {
   Process& pr = process();
   Idle idle;
