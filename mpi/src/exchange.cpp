@@ -604,7 +604,7 @@ std::chrono::microseconds Idle::longest_nap() {
     const char* v = std::getenv("AAPC_MPI_LONGEST_NAP_US");
     char* end = nullptr;
     const long long us = v != nullptr ? std::strtoll(v, &end, 10) : -1;
-    return v != nullptr && *v != '\0' && *end == '\0' && us >= 0 && us <= 1'000'000 ? std::chrono::microseconds(us) : NapPace::kLongest;
+    return v != nullptr && *v != '\0' && *end == '\0' && us >= 0 && us <= 1'000'000 ? std::chrono::microseconds(us) : NapPace::Rule{}.longest;
   }();
   return longest;
 }

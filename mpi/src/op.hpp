@@ -132,7 +132,7 @@ class Idle {
   void nap(bool moved);
 
  private:
-  NapPace pace_{longest_nap()};
+  NapPace pace_{NapPace::Rule{.longest = longest_nap()}};
   static std::chrono::microseconds longest_nap();
 };
 

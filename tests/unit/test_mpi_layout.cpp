@@ -158,12 +158,12 @@ TEST_CASE("a waiting rank's naps grow with its wait, to a share of it, and start
   CHECK(pace.next(false, t += milliseconds(10)) == microseconds(2337));   // 74.8 ms / 32
   CHECK(pace.next(false, t += std::chrono::seconds(10)) == microseconds(4674));
   CHECK(pace.next(false, t) == microseconds(9348));
-  CHECK(pace.next(false, t) == NapPace::kLongest);
-  CHECK(pace.next(false, t += std::chrono::seconds(60)) == NapPace::kLongest);
+  CHECK(pace.next(false, t) == NapPace::Rule{}.longest);
+  CHECK(pace.next(false, t += std::chrono::seconds(60)) == NapPace::Rule{}.longest);
   CHECK(pace.next(true, t) == microseconds(10));
   CHECK(pace.next(false, t += microseconds(100)) == microseconds(20));
   // The longest nap is what the caller allows, never under 500 us.
-  NapPace old_pace(microseconds(500)), tiny(microseconds(1));
+  NapPace old_pace(NapPace::Rule{.longest = microseconds(500)}), tiny(NapPace::Rule{.longest = microseconds(1)});
   auto u = NapPace::Clock::time_point{} + std::chrono::hours(1);
   (void)old_pace.next(false, u);
   (void)tiny.next(false, u);

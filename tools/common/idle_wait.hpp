@@ -1,11 +1,12 @@
 // How an MPI rank that finds nothing to do waits on aapc-emu's cluster, where every emulated
 // machine's ranks and daemons share this box's few cores (libaapc-mpich-yield.so,
-// tools/common/mpich_yield.cpp). Header-only, so that the unit suite tests the rule itself.
+// tools/common/mpich_yield.cpp). The rule is libaapc-mpi's NapPace (aapc/mpi/nap.hpp),
+// header-only, so that the unit suite tests it.
 #pragma once
 
-#include <algorithm>
 #include <chrono>
-#include <optional>
+
+#include "aapc/mpi/nap.hpp"
 
 namespace aapc::tools {
 
@@ -19,33 +20,21 @@ namespace aapc::tools {
 // kLongestNap.
 class IdleWait {
  public:
-  using Clock = std::chrono::steady_clock;
+  using Clock = mpi::NapPace::Clock;
   static constexpr std::chrono::microseconds kNapAfter{10000};
   static constexpr std::chrono::microseconds kFirstNap{20};
   static constexpr std::chrono::microseconds kLongestNap{1000};
 
   // nap_after zero: never sleep, yield only.
-  explicit IdleWait(std::chrono::microseconds nap_after = kNapAfter) : nap_after_(nap_after) {}
+  explicit IdleWait(std::chrono::microseconds nap_after = kNapAfter)
+      : pace_({nap_after.count() > 0 ? nap_after : mpi::NapPace::kNever, kFirstNap, kLongestNap, 0, kLongestNap}) {}
 
   // After a pass that found `events` things to do, at `now`: how long to sleep (zero: yield;
   // with events, neither).
-  std::chrono::microseconds after_pass(unsigned events, Clock::time_point now) {
-    if (events != 0) {
-      idle_since_.reset();
-      nap_ = kFirstNap;
-      return std::chrono::microseconds(0);
-    }
-    if (!idle_since_) idle_since_ = now;
-    if (nap_after_.count() <= 0 || now - *idle_since_ < nap_after_) return std::chrono::microseconds(0);
-    const auto nap = nap_;
-    nap_ = std::min(nap_ * 2, kLongestNap);
-    return nap;
-  }
+  std::chrono::microseconds after_pass(unsigned events, Clock::time_point now) { return pace_.next(events != 0, now); }
 
  private:
-  std::chrono::microseconds nap_after_;
-  std::optional<Clock::time_point> idle_since_;
-  std::chrono::microseconds nap_ = kFirstNap;
+  mpi::NapPace pace_;
 };
 
 }  // namespace aapc::tools
