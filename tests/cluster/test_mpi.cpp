@@ -44,8 +44,9 @@ fs::path topology() {
 
 // aapc-emu mpirun on the cluster that is up. Every all-to-all goes through aapc, however
 // small (AAPC_MPI_MIN_BLOCK=0), unless `args` says otherwise.
-Sh mpirun(const std::string& args, const std::string& program) {
-  return sh(kEmu + " mpirun " + aapc::tools::shell_quote(topology().string()) + " --timeout 240 --env AAPC_MPI_MIN_BLOCK=0 " + args + " -- " +
+// `outer_env`: NAME=VALUE ... in aapc-emu's own environment (the box's, not the ranks').
+Sh mpirun(const std::string& args, const std::string& program, const std::string& outer_env = "") {
+  return sh((outer_env.empty() ? "" : "env " + outer_env + " ") + kEmu + " mpirun " + aapc::tools::shell_quote(topology().string()) + " --timeout 240 --env AAPC_MPI_MIN_BLOCK=0 " + args + " -- " +
             program);
 }
 
@@ -194,6 +195,23 @@ TEST_CASE("without the library, and with AAPC_MPI=off, the MPI's own all-to-all 
   CHECK(off.status == 0);
   CHECK(off.text.find("AAPC_MPI=off on rank 0") != std::string::npos);
   CHECK(off.text.find("through aapc") == std::string::npos);
+}
+
+TEST_CASE("aapc-emu mpirun inside a container's or a batch job's environment: the emulated machines are the allocation", "[mpi]") {
+  // Found on a 16-core machine whose environment had OMPI_MCA_plm=isolated: Open MPI started
+  // no daemon on the other machines and found "not enough slots". Inside a SLURM job it read
+  // SLURM's allocation and refused the hostfile's machines.
+  const std::string slurm = "SLURM_JOBID=7 SLURM_JOB_ID=7 SLURM_NODELIST=elsewhere SLURM_JOB_NODELIST=elsewhere SLURM_TASKS_PER_NODE=2 SLURM_NNODES=1";
+  for (const std::string mpi : {"openmpi", "mpich"}) {
+    if (!have(mpi)) continue;
+    for (const std::string& outer : {std::string("OMPI_MCA_plm=isolated"), slurm}) {
+      INFO(mpi << " with " << outer);
+      Sh r = mpirun("--ppn 2 --mpi " + mpi, std::string(AAPC_TOOLS_DIR) + "/mpi-alltoall-" + mpi + " --check 4096:2", outer);
+      INFO(r.text);
+      CHECK(r.status == 0);
+      CHECK(r.text.find("\"check_ok\": true") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("an unmodified mpi4py program, ppn 2", "[mpi]") {

@@ -132,9 +132,13 @@ std::string MpiCluster::command(const MpiJob& job) const {
     // TCP between machines on the emulated network; shared memory (vader) within one. Idle
     // ranks yield: every emulated machine shares this box's few cores, and a rank that spins
     // in a barrier takes them from the daemons and ranks that still work (on a real cluster
-    // each machine has cores of its own).
-    launch += " --allow-run-as-root -np " + std::to_string(n) + " --hostfile " + (dir_ / "mpi-hosts").string() + " --mca plm_rsh_agent " +
-              agent_.string() + " --mca btl tcp,vader,self --mca pml ob1 --mca btl_tcp_if_include " + subnet_ + " --mca oob_tcp_if_include " + subnet_ +
+    // each machine has cores of its own). The emulated machines are the whole allocation,
+    // whatever the box runs in: the launcher is named, not only its agent (an environment's
+    // OMPI_MCA_plm=isolated, set in some containers, would start no daemon on the other
+    // machines: "not enough slots"), and no resource manager's allocation is read (inside a
+    // SLURM job, Open MPI refused the hostfile's machines as "not present in the allocation").
+    launch += " --allow-run-as-root -np " + std::to_string(n) + " --hostfile " + (dir_ / "mpi-hosts").string() +
+              " --mca plm rsh --mca ras ^slurm,tm,lsf,gridengine,alps --mca plm_rsh_agent " + agent_.string() + " --mca btl tcp,vader,self --mca pml ob1 --mca btl_tcp_if_include " + subnet_ + " --mca oob_tcp_if_include " + subnet_ +
               " --mca mpi_yield_when_idle 1";
     for (const auto& e : env) launch += " -x " + shell_quote(e);
   } else {
