@@ -1,5 +1,6 @@
 // A process's doorbell: see aapc/mpi/bell.hpp.
 #include "aapc/mpi/bell.hpp"
+#include "aapc/mpi/env.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -16,11 +17,6 @@
 namespace aapc::mpi::bell {
 
 namespace {
-
-bool wanted() {
-  const char* v = std::getenv("AAPC_MPI_BELL");
-  return v == nullptr || (std::strcmp(v, "off") != 0 && std::strcmp(v, "0") != 0);
-}
 
 // The bell of process `pid`: "\0aapc-mpi-bell.PID".
 sockaddr_un address(int pid, socklen_t& len) {
@@ -51,7 +47,7 @@ int ours(Bell& b) {
   if (b.pid == me) return b.fd;
   b.pid = me;  // a child's copies of the parent's sockets stay the parent's
   b.fd = b.out = -1;
-  if (!wanted()) return -1;
+  if (env_off("AAPC_MPI_BELL")) return -1;
   b.out = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   const int s = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   socklen_t len = 0;

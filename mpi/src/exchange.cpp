@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "aapc/mpi/bell.hpp"
+#include "aapc/mpi/env.hpp"
 #include "op.hpp"
 #include "single_copy.hpp"
 
@@ -600,12 +601,8 @@ void Idle::rest(bool moved) {
 void Idle::nap(bool moved) { (void)bell::pause(pace_.next(moved, NapPace::Clock::now())); }
 
 std::chrono::microseconds Idle::longest_nap() {
-  static const std::chrono::microseconds longest = [] {
-    const char* v = std::getenv("AAPC_MPI_LONGEST_NAP_US");
-    char* end = nullptr;
-    const long long us = v != nullptr ? std::strtoll(v, &end, 10) : -1;
-    return v != nullptr && *v != '\0' && *end == '\0' && us >= 0 && us <= 1'000'000 ? std::chrono::microseconds(us) : NapPace::Rule{}.longest;
-  }();
+  static const std::chrono::microseconds longest =
+      std::chrono::microseconds(env_integer("AAPC_MPI_LONGEST_NAP_US", 0, 1'000'000).value_or(NapPace::Rule{}.longest.count()));
   return longest;
 }
 

@@ -15,6 +15,7 @@
 
 #include "aapc/mpi/bell.hpp"
 #include "aapc/mpi/copy.hpp"
+#include "aapc/mpi/env.hpp"
 #include "op.hpp"
 #include "single_copy.hpp"
 
@@ -25,21 +26,11 @@ namespace {
 // What a rank reports about itself to the others when a plan is made.
 enum Local : int { kNoDaemon = -1, kOff = -2 };
 
-bool env_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0 && std::strcmp(v, "off") != 0;
-}
-
-bool disabled() {
-  const char* v = std::getenv("AAPC_MPI");
-  return v != nullptr && (std::strcmp(v, "off") == 0 || std::strcmp(v, "0") == 0);
-}
-
 // This process's machine (its daemon's rank), or why there is none.
 int my_machine(int& cluster_size) {
   Process& pr = process();
   cluster_size = 0;
-  if (disabled()) return kOff;
+  if (env_off("AAPC_MPI")) return kOff;
   if (!pr.info) {
     // Every rank of a machine asks at once; a daemon at its per-uid connection limit says
     // busy, and a moment later has room again (these connections last a few milliseconds).

@@ -14,6 +14,7 @@
 
 #include "aapc/mpi/bell.hpp"
 #include "aapc/mpi/copy.hpp"
+#include "aapc/mpi/env.hpp"
 #include "aapc/mpi/layout.hpp"
 #include "aapc/mpi/nap.hpp"
 
@@ -170,6 +171,36 @@ TEST_CASE("a waiting rank's naps grow with its wait, to a share of it, and start
   for (int i = 0; i < 12; ++i) (void)old_pace.next(false, u += std::chrono::seconds(1)), (void)tiny.next(false, u);
   CHECK(old_pace.next(false, u += std::chrono::seconds(1)) == microseconds(500));
   CHECK(tiny.next(false, u) == microseconds(500));
+}
+
+// libaapc-mpi's settings (aapc/mpi/env.hpp): one reading of on, off and numbers for all.
+TEST_CASE("settings from the environment: on, off, and numbers in range or none", "[mpi]") {
+  using aapc::mpi::env_integer;
+  using aapc::mpi::env_off;
+  using aapc::mpi::env_on;
+  const char* name = "AAPC_MPI_UNIT_SETTING";
+  ::unsetenv(name);
+  CHECK_FALSE(env_on(name));
+  CHECK_FALSE(env_off(name));
+  CHECK_FALSE(env_integer(name, 0, 10));
+  for (const char* off : {"off", "0"}) {
+    ::setenv(name, off, 1);
+    CHECK(env_off(name));
+    CHECK_FALSE(env_on(name));
+  }
+  ::setenv(name, "", 1);
+  CHECK_FALSE(env_on(name));
+  CHECK_FALSE(env_off(name));
+  CHECK_FALSE(env_integer(name, 0, 10));
+  ::setenv(name, "7", 1);
+  CHECK(env_on(name));
+  CHECK(env_integer(name, 0, 10) == 7);
+  CHECK_FALSE(env_integer(name, 0, 5));
+  for (const char* bad : {"abc", "-5", "7us", "99999999999999999999"}) {
+    ::setenv(name, bad, 1);
+    CHECK_FALSE(env_integer(name, 0, 10));
+  }
+  ::unsetenv(name);
 }
 
 // A process's doorbell (aapc/mpi/bell.hpp): a pause ends when the bell rings, from this

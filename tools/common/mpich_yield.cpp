@@ -32,6 +32,7 @@
 #include <optional>
 #include <thread>
 
+#include "aapc/mpi/env.hpp"
 #include "idle_wait.hpp"
 
 namespace {
@@ -56,10 +57,8 @@ std::optional<std::chrono::steady_clock::time_point> closing_since;
 // How long a rank finds nothing to do before it sleeps between passes: AAPC_EMU_NAP_AFTER_US,
 // or IdleWait's 10 ms.
 std::chrono::microseconds nap_after() {
-  const char* text = std::getenv("AAPC_EMU_NAP_AFTER_US");
-  char* end = nullptr;
-  const long us = text != nullptr ? std::strtol(text, &end, 10) : -1;
-  return text != nullptr && end != text && *end == '\0' && us >= 0 ? std::chrono::microseconds(us) : aapc::tools::IdleWait::kNapAfter;
+  return std::chrono::microseconds(aapc::mpi::env_integer("AAPC_EMU_NAP_AFTER_US", 0, std::chrono::microseconds::max().count())
+                                       .value_or(aapc::tools::IdleWait::kNapAfter.count()));
 }
 
 }  // namespace
