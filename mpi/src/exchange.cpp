@@ -39,10 +39,11 @@ constexpr std::uint64_t kChunk = 1ULL << 30;  // hindexed block lengths are ints
 // one machine, each at this limit.
 constexpr std::size_t kMostRunning = 8;
 
-// The messages of one call on the plan's local communicator, each with a tag of its own
-// per call: calls in flight together finish in any order.
-enum Message : int { kGatherMsg = 0, kStatusMsg, kErrorMsg, kScatterMsg };
-int tag(const Op& op, Message m) { return 1 + static_cast<int>(op.call % 4096) * 4 + m; }
+// The messages of one call between the ranks of a machine, on the plan's duplicate of the
+// communicator, each with a tag of its own per call (from 1: the plan's messages use 0): calls
+// in flight together finish in any order.
+enum Message : int { kCountsMsg = 0, kGatherMsg, kStatusMsg, kErrorMsg, kScatterMsg, kMessages };
+int tag(const Op& op, Message m) { return 1 + static_cast<int>(op.call % 4096) * kMessages + m; }
 
 std::vector<Piece> in_order(const std::vector<Piece>& by_rank, const std::vector<int>& order) {
   std::vector<Piece> out;
@@ -86,14 +87,20 @@ aapc::Options options() {
   return o;
 }
 
-void post(Op& op, bool receive, void* buf, const std::vector<Piece>& pieces, int peer, Message m) {
-  op.types.push_back(std::make_unique<ByteType>(pieces));
+// A message of `op` between this rank and local rank `k` of its machine.
+void message(Op& op, bool receive, void* buf, int count, MPI_Datatype type, int k, Message m) {
   op.reqs.emplace_back();
-  const ByteType& t = *op.types.back();
+  const Plan& p = *op.plan;
   if (receive)
-    PMPI_Irecv(buf, t.count(), t.type(), peer, tag(op, m), op.plan->local, &op.reqs.back());
+    PMPI_Irecv(buf, count, type, p.peer(k), tag(op, m), p.dup, &op.reqs.back());
   else
-    PMPI_Isend(buf, t.count(), t.type(), peer, tag(op, m), op.plan->local, &op.reqs.back());
+    PMPI_Isend(buf, count, type, p.peer(k), tag(op, m), p.dup, &op.reqs.back());
+}
+
+void post(Op& op, bool receive, void* buf, const std::vector<Piece>& pieces, int k, Message m) {
+  op.types.push_back(std::make_unique<ByteType>(pieces));
+  const ByteType& t = *op.types.back();
+  message(op, receive, buf, t.count(), t.type(), k, m);
 }
 
 // Step 1 from every rank: its blocks to the leader, in destination order.
@@ -101,7 +108,7 @@ void send_mine(Op& op) { post(op, false, op.sb.base, in_order(op.sb.by_rank, des
 
 // Whether every request of `op` is done; clears them if so.
 // A hand-over that failed (an erroneous program: counts that differ between ranks truncate a
-// message) fails the op with the MPI's words; the local communicator returns errors
+// message) fails the op with the MPI's words; the plan's duplicate communicator returns errors
 // (plan.cpp), and the op's failure reaches the program through its own communicator.
 bool all_done(Op& op) {
   int done = 1;
@@ -110,10 +117,7 @@ bool all_done(Op& op) {
     if (PMPI_Testall(static_cast<int>(op.reqs.size()), op.reqs.data(), &done, op.statuses.data()) != MPI_SUCCESS && op.error.empty()) {
       for (const MPI_Status& st : op.statuses)
         if (st.MPI_ERROR != MPI_SUCCESS) {
-          char text[MPI_MAX_ERROR_STRING] = "";
-          int len = 0;
-          PMPI_Error_string(st.MPI_ERROR, text, &len);
-          op.error = "a hand-over between the ranks of machine " + std::to_string(op.plan->machine) + " failed: " + text;
+          op.error = "a hand-over between the ranks of machine " + std::to_string(op.plan->machine) + " failed: " + mpi_words(st.MPI_ERROR);
           break;
         }
       done = 1;  // MPI_ERR_IN_STATUS: every request is complete
@@ -122,6 +126,19 @@ bool all_done(Op& op) {
   if (done == 0) return false;
   op.reqs.clear();
   op.types.clear();
+  return true;
+}
+
+// Whether the MPI's own all-to-all of `op` (Stage::kMpi) is over; its failure is the op's.
+bool mpi_done(Op& op) {
+  int done = 0;
+  MPI_Status st;
+  if (const int rc = PMPI_Test(&op.reqs.front(), &done, &st); rc != MPI_SUCCESS) {
+    op.error = "the MPI's own all-to-all failed: " + mpi_words(rc);
+    done = 1;
+  }
+  if (done == 0) return false;
+  op.reqs.clear();
   return true;
 }
 
@@ -172,11 +189,9 @@ void finish_exchange(Op& op) {
   op.length = static_cast<int>(op.error.size());
   for (int k = 0; k < p.local_size; ++k) {
     if (k == p.leader_rank) continue;
-    op.reqs.emplace_back();
-    PMPI_Isend(&op.length, 1, MPI_INT, k, tag(op, kStatusMsg), p.local, &op.reqs.back());
+    message(op, false, &op.length, 1, MPI_INT, k, kStatusMsg);
     if (op.length == 0) continue;
-    op.reqs.emplace_back();
-    PMPI_Isend(op.error.data(), op.length, MPI_CHAR, k, tag(op, kErrorMsg), p.local, &op.reqs.back());
+    message(op, false, op.error.data(), op.length, MPI_CHAR, k, kErrorMsg);
   }
   if (op.length > 0) {
     op.stage = Op::Stage::kTelling;
@@ -236,8 +251,7 @@ void finish(Op& op);
 void outcome(Op& op) {
   if (op.length > 0) {
     op.error.assign(static_cast<std::size_t>(op.length), '\0');
-    op.reqs.emplace_back();
-    PMPI_Irecv(op.error.data(), op.length, MPI_CHAR, op.plan->leader_rank, tag(op, kErrorMsg), op.plan->local, &op.reqs.back());
+    message(op, true, op.error.data(), op.length, MPI_CHAR, Plan::leader_rank, kErrorMsg);
     op.stage = Op::Stage::kErrorText;
     return;
   }
@@ -382,7 +396,7 @@ void finish(Op& op) {
   if (op.error.empty() && !op.recv_packed.empty()) unpack(op.recv, op.comm, op.rb);
   if (op.error.empty() && !op.plan->carried && !p.doomed) {  // once per communicator, for AAPC_MPI_VERBOSE
     op.plan->carried = true;
-    announce_first(op.comm, *op.plan);
+    announce_first(*op.plan);
   }
   op.stage = Op::Stage::kDone;
 }
@@ -391,6 +405,21 @@ void finish(Op& op) {
 bool advance(Op& op) {
   using S = Op::Stage;
   switch (op.stage) {
+    case S::kPlan: {
+      if (!op.plan->ready) return false;
+      --op.plan->waiting;
+      std::exchange(op.later, nullptr)(op);
+      if (op.for_mover()) wake_mover();  // a detached op that the progress thread may move now
+      return true;
+    }
+    case S::kMpi:
+      if (!mpi_done(op)) return false;
+      op.stage = S::kDone;
+      return true;
+    case S::kPost:
+      if (!single_copy::post(op)) return false;
+      op.stage = S::kStatus;
+      return true;
     case S::kCounts:
       if (op.plan->single_copy) {
         bool moved = false;
@@ -409,8 +438,7 @@ bool advance(Op& op) {
     case S::kExchange: return exchange_over(op);
     case S::kHandOver:  // spun for: MPICH moves a large message only while its sender calls in
       if (!all_done(op)) return false;
-      op.reqs.emplace_back();
-      PMPI_Irecv(&op.length, 1, MPI_INT, op.plan->leader_rank, tag(op, kStatusMsg), op.plan->local, &op.reqs.back());
+      message(op, true, &op.length, 1, MPI_INT, Plan::leader_rank, kStatusMsg);
       op.stage = S::kStatus;
       return true;
     case S::kStatus:
@@ -457,54 +485,64 @@ ByteType::~ByteType() {
   if (count_ != 0) PMPI_Type_free(&type_);
 }
 
+namespace {
+
+// Counts an op in: in flight on its plan and in the process.
+void enlist(Op& op) {
+  std::lock_guard<std::recursive_mutex> hold(process().mutex);
+  ++op.plan->ops;
+  process().in_flight.push_back(&op);
+}
+
+// Makes `op` (enlisted, its plan ready and carrying it) move `send` -> `recv` through aapc:
+// packs, and posts the first step.
+void start(Op& op, Side send, Side recv) {
+  Plan& p = *op.plan;
+  if (p.doomed) op.comm = MPI_COMM_WORLD;  // freed while the call waited for its plan (see finish())
+  op.call = p.calls++;
+  const int n = static_cast<int>(recv.counts.size());
+  if (send.buf == MPI_IN_PLACE) send = recv;  // everything is read before anything is written
+  op.sb = blocks_of(send, n, op.comm, op.send_packed, true);
+  op.rb = blocks_of(recv, n, op.comm, op.recv_packed, false);
+  op.recv = std::move(recv);
+  op.counts = describe(op);
+  const std::size_t words = op.counts.size();
+  if (p.leader() && words != 0) op.all_counts.resize(words * static_cast<std::size_t>(p.local_size));
+  if (p.leader() && words != 0)
+    std::copy(op.counts.begin(), op.counts.end(), op.all_counts.begin() + static_cast<std::ptrdiff_t>(Plan::leader_rank * words));
+  if (p.single_copy && p.leader()) {  // every rank's description reaches the leader through its mailbox
+    op.described.assign(static_cast<std::size_t>(p.local_size), 0);
+    op.described[static_cast<std::size_t>(Plan::leader_rank)] = 1;
+  } else if (!p.single_copy && words != 0) {  // ... or through the MPI
+    if (p.leader()) {
+      for (int k = 0; k < p.local_size; ++k)
+        if (k != Plan::leader_rank) message(op, true, &op.all_counts[static_cast<std::size_t>(k) * words], static_cast<int>(words), MPI_UINT64_T, k, kCountsMsg);
+    } else {
+      message(op, false, op.counts.data(), static_cast<int>(words), MPI_UINT64_T, Plan::leader_rank, kCountsMsg);
+    }
+  }
+  if (p.leader()) {
+    p.to_start.push_back(&op);
+    if (words == 0) gather(op);
+    else op.stage = Op::Stage::kCounts;
+  } else if (p.single_copy) {  // the leader copies; this rank describes its call, then waits for its word
+    op.stage = single_copy::post(op) ? Op::Stage::kStatus : Op::Stage::kPost;
+  } else {
+    send_mine(op);
+    op.stage = Op::Stage::kHandOver;
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool alltoall) {
-  Process& pr = process();
-  std::unique_lock<std::recursive_mutex> hold(pr.mutex);
+  std::lock_guard<std::recursive_mutex> hold(process().mutex);
   auto op = std::make_unique<Op>();
   op->comm = comm;
   op->plan = &p;
   op->alltoall = alltoall;
-  op->call = p.calls++;
-  const int n = static_cast<int>(recv.counts.size());
-  if (send.buf == MPI_IN_PLACE) send = recv;  // everything is read before anything is written
-  op->sb = blocks_of(send, n, comm, op->send_packed, true);
-  op->rb = blocks_of(recv, n, comm, op->recv_packed, false);
-  op->recv = std::move(recv);
-  op->counts = describe(*op);
-  if (p.leader() && !op->counts.empty()) op->all_counts.resize(op->counts.size() * static_cast<std::size_t>(p.local_size));
-  if (p.single_copy) {  // every rank's description reaches the leader through its mailbox
-    if (p.leader()) {
-      std::copy(op->counts.begin(), op->counts.end(), op->all_counts.begin() + static_cast<std::ptrdiff_t>(p.leader_rank * op->counts.size()));
-      op->described.assign(static_cast<std::size_t>(p.local_size), 0);
-      op->described[static_cast<std::size_t>(p.leader_rank)] = 1;
-    } else {
-      // The slot of a call kSlots calls back is this one's: that call must be over here first.
-      // Its leader may be waiting for this process's own progress thread (this process may
-      // lead another communicator of that leader's): not with the mutex held.
-      Idle idle;
-      for (bool moved = false; !single_copy::post(*op); moved = progress()) {
-        hold.unlock();
-        idle.rest(moved);
-        hold.lock();
-      }
-    }
-  } else if (!op->counts.empty()) {  // ... or through the MPI
-    op->reqs.emplace_back();
-    PMPI_Igather(op->counts.data(), static_cast<int>(op->counts.size()), MPI_UINT64_T, op->all_counts.data(), static_cast<int>(op->counts.size()),
-                 MPI_UINT64_T, p.leader_rank, p.local, &op->reqs.back());
-  }
-  if (p.leader()) {
-    p.to_start.push_back(op.get());
-    if (op->counts.empty()) gather(*op);
-    else op->stage = Op::Stage::kCounts;
-  } else if (p.single_copy) {  // the leader copies; this rank waits for its word
-    op->stage = Op::Stage::kStatus;
-  } else {
-    send_mine(*op);
-    op->stage = Op::Stage::kHandOver;
-  }
-  ++p.ops;
-  pr.in_flight.push_back(op.get());
+  enlist(*op);
+  start(*op, std::move(send), std::move(recv));
   return op;
 }
 
@@ -519,7 +557,7 @@ bool progress(bool mover) {
   struct Leave {
     ~Leave() { inside = false; }
   } leave;
-  bool moved = false;
+  bool moved = !mover && advance_plans();  // the plans' fibers call the MPI
   for (std::size_t i = 0; i < pr.in_flight.size(); ++i) {
     Op& op = *pr.in_flight[i];
     while (!op.done() && (!mover || op.for_mover()) && advance(op)) moved = true;
@@ -638,29 +676,102 @@ std::string drive(Op& op) {
   }
 }
 
+namespace {
+
+// One all-to-all call, as the plan decides it: through aapc, or the MPI's own (`mpi` starts
+// it on a communicator: blocking without a request).
+struct Call {
+  Side send, recv;
+  bool alltoall = false;
+  std::uint64_t block = 0;  // an MPI_Alltoall's, in bytes
+  std::function<int(MPI_Comm, MPI_Request*)> mpi;
+
+  bool through_aapc(const Plan& p) const { return p.aapc && !(alltoall && too_small(p, block)); }
+};
+
+// Whether calls on the plan's communicator start at once: it is ready, and no earlier call
+// waits for it. Once so, so until the communicator goes (its calls come one at a time).
+bool settled(const Plan& p) {
+  std::lock_guard<std::recursive_mutex> hold(process().mutex);
+  return p.ready && p.waiting == 0;
+}
+
+// The MPI's own all-to-all on the plan's duplicate of `comm` (or on `comm` itself where the plan
+// has none), whose errors return: a failure goes to `comm`'s error handler.
+int mpis_own(const Plan& p, const Call& c, MPI_Comm comm, MPI_Request* request) {
+  const int rc = c.mpi(p.own(comm), request);
+  if (rc != MPI_SUCCESS && p.own(comm) != comm) PMPI_Comm_call_errhandler(comm, rc);
+  return rc;
+}
+
+// A call on `comm`: at once where its plan is ready and no earlier call waits for it; else as
+// an op that waits for the plan (Stage::kPlan) and then starts as the plan says, after the
+// calls that waited before it.
+int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
+  if (settled(p)) {
+    if (!c.through_aapc(p)) return mpis_own(p, c, comm, request);
+    return carry(begin(p, comm, std::move(c.send), std::move(c.recv), c.alltoall), request);
+  }
+  std::unique_lock<std::recursive_mutex> hold(process().mutex);
+  auto op = std::make_unique<Op>();
+  op->comm = comm;
+  op->plan = &p;
+  op->alltoall = c.alltoall;
+  op->stage = Op::Stage::kPlan;
+  op->later = [c = std::move(c)](Op& o) mutable {
+    const Plan& made = *o.plan;
+    if (c.through_aapc(made)) return start(o, std::move(c.send), std::move(c.recv));
+    o.reqs.emplace_back();
+    if (const int rc = c.mpi(made.own(o.comm), &o.reqs.back()); rc != MPI_SUCCESS) {
+      o.reqs.clear();
+      o.error = "the MPI's own all-to-all failed: " + mpi_words(rc);
+      o.stage = Op::Stage::kDone;
+      return;
+    }
+    o.stage = Op::Stage::kMpi;
+  };
+  ++p.waiting;
+  enlist(*op);
+  hold.unlock();
+  return carry(std::move(op), request);
+}
+
+}  // namespace
+
 int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts, const int* rdispls,
               MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request) {
   Plan& p = plan_of(comm);
-  if (!p.aapc)
-    return request != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, request)
-                              : PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
   int n = 0;
   PMPI_Comm_size(comm, &n);
   auto wide = [n](const int* v) { return std::vector<std::int64_t>(v, v + n); };
   // With MPI_IN_PLACE the send arguments are ignored (they may be anything).
-  Side send{const_cast<void*>(sbuf), sbuf == MPI_IN_PLACE ? wide(rcounts) : wide(scounts), sbuf == MPI_IN_PLACE ? wide(rdispls) : wide(sdispls), stype};
-  return carry(begin(p, comm, std::move(send), {rbuf, wide(rcounts), wide(rdispls), rtype}, false), request);
+  Call c;
+  c.send = {const_cast<void*>(sbuf), sbuf == MPI_IN_PLACE ? wide(rcounts) : wide(scounts), sbuf == MPI_IN_PLACE ? wide(rdispls) : wide(sdispls), stype};
+  c.recv = {rbuf, wide(rcounts), wide(rdispls), rtype};
+  c.mpi = [=](MPI_Comm on, MPI_Request* r) {
+    return r != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, on, r)
+                        : PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, on);
+  };
+  return run(p, comm, std::move(c), request);
 }
 
 int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request) {
-  Plan& p = plan_of(comm);
   MPI_Count type_size = 0;  // the size alone: type_info() would also walk the type's layers
   PMPI_Type_size_x(rtype, &type_size);
   const std::uint64_t block = static_cast<std::uint64_t>(rcount) * static_cast<std::uint64_t>(type_size);
-  // A zero block is the same on every rank (the call's contract): nothing to carry.
-  if (!p.aapc || block == 0 || too_small(p, block))
+  // A zero block is the same on every rank (the call's contract): nothing to carry, and no
+  // plan needed.
+  if (block == 0)
     return request != nullptr ? PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, request)
                               : PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+  Plan& p = plan_of(comm);
+  Call c;
+  c.alltoall = true;
+  c.block = block;
+  c.mpi = [=](MPI_Comm on, MPI_Request* r) {
+    return r != nullptr ? PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, on, r) : PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, on);
+  };
+  if (settled(p) && !c.through_aapc(p)) return mpis_own(p, c, comm, request);  // before the sides are made: small calls are many
   int n = 0;
   PMPI_Comm_size(comm, &n);
   auto side = [n](void* buf, int count, MPI_Datatype type) {
@@ -668,7 +779,9 @@ int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int r
     for (int r = 0; r < n; ++r) s.displs[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(r) * count;
     return s;
   };
-  return carry(begin(p, comm, side(const_cast<void*>(sbuf), scount, stype), side(rbuf, rcount, rtype), true), request);
+  c.send = side(const_cast<void*>(sbuf), scount, stype);
+  c.recv = side(rbuf, rcount, rtype);
+  return run(p, comm, std::move(c), request);
 }
 
 }  // namespace aapc::mpi

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,11 +48,14 @@ class ByteType {
 
 struct Op {
   enum class Stage {
+    kPlan,       // waits for its plan to be made; then `later` starts it as the plan says
+    kMpi,        // the MPI's own all-to-all on the plan's duplicate communicator (reqs[0])
     kCounts,     // leader: the local ranks' descriptions of their blocks are coming (describe())
     kGather,     // leader: the local ranks' blocks are coming into staging
     kQueued,     // leader: waits for its turn to start the machine-level exchange
     kExchange,   // leader: the daemons exchange
     kTelling,    // leader: the local ranks are told of a failure
+    kPost,       // member, single copy: waits for its slot in its mailbox (a call kSlots back is in flight)
     kHandOver,   // member: its blocks (and counts) go to the leader
     kStatus,     // member: waits for the outcome
     kErrorText,  // member: the leader's words on a failure are coming
@@ -61,6 +65,7 @@ struct Op {
   };
   MPI_Comm comm = MPI_COMM_NULL;
   Plan* plan = nullptr;
+  std::function<void(Op&)> later;  // Stage::kPlan's
   bool alltoall = false;
   std::uint32_t call = 0;  // the plan's count of carried calls: tags this call's messages
   Side recv;
@@ -90,7 +95,11 @@ struct Op {
   // hand-overs are single copies (the MPI then carries a few words at a time, which arrive
   // whether or not their receiver is in a call; spinning for large messages is what the
   // MPI's own hand-overs need).
-  bool may_nap() const { return plan->single_copy || stage == Stage::kExchange || stage == Stage::kStatus; }
+  // The plan's messages and the MPI's own all-to-all move only inside MPI calls: spun for.
+  bool may_nap() const {
+    if (stage == Stage::kPlan || stage == Stage::kMpi) return false;
+    return plan->single_copy || stage == Stage::kExchange || stage == Stage::kStatus;
+  }
   // Whether the progress thread may take it a step on: a detached single-copy op of a leader,
   // in a stage that needs no MPI call (single_copy.hpp).
   bool for_mover() const {
@@ -101,9 +110,8 @@ struct Op {
 // Seconds on a steady clock: the times of AAPC_MPI_TIMING, taken where no MPI may be called.
 double seconds_now();
 
-// Starts `send` -> `recv` on `comm` (whose plan says aapc): packs, posts the first step and
-// returns. `alltoall`: every block has the same length (the MPI_Alltoall contract). Null when
-// there is nothing to move (zero-length blocks, the same on every rank).
+// Starts `send` -> `recv` on `comm` (whose plan is ready and says aapc): packs, posts the first
+// step and returns. `alltoall`: every block has the same length (the MPI_Alltoall contract).
 std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool alltoall);
 
 // Takes every op of the process that is not done one step further where it can. True when

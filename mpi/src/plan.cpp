@@ -1,6 +1,7 @@
 // The per-communicator decision of libaapc-mpi: which machine every rank is on (from its
-// daemon), whether aapc can carry the communicator's all-to-alls, and the local communicator
-// of each machine.
+// daemon), whether aapc can carry the communicator's all-to-alls, how each machine's ranks hand
+// over their blocks, and the aapc group of the communicator's machines; made without blocking
+// (plan.hpp).
 #include "plan.hpp"
 
 #include <unistd.h>
@@ -10,12 +11,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <set>
+#include <utility>
 #include <thread>
 
 #include "aapc/mpi/bell.hpp"
 #include "aapc/mpi/copy.hpp"
 #include "aapc/mpi/env.hpp"
+#include "aapc/mpi/fiber.hpp"
 #include "op.hpp"
 #include "single_copy.hpp"
 
@@ -46,18 +50,97 @@ int my_machine(int& cluster_size) {
   return pr.info->rank;
 }
 
+// Plan messages between two ranks on the plan's duplicate communicator: a tag that no call's
+// hand-overs use (exchange.cpp numbers theirs from 1).
+constexpr int kPlanTag = 0;
+
+}  // namespace
+
+// The fiber a plan is made in, and the nonblocking MPI operations it waits for. Its body
+// calls await() where the blocking code would call a collective; the driver (step(), from
+// plan_of() and progress(), with the process's mutex held) starts those operations on its own
+// stack and resumes the body once they are complete.
+struct Planner {
+  using Start = std::function<void(std::vector<MPI_Request>&)>;
+  Fiber fiber;
+  Start next;  // what the body waits for, to be started by the driver
+  std::vector<MPI_Request> reqs;
+  std::vector<MPI_Status> statuses;
+  int rc = MPI_SUCCESS;
+  bool running = false;  // in step(): Open MPI's progress hook may call in again
+  bool on_comm = false;  // `reqs` is the duplication, which uses the program's communicator
+
+  explicit Planner(std::function<void()> body) : fiber(std::move(body)) {}
+
+  // In the body: `start` posts nonblocking MPI operations into its vector; returns once all
+  // are complete, with the MPI's error code or MPI_SUCCESS.
+  int await(Start start) {
+    next = std::move(start);
+    rc = MPI_SUCCESS;
+    fiber.pause();
+    return rc;
+  }
+
+  // The program frees the communicator (its attribute's delete callback): with Open MPI, in
+  // MPI_Comm_free, a duplication still in flight is waited for there, as it uses the
+  // communicator (Open MPI 4.1 crashes in it otherwise). Its other ranks move it in any MPI
+  // call that waits, as the MPI's own nonblocking collectives move. MPICH keeps the
+  // communicator until the duplication is over, and calls back from its completion.
+  void communicator_freed() {
+#ifndef OPEN_MPI
+    return;
+#endif
+    if (!on_comm || reqs.empty() || running) return;
+    statuses.resize(reqs.size());
+    if (const int e = PMPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), statuses.data()); e != MPI_SUCCESS) rc = e;
+  }
+
+  // The driver: true once the plan is made.
+  bool step() {
+    if (running) return false;
+    running = true;
+    struct Leave {
+      bool& flag;
+      ~Leave() { flag = false; }
+    } leave{running};
+    for (;;) {
+      if (next) {
+        reqs.clear();
+        std::exchange(next, nullptr)(reqs);
+      }
+      if (!reqs.empty()) {
+        int done = 0;
+        statuses.resize(reqs.size());
+        if (const int e = PMPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, statuses.data()); e != MPI_SUCCESS) {
+          rc = e;
+          for (const MPI_Status& st : statuses)
+            if (st.MPI_ERROR != MPI_SUCCESS) rc = st.MPI_ERROR;
+          done = 1;  // MPI_ERR_IN_STATUS: every request is complete
+        }
+        if (done == 0) return false;
+        reqs.clear();
+      }
+      if (fiber.resume()) return true;
+    }
+  }
+};
+
+namespace {
+
 void destroy(Plan* p) {
-  if (p->local != MPI_COMM_NULL) PMPI_Comm_free(&p->local);
+  if (p->dup != MPI_COMM_NULL) PMPI_Comm_free(&p->dup);
   delete p;
 }
 
 // A communicator may be freed while its nonblocking all-to-alls run (MPI_Comm_free): their
-// plan then lives until the last of them is over.
+// plan then lives until the last of them is over (a plan being made has one: the call that
+// started it).
 int delete_plan(MPI_Comm, int, void* attr, void*) {
   auto* p = static_cast<Plan*>(attr);
   std::lock_guard<std::recursive_mutex> hold(process().mutex);
   p->doomed = true;
-  if (p->ops == 0) destroy(p);
+  if (p->making != nullptr) p->making->communicator_freed();
+  if (p->ops == 0 && p->ready) destroy(p);
   return MPI_SUCCESS;
 }
 
@@ -85,19 +168,51 @@ std::string name_of(MPI_Comm comm) {
   return len > 0 ? name : "a communicator";
 }
 
-void say(MPI_Comm comm, const Plan& p, int rank, int size) {
-  if (!env_on("AAPC_MPI_VERBOSE") || rank != 0) return;
-  const std::string what = name_of(comm);
+void say(const Plan& p, int size) {
+  if (!env_on("AAPC_MPI_VERBOSE") || p.rank != 0) return;
+  const char* what = p.name.c_str();
   if (p.aapc) {
     const std::size_t lo = p.fewest, hi = p.most;
     std::fprintf(stderr,
                  "aapc-mpi: %s (%d ranks on %d machines, %zu-%zu per machine): all-to-all through aapc (MPI_Alltoall of machine-level "
                  "blocks under %llu bytes: the MPI's own); hand-overs between a machine's ranks: %s\n",
-                 what.c_str(), size, p.place.machines(), lo, hi, static_cast<unsigned long long>(min_block()),
+                 what, size, p.place.machines(), lo, hi, static_cast<unsigned long long>(min_block()),
                  p.single_copy_everywhere ? "single copy (process_vm_readv)" : "through the MPI on some machines (AAPC_MPI_HANDOVER=mpi, or the kernel refused single copy)");
   } else {
-    std::fprintf(stderr, "aapc-mpi: %s (%d ranks): the MPI's own all-to-all, because %s\n", what.c_str(), size, p.why.c_str());
+    std::fprintf(stderr, "aapc-mpi: %s (%d ranks): the MPI's own all-to-all, because %s\n", what, size, p.why.c_str());
   }
+}
+
+// Among the leaders of the communicator's machines alone (the other ranks take no part, so the
+// leaders may call it as often as they need): replaces `words` by their element-wise AND or
+// maximum over the leaders, as the first leader gathers them and sends the result back.
+int leaders_reduce(Planner& m, const Plan& p, std::vector<std::uint64_t>& words, bool max) {
+  const int machines = p.place.machines(), n = static_cast<int>(words.size());
+  auto leader_of = [&](int i) { return p.place.ranks_on[static_cast<std::size_t>(i)][Plan::leader_rank]; };
+  if (machines < 2) return MPI_SUCCESS;
+  if (p.machine != 0) {
+    std::vector<std::uint64_t> mine = words;
+    return m.await([&](std::vector<MPI_Request>& r) {
+      r.resize(2);
+      PMPI_Isend(mine.data(), n, MPI_UINT64_T, leader_of(0), kPlanTag, p.dup, &r[0]);
+      PMPI_Irecv(words.data(), n, MPI_UINT64_T, leader_of(0), kPlanTag, p.dup, &r[1]);
+    });
+  }
+  std::vector<std::uint64_t> theirs(static_cast<std::size_t>(machines - 1) * words.size());
+  int rc = m.await([&](std::vector<MPI_Request>& r) {
+    r.resize(static_cast<std::size_t>(machines - 1));
+    for (int i = 1; i < machines; ++i)
+      PMPI_Irecv(&theirs[static_cast<std::size_t>(i - 1) * words.size()], n, MPI_UINT64_T, leader_of(i), kPlanTag, p.dup, &r[static_cast<std::size_t>(i - 1)]);
+  });
+  for (std::size_t k = 0; k < theirs.size(); ++k) {
+    std::uint64_t& w = words[k % words.size()];
+    w = max ? std::max(w, theirs[k]) : (w & theirs[k]);
+  }
+  const int sent = m.await([&](std::vector<MPI_Request>& r) {
+    r.resize(static_cast<std::size_t>(machines - 1));
+    for (int i = 1; i < machines; ++i) PMPI_Isend(words.data(), n, MPI_UINT64_T, leader_of(i), kPlanTag, p.dup, &r[static_cast<std::size_t>(i - 1)]);
+  });
+  return rc != MPI_SUCCESS ? rc : sent;
 }
 
 // How this machine's ranks hand their blocks to the leader and back (issue 13): single copy
@@ -108,7 +223,7 @@ void say(MPI_Comm comm, const Plan& p, int rank, int size) {
 // with more processes than cores (MPICH's ranks spin in their waits) costs tens of ms.
 // With single copy every rank keeps a mailbox for the leader (single_copy.hpp), whose address
 // goes with the probe.
-void choose_handover(Plan& p) {
+int choose_handover(Planner& m, Plan& p) {
   static std::uint64_t probe = 0;
   probe = 0x6161706300000000ULL | static_cast<std::uint32_t>(::getpid());
   const char* how = std::getenv("AAPC_MPI_HANDOVER");
@@ -116,19 +231,37 @@ void choose_handover(Plan& p) {
   if (!mpi_asked) p.mailbox = std::make_unique<single_copy::Mailbox>();
   const std::uint64_t mine[4] = {static_cast<std::uint64_t>(::getpid()), reinterpret_cast<std::uint64_t>(&probe), mpi_asked ? 0 : probe,
                                  reinterpret_cast<std::uint64_t>(p.mailbox.get())};
-  std::vector<std::uint64_t> all(p.leader() ? 4 * static_cast<std::size_t>(p.local_size) : 0);
-  PMPI_Gather(mine, 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, Plan::leader_rank, p.local);
-  int single = 1;
+  int told[2] = {1, static_cast<int>(::getpid())};  // single copy, and whose bell to ring
+  int rc = MPI_SUCCESS;
   if (p.leader()) {
+    std::vector<std::uint64_t> all(4 * static_cast<std::size_t>(p.local_size));
+    std::copy(mine, mine + 4, all.begin());
+    rc = m.await([&](std::vector<MPI_Request>& r) {
+      for (int k = 1; k < p.local_size; ++k) {
+        r.emplace_back();
+        PMPI_Irecv(&all[4 * static_cast<std::size_t>(k)], 4, MPI_UINT64_T, p.peer(k), kPlanTag, p.dup, &r.back());
+      }
+    });
     for (int k = 0; k < p.local_size; ++k) {
-      const std::uint64_t* r = &all[4 * static_cast<std::size_t>(k)];
-      p.pids.push_back(static_cast<int>(r[0]));
-      p.mailboxes.push_back(r[3]);
-      if (r[2] == 0 || !can_reach(static_cast<int>(r[0]), r[1], r[2]).empty()) single = 0;
+      const std::uint64_t* w = &all[4 * static_cast<std::size_t>(k)];
+      p.pids.push_back(static_cast<int>(w[0]));
+      p.mailboxes.push_back(w[3]);
+      if (w[2] == 0 || !can_reach(static_cast<int>(w[0]), w[1], w[2]).empty()) told[0] = 0;
     }
+    const int sent = m.await([&](std::vector<MPI_Request>& r) {
+      for (int k = 1; k < p.local_size; ++k) {
+        r.emplace_back();
+        PMPI_Isend(told, 2, MPI_INT, p.peer(k), kPlanTag, p.dup, &r.back());
+      }
+    });
+    if (rc == MPI_SUCCESS) rc = sent;
+  } else {
+    rc = m.await([&](std::vector<MPI_Request>& r) {
+      r.resize(2);
+      PMPI_Isend(mine, 4, MPI_UINT64_T, p.peer(Plan::leader_rank), kPlanTag, p.dup, &r[0]);
+      PMPI_Irecv(told, 2, MPI_INT, p.peer(Plan::leader_rank), kPlanTag, p.dup, &r[1]);
+    });
   }
-  int told[2] = {single, static_cast<int>(::getpid())};  // and whose bell to ring
-  PMPI_Bcast(told, 2, MPI_INT, Plan::leader_rank, p.local);
   p.single_copy = told[0] != 0;
   p.leader_pid = told[1];
   if (p.single_copy) bell::open();  // before anyone rings it
@@ -137,19 +270,16 @@ void choose_handover(Plan& p) {
     p.mailboxes.clear();
     p.mailbox.reset();
   }
+  return rc;
 }
 
 // The leaders of the communicator's machines open the aapc group of its machines (issue 13):
 // its exchanges have ids of their own, so each communicator keeps its own order, and leaders of
 // different communicators on one machine do not mix theirs up. The leaders agree on the group
-// through the MPI (an allreduce among them, Client::open_group), and every rank of the
-// communicator learns the outcome; empty when the group opened on every machine.
-std::string open_group(MPI_Comm comm, Plan& p) {
+// among themselves (leaders_reduce, Client::open_group); then every rank of the communicator
+// learns the outcome. Empty when the group opened on every machine.
+std::string open_group(Planner& m, Plan& p) {
   Process& pr = process();
-  MPI_Comm leaders = MPI_COMM_NULL;
-  int rank = 0;
-  PMPI_Comm_rank(comm, &rank);
-  PMPI_Comm_split(comm, p.leader() ? 0 : MPI_UNDEFINED, rank, &leaders);
   std::string why;
   if (p.leader()) {
     if (!pr.client) {
@@ -157,68 +287,103 @@ std::string open_group(MPI_Comm comm, Plan& p) {
       if (c) pr.client.emplace(std::move(c.value()));
       else why = c.error().message();
     }
-    int connected = why.empty() ? 1 : 0, everywhere = 0;  // every leader calls open_group, or none
-    PMPI_Allreduce(&connected, &everywhere, 1, MPI_INT, MPI_MIN, leaders);
-    if (everywhere == 0 && why.empty()) why = "a machine's leader could not connect to its aapcd";
-    if (everywhere != 0) {
+    std::vector<std::uint64_t> everywhere{why.empty() ? 1ULL : 0ULL};  // every leader calls open_group, or none
+    if (const int rc = leaders_reduce(m, p, everywhere, false); rc != MPI_SUCCESS) why = "the leaders' messages failed: " + mpi_words(rc);
+    if (everywhere[0] == 0 && why.empty()) why = "a machine's leader could not connect to its aapcd";
+    if (everywhere[0] != 0 && why.empty()) {
       auto g = pr.client->open_group(p.members, [&](std::vector<std::uint64_t>& words, aapc::ReduceOp op) {
-        PMPI_Allreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()), MPI_UINT64_T, op == aapc::ReduceOp::kAnd ? MPI_BAND : MPI_MAX,
-                       leaders);
+        if (leaders_reduce(m, p, words, op == aapc::ReduceOp::kMax) != MPI_SUCCESS) std::fill(words.begin(), words.end(), 0);  // no slot, no success
       });
       if (g) p.group.emplace(std::move(g.value()));
       else why = "opening its aapc group: " + g.error().message();
     }
-    PMPI_Comm_free(&leaders);
   }
   // Every rank learns whether every leader has the group (the leaders agree among themselves),
   // and whether every machine hands over by single copy.
   int ok[2] = {why.empty() ? 1 : 0, p.single_copy ? 1 : 0}, all[2] = {0, 0};
-  PMPI_Allreduce(ok, all, 2, MPI_INT, MPI_MIN, comm);
+  const int rc = m.await([&](std::vector<MPI_Request>& r) {
+    r.emplace_back();
+    PMPI_Iallreduce(ok, all, 2, MPI_INT, MPI_MIN, p.dup, &r.back());
+  });
+  if (rc != MPI_SUCCESS) all[0] = 0, why = "the plan's allreduce failed: " + mpi_words(rc);
   p.single_copy_everywhere = all[1] != 0;
   if (all[0] != 0) return "";
   p.group.reset();
   return why.empty() ? "a machine's leader could not open the communicator's aapc group" : why;
 }
 
-Plan* make_plan(MPI_Comm comm) {
-  auto* p = new Plan;
-  int inter = 0, rank = 0, size = 0;
-  PMPI_Comm_test_inter(comm, &inter);
-  PMPI_Comm_rank(comm, &rank);
-  PMPI_Comm_size(comm, &size);
-  if (inter != 0) {  // every rank of it sees the same
-    p->why = "it is an intercommunicator";
-    say(comm, *p, rank, size);
-    return p;
+// The body of a plan's fiber (Planner): the steps that a blocking plan would take with
+// collectives, each as nonblocking messages on the plan's duplicate of `comm`, which the first
+// step makes (MPI_Comm_idup is the one collective on `comm` itself, started in the call that
+// started the plan, so in the program's order of collectives on it).
+void make(Planner& m, Plan& p, MPI_Comm comm, int size) {
+  m.on_comm = true;
+  int rc = m.await([&](std::vector<MPI_Request>& r) {
+    r.emplace_back();
+    PMPI_Comm_idup(comm, &p.dup, &r.back());
+  });
+  m.on_comm = false;
+  if (rc != MPI_SUCCESS) {  // no duplicate: the same on every rank, or the MPI is broken
+    p.dup = MPI_COMM_NULL;
+    p.why = "MPI_Comm_idup failed: " + mpi_words(rc);
+    return;
   }
+  PMPI_Comm_set_errhandler(p.dup, MPI_ERRORS_RETURN);  // a hand-over's failure is the call's (exchange.cpp, all_done)
   int cluster = 0;
   int mine[2] = {my_machine(cluster), 0};
   mine[1] = cluster;
   std::vector<int> report(2 * static_cast<std::size_t>(size));
-  PMPI_Allgather(mine, 2, MPI_INT, report.data(), 2, MPI_INT, comm);
+  rc = m.await([&](std::vector<MPI_Request>& r) {
+    r.emplace_back();
+    PMPI_Iallgather(mine, 2, MPI_INT, report.data(), 2, MPI_INT, p.dup, &r.back());
+  });
+  if (rc != MPI_SUCCESS) {
+    p.why = "the plan's allgather failed: " + mpi_words(rc);
+    return;
+  }
   // The communicator's machines, numbered by their cluster ranks: the group's ranks.
   std::set<int> machines;
   for (int r = 0; r < size; ++r) machines.insert(report[2 * static_cast<std::size_t>(r)]);
-  p->why = verdict(report, machines);
-  if (p->why.empty()) {
-    p->members.assign(machines.begin(), machines.end());
-    auto index = [&](int cluster_rank) { return static_cast<int>(std::lower_bound(p->members.begin(), p->members.end(), cluster_rank) - p->members.begin()); };
-    std::vector<int> machine_of(static_cast<std::size_t>(size));
-    for (int r = 0; r < size; ++r) machine_of[static_cast<std::size_t>(r)] = index(report[2 * static_cast<std::size_t>(r)]);
-    p->place = Placement::from(machine_of, static_cast<int>(p->members.size()));
-    p->fewest = p->most = p->place.ranks_on.front().size();
-    for (const auto& on : p->place.ranks_on) p->fewest = std::min(p->fewest, on.size()), p->most = std::max(p->most, on.size());
-    p->machine = index(mine[0]);
-    PMPI_Comm_split(comm, p->machine, rank, &p->local);
-    PMPI_Comm_set_errhandler(p->local, MPI_ERRORS_RETURN);  // a hand-over's failure is the call's (exchange.cpp, all_done)
-    PMPI_Comm_rank(p->local, &p->local_rank);
-    PMPI_Comm_size(p->local, &p->local_size);
-    choose_handover(*p);
-    p->why = open_group(comm, *p);
-    p->aapc = p->why.empty();
-    if (!p->aapc) PMPI_Comm_free(&p->local);
+  p.why = verdict(report, machines);
+  if (!p.why.empty()) return;
+  p.members.assign(machines.begin(), machines.end());
+  auto index = [&](int cluster_rank) { return static_cast<int>(std::lower_bound(p.members.begin(), p.members.end(), cluster_rank) - p.members.begin()); };
+  std::vector<int> machine_of(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) machine_of[static_cast<std::size_t>(r)] = index(report[2 * static_cast<std::size_t>(r)]);
+  p.place = Placement::from(machine_of, static_cast<int>(p.members.size()));
+  p.fewest = p.most = p.place.ranks_on.front().size();
+  for (const auto& on : p.place.ranks_on) p.fewest = std::min(p.fewest, on.size()), p.most = std::max(p.most, on.size());
+  p.machine = index(mine[0]);
+  const auto& here = p.place.ranks_on[static_cast<std::size_t>(p.machine)];
+  p.local_size = static_cast<int>(here.size());
+  p.local_rank = static_cast<int>(std::find(here.begin(), here.end(), p.rank) - here.begin());
+  rc = choose_handover(m, p);
+  p.why = open_group(m, p);
+  if (p.why.empty() && rc != MPI_SUCCESS) p.why = "the plan's messages between a machine's ranks failed: " + mpi_words(rc);
+  p.aapc = p.why.empty();
+}
+
+// Starts the plan of `comm` (its first all-to-all calls this, with the process's mutex held).
+// An intercommunicator and a communicator of one rank are decided at once, alike on every rank.
+Plan* start_plan(MPI_Comm comm) {
+  auto* p = new Plan;
+  int inter = 0, size = 0;
+  PMPI_Comm_test_inter(comm, &inter);
+  PMPI_Comm_rank(comm, &p->rank);
+  PMPI_Comm_size(comm, &size);
+  p->name = name_of(comm);
+  if (inter != 0 || size < 2) {
+    p->why = inter != 0 ? "it is an intercommunicator" : "a communicator of one rank";
+    p->ready = true;
+    say(*p, size);
+    return p;
   }
-  say(comm, *p, rank, size);
+  p->making = new Planner([p, comm, size] {
+    make(*p->making, *p, comm, size);
+    say(*p, size);
+  });
+  process().making.push_back(p);
+  progress();  // the duplicate is started here, in the program's call
   return p;
 }
 
@@ -231,23 +396,52 @@ Process& process() {
 
 Plan& plan_of(MPI_Comm comm) {
   Process& pr = process();
+  std::lock_guard<std::recursive_mutex> hold(pr.mutex);
   if (pr.keyval == MPI_KEYVAL_INVALID) PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_plan, &pr.keyval, nullptr);
   void* attr = nullptr;
   int found = 0;
   PMPI_Comm_get_attr(comm, pr.keyval, &attr, &found);
   if (found != 0) return *static_cast<Plan*>(attr);
-  Plan* p = make_plan(comm);
+  Plan* p = start_plan(comm);
   PMPI_Comm_set_attr(comm, pr.keyval, p);
   return *p;
 }
 
+bool advance_plans() {
+  Process& pr = process();
+  std::lock_guard<std::recursive_mutex> hold(pr.mutex);
+  bool moved = false;
+  for (std::size_t i = 0; i < pr.making.size();) {
+    Plan* p = pr.making[i];
+    bool made = false;
+    try {
+      made = p->making->step();
+    } catch (const std::exception& e) {  // the body let it out: a plan that no call can use
+      p->why = std::string("making the plan failed: ") + e.what();
+      p->aapc = false;
+      made = true;
+    }
+    if (!made) {
+      ++i;
+      continue;
+    }
+    moved = true;
+    delete std::exchange(p->making, nullptr);
+    p->ready = true;
+    pr.making.erase(pr.making.begin() + static_cast<std::ptrdiff_t>(i));
+    if (p->doomed && p->ops == 0) destroy(p);
+  }
+  return moved;
+}
+
 void on_init() {
-  plan_of(MPI_COMM_WORLD);
+  Plan& world = plan_of(MPI_COMM_WORLD);
+  while (!world.ready) progress();
   hook_progress();
 }
 
 void op_over(Plan& p) {
-  if (--p.ops == 0 && p.doomed) destroy(&p);
+  if (--p.ops == 0 && p.doomed && p.ready) destroy(&p);
 }
 
 std::uint64_t min_block() {
@@ -258,11 +452,16 @@ std::uint64_t min_block() {
   return least;
 }
 
-void announce_first(MPI_Comm comm, const Plan& p) {
-  int rank = 0;
-  PMPI_Comm_rank(comm, &rank);
-  if (env_on("AAPC_MPI_VERBOSE") && rank == 0)
-    std::fprintf(stderr, "aapc-mpi: %s: its first all-to-all was carried by aapc (%d machines)\n", name_of(comm).c_str(), p.place.machines());
+void announce_first(const Plan& p) {
+  if (env_on("AAPC_MPI_VERBOSE") && p.rank == 0)
+    std::fprintf(stderr, "aapc-mpi: %s: its first all-to-all was carried by aapc (%d machines)\n", p.name.c_str(), p.place.machines());
+}
+
+std::string mpi_words(int rc) {
+  char text[MPI_MAX_ERROR_STRING] = "";
+  int len = 0;
+  PMPI_Error_string(rc, text, &len);
+  return text;
 }
 
 int raise(MPI_Comm comm, const std::string& message) {

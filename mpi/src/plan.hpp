@@ -18,29 +18,48 @@
 
 namespace aapc::mpi {
 
-// What one communicator does with its all-to-alls: decided once, by a collective over the
-// communicator, with the same outcome on every rank (a rank that falls back alone while the
-// others go through aapc would deadlock: Open MPI PR #13656). Cached on the communicator as
-// an attribute and freed with it.
+// What one communicator does with its all-to-alls: decided once, by messages among its ranks,
+// with the same outcome on every rank (a rank that falls back alone while the others go
+// through aapc would deadlock: Open MPI PR #13656). Cached on the communicator as an attribute
+// and freed with it.
+//
+// A plan is made without blocking (plan.cpp): its communicator's first all-to-all starts it
+// (MPI_Comm_idup, in the call) and returns, MPI_Ialltoall included, and the rest moves
+// wherever the ops move (progress()), in a fiber of its own. Calls made before it is ready
+// wait for it as ops (Op::Stage::kPlan) and start, in call order, once it is.
 struct Op;
+struct Planner;
 namespace single_copy {
 struct Mailbox;
 }
 
 struct Plan {
+  bool ready = false;  // made: what follows is known on this rank
+  Planner* making = nullptr;  // while it is being made (plan.cpp)
   bool aapc = false;
   std::string why;  // the reason for the decision, for AAPC_MPI_VERBOSE
+  std::string name;  // the communicator's, when its plan was started (AAPC_MPI_VERBOSE)
+  // The library's own duplicate of the communicator (errors return): the plan's messages,
+  // the hand-overs between a machine's ranks, and the MPI's own all-to-all where aapc does
+  // not carry a call (there, whatever the timing, because calls that waited for the plan run
+  // it late). Null where the plan needed no messages (an intercommunicator, one rank).
+  MPI_Comm dup = MPI_COMM_NULL;
+  MPI_Comm own(MPI_Comm comm) const { return dup != MPI_COMM_NULL ? dup : comm; }
+  int waiting = 0;  // calls that wait for the plan (Op::Stage::kPlan)
   // The communicator's machines are numbered 0..M-1 by their cluster ranks, `members`.
   Placement place;
   std::vector<int> members;  // cluster rank of each of the communicator's machines, increasing
   std::size_t fewest = 0, most = 0;  // ranks on a machine, at least and at most
+  int rank = 0;      // this process's, in the communicator
   int machine = -1;  // this rank's, in 0..M-1
-  MPI_Comm local = MPI_COMM_NULL;  // the ranks of this machine, ordered by comm rank
+  // This machine's ranks are its local ranks 0..local_size-1, in the order of their comm ranks.
   int local_rank = 0;
   int local_size = 1;
-  // In `local`: the process that leads the machine for this communicator, its first rank
-  // there. It alone starts the communicator's exchanges on the machine, in the aapc group of
-  // its machines (`group`), whose exchanges are numbered apart from every other's.
+  // Local rank k's rank in the communicator (and in `dup`).
+  int peer(int k) const { return place.ranks_on[static_cast<std::size_t>(machine)][static_cast<std::size_t>(k)]; }
+  // The process that leads the machine for this communicator, its first local rank. It alone
+  // starts the communicator's exchanges on the machine, in the aapc group of its machines
+  // (`group`), whose exchanges are numbered apart from every other's.
   static constexpr int leader_rank = 0;
   bool leader() const { return local_rank == leader_rank; }
   std::optional<aapc::Client> group;  // the leader's
@@ -71,6 +90,7 @@ struct Process {
   std::optional<aapc::ClusterInfo> info;
   std::vector<aapc::Buffer> spare;  // staging buffers of finished calls, for the next ones
   std::vector<Op*> in_flight;       // every op not yet done (owned by its call or request)
+  std::vector<Plan*> making;        // plans being made, in the order they were started
   int keyval = MPI_KEYVAL_INVALID;
   int error_class = -1;
   int error_code = -1;
@@ -78,9 +98,13 @@ struct Process {
 
 Process& process();
 
-// The plan of `comm`, made on first use (collective: every rank of comm calls it at the same
-// collective, which all-to-all guarantees).
+// The plan of `comm`, started on first use (collective: every rank of comm calls it at the same
+// collective, which all-to-all guarantees); it may not be ready yet.
 Plan& plan_of(MPI_Comm comm);
+
+// Takes every plan being made one step further where it can (progress(), with the process's
+// mutex held). True when any moved.
+bool advance_plans();
 
 // An op of `p` is over: frees a doomed plan with its last op.
 void op_over(Plan& p);
@@ -91,8 +115,12 @@ void on_init();
 // AAPC_MPI_MIN_BLOCK: an MPI_Alltoall with smaller machine-level blocks runs the MPI's own.
 std::uint64_t min_block();
 
-// With AAPC_MPI_VERBOSE, rank 0 of `comm` says that aapc carried its first all-to-all.
-void announce_first(MPI_Comm comm, const Plan& p);
+// With AAPC_MPI_VERBOSE, rank 0 of the plan's communicator says that aapc carried its first
+// all-to-all.
+void announce_first(const Plan& p);
+
+// The MPI's words for its error code `rc`.
+std::string mpi_words(int rc);
 
 // Turns an aapc failure into an MPI error code whose MPI_Error_string is `message`, and
 // hands it to the communicator's error handler.

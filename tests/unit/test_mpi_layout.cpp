@@ -9,12 +9,15 @@
 #include <chrono>
 #include <cstdint>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "aapc/mpi/bell.hpp"
 #include "aapc/mpi/copy.hpp"
 #include "aapc/mpi/env.hpp"
+#include "aapc/mpi/fiber.hpp"
 #include "aapc/mpi/layout.hpp"
 #include "aapc/mpi/nap.hpp"
 
@@ -295,4 +298,55 @@ TEST_CASE("single-copy hand-overs move every piece between processes, past IOV_M
   static std::uint64_t probe = 0x5eed;
   CHECK(aapc::mpi::can_reach(::getpid(), reinterpret_cast<std::uint64_t>(&probe), 0x5eed).empty());
   CHECK(!aapc::mpi::can_reach(::getpid(), reinterpret_cast<std::uint64_t>(&probe), 0x5eee).empty());
+}
+
+namespace {
+
+// Deep enough to need its own stack's pages, and not optimised into a loop.
+int depth_sum(int n) {
+  volatile char pad[512] = {};
+  pad[0] = static_cast<char>(n);
+  return n == 0 ? 0 : pad[0] + depth_sum(n - 1) - static_cast<char>(n) + 1;
+}
+
+}  // namespace
+
+TEST_CASE("a fiber pauses where its body asks and goes on from there when resumed; what it throws reaches its resumer", "[mpi]") {
+  using aapc::mpi::Fiber;
+  std::vector<std::string> log;
+  int steps = 0;
+  Fiber f([&] {
+    std::string kept = "kept across pauses";  // on the fiber's own stack
+    for (int i = 0; i < 3; ++i) {
+      log.push_back("step " + std::to_string(i));
+      ++steps;
+      f.pause();
+    }
+    log.push_back(kept + " " + std::to_string(depth_sum(200)));
+  });
+  CHECK_FALSE(f.ended());
+  for (int i = 0; i < 3; ++i) {
+    CHECK_FALSE(f.resume());
+    CHECK(steps == i + 1);  // the body ran to its next pause, no further
+  }
+  CHECK(f.resume());
+  CHECK(f.ended());
+  CHECK(f.resume());  // an ended fiber stays ended
+  CHECK(log == std::vector<std::string>{"step 0", "step 1", "step 2", "kept across pauses 200"});
+  CHECK_THROWS_AS(f.pause(), std::logic_error);  // not from outside the body
+
+  Fiber failing([&] {
+    failing.pause();
+    throw std::runtime_error("from the body");
+  });
+  CHECK_FALSE(failing.resume());
+  CHECK_THROWS_WITH(failing.resume(), "from the body");
+  CHECK(failing.ended());
+
+  // Two fibers paused at once, resumed in turns.
+  std::string order;
+  Fiber a([&] { order += 'a'; a.pause(); order += 'A'; });
+  Fiber b([&] { order += 'b'; b.pause(); order += 'B'; });
+  a.resume(), b.resume(), b.resume(), a.resume();
+  CHECK(order == "abBA");
 }
