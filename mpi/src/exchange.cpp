@@ -481,6 +481,10 @@ ByteType::ByteType(const std::vector<Piece>& pieces) {
   count_ = 1;
 }
 
+Op::~Op() {
+  for (MPI_Datatype& t : held) PMPI_Type_free(&t);
+}
+
 ByteType::~ByteType() {
   if (count_ != 0) PMPI_Type_free(&type_);
 }
@@ -685,9 +689,24 @@ struct Call {
   bool alltoall = false;
   std::uint64_t block = 0;  // an MPI_Alltoall's, in bytes
   std::function<int(MPI_Comm, MPI_Request*)> mpi;
+  std::vector<MPI_Datatype> held;  // hold_type()'s, for the op
 
   bool through_aapc(const Plan& p) const { return p.aapc && !(alltoall && too_small(p, block)); }
 };
+
+// A nonblocking call's datatype as the library keeps it: a derived one duplicated into `held`.
+// The program may free its own as soon as the call returns (MPI 4.0, 5.1.5: a pending call
+// keeps what it uses), and the library uses them until the call is over (packing once the
+// plan is made, unpacking at the end).
+MPI_Datatype hold_type(MPI_Datatype t, std::vector<MPI_Datatype>& held) {
+  int ni = 0, na = 0, nd = 0, combiner = MPI_COMBINER_NAMED;
+  PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner);
+  if (combiner == MPI_COMBINER_NAMED) return t;
+  MPI_Datatype d = MPI_DATATYPE_NULL;
+  PMPI_Type_dup(t, &d);
+  held.push_back(d);
+  return d;
+}
 
 // Whether calls on the plan's communicator start at once: it is ready, and no earlier call
 // waits for it. Once so, so until the communicator goes (its calls come one at a time).
@@ -698,8 +717,10 @@ bool settled(const Plan& p) {
 
 // The MPI's own all-to-all on the plan's duplicate of `comm` (or on `comm` itself where the plan
 // has none), whose errors return: a failure goes to `comm`'s error handler.
-int mpis_own(const Plan& p, const Call& c, MPI_Comm comm, MPI_Request* request) {
+int mpis_own(const Plan& p, Call& c, MPI_Comm comm, MPI_Request* request) {
   const int rc = c.mpi(p.own(comm), request);
+  for (MPI_Datatype& t : c.held) PMPI_Type_free(&t);  // the MPI's call keeps its own
+  c.held.clear();
   if (rc != MPI_SUCCESS && p.own(comm) != comm) PMPI_Comm_call_errhandler(comm, rc);
   return rc;
 }
@@ -710,7 +731,9 @@ int mpis_own(const Plan& p, const Call& c, MPI_Comm comm, MPI_Request* request) 
 int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
   if (settled(p)) {
     if (!c.through_aapc(p)) return mpis_own(p, c, comm, request);
-    return carry(begin(p, comm, std::move(c.send), std::move(c.recv), c.alltoall), request);
+    std::unique_ptr<Op> op = begin(p, comm, std::move(c.send), std::move(c.recv), c.alltoall);
+    op->held = std::move(c.held);
+    return carry(std::move(op), request);
   }
   std::unique_lock<std::recursive_mutex> hold(process().mutex);
   auto op = std::make_unique<Op>();
@@ -718,6 +741,7 @@ int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
   op->plan = &p;
   op->alltoall = c.alltoall;
   op->stage = Op::Stage::kPlan;
+  op->held = std::move(c.held);
   op->later = [c = std::move(c)](Op& o) mutable {
     const Plan& made = *o.plan;
     if (c.through_aapc(made)) return start(o, std::move(c.send), std::move(c.recv));
@@ -746,6 +770,10 @@ int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Data
   auto wide = [n](const int* v) { return std::vector<std::int64_t>(v, v + n); };
   // With MPI_IN_PLACE the send arguments are ignored (they may be anything).
   Call c;
+  if (request != nullptr) {
+    if (sbuf != MPI_IN_PLACE) stype = hold_type(stype, c.held);
+    rtype = hold_type(rtype, c.held);
+  }
   c.send = {const_cast<void*>(sbuf), sbuf == MPI_IN_PLACE ? wide(rcounts) : wide(scounts), sbuf == MPI_IN_PLACE ? wide(rdispls) : wide(sdispls), stype};
   c.recv = {rbuf, wide(rcounts), wide(rdispls), rtype};
   c.mpi = [=](MPI_Comm on, MPI_Request* r) {
@@ -766,6 +794,10 @@ int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int r
                               : PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
   Plan& p = plan_of(comm);
   Call c;
+  if (request != nullptr) {
+    if (sbuf != MPI_IN_PLACE) stype = hold_type(stype, c.held);
+    rtype = hold_type(rtype, c.held);
+  }
   c.alltoall = true;
   c.block = block;
   c.mpi = [=](MPI_Comm on, MPI_Request* r) {

@@ -89,6 +89,14 @@ struct Op {
   // A nonblocking call's, once returned to the program: nobody drives it but the completion
   // calls and, on a single-copy leader, the progress thread (mover()).
   bool detached = false;
+  // A nonblocking call's duplicates of its derived datatypes (exchange.cpp, hold_type()),
+  // freed with it.
+  std::vector<MPI_Datatype> held;
+
+  Op() = default;
+  Op(const Op&) = delete;
+  Op& operator=(const Op&) = delete;
+  ~Op();
 
   bool done() const { return stage == Stage::kDone; }
   // Whether its waiters may nap rather than spin: while only the daemons move it, or when its

@@ -87,12 +87,11 @@ struct Planner {
   // call that waits, as the MPI's own nonblocking collectives move. MPICH keeps the
   // communicator until the duplication is over, and calls back from its completion.
   void communicator_freed() {
-#ifndef OPEN_MPI
-    return;
-#endif
+#ifdef OPEN_MPI
     if (!on_comm || reqs.empty() || running) return;
     statuses.resize(reqs.size());
     if (const int e = PMPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), statuses.data()); e != MPI_SUCCESS) rc = e;
+#endif
   }
 
   // The driver: true once the plan is made.

@@ -260,6 +260,41 @@ static void derived(MPI_Comm comm) {
   free(s), free(r);
 }
 
+/* MPI_Ialltoall with derived datatypes that the program frees at once, before MPI_Wait, and
+ * then makes other datatypes (which may take the freed ones' handles): legal, as a pending
+ * call keeps what it uses (MPI 4.0, 5.1.5). On a communicator whose first call it is (the
+ * library packs once its plan is made) and on one that has had calls. */
+static void derived_freed_early(MPI_Comm comm, const char* name) {
+  int n = 0, me = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  MPI_Datatype strided, every_other, strided2, every_other2, decoy, decoy2;
+  MPI_Type_vector(4, 1, 2, MPI_DOUBLE, &strided);
+  MPI_Type_create_resized(strided, 0, 8 * sizeof(double), &every_other);
+  MPI_Type_commit(&every_other);
+  MPI_Type_vector(4, 1, 2, MPI_DOUBLE, &strided2);
+  MPI_Type_create_resized(strided2, 0, 8 * sizeof(double), &every_other2);
+  MPI_Type_commit(&every_other2);
+  double* s = malloc(sizeof(double) * 8 * (size_t)n);
+  double* r = malloc(sizeof(double) * 8 * (size_t)n);
+  for (int d = 0; d < n; ++d)
+    for (int k = 0; k < 8; ++k) s[8 * d + k] = k % 2 ? -1.0 : me * 100.0 + d + k / 2 * 0.25, r[8 * d + k] = -2.0;
+  MPI_Request req;
+  MPI_Ialltoall(s, 1, every_other, r, 1, every_other2, comm, &req);
+  MPI_Type_free(&every_other), MPI_Type_free(&strided), MPI_Type_free(&every_other2), MPI_Type_free(&strided2);
+  MPI_Type_contiguous(8, MPI_DOUBLE, &decoy);
+  MPI_Type_commit(&decoy);
+  MPI_Type_contiguous(3, MPI_INT, &decoy2);
+  MPI_Type_commit(&decoy2);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  int ok = 1;
+  for (int src = 0; src < n; ++src)
+    for (int k = 0; k < 8; ++k) ok &= r[8 * src + k] == (k % 2 ? -2.0 : src * 100.0 + me + k / 2 * 0.25);
+  expect(name, ok, comm);
+  MPI_Type_free(&decoy), MPI_Type_free(&decoy2);
+  free(s), free(r);
+}
+
 /* A datatype that transposes: each block is a 3x3 matrix of ints, sent with a type that lists
  * it column by column (a vector of one int per row, resized to one int, three of them, resized
  * to the matrix). It has no gaps, so its extent and size alone pass it for contiguous; the
@@ -364,6 +399,11 @@ int main(int argc, char** argv) {
   progress_while_computing(block);
   in_place(MPI_COMM_WORLD);
   derived(MPI_COMM_WORLD);
+  derived_freed_early(MPI_COMM_WORLD, "derived datatypes freed at once");
+  MPI_Comm fresh;
+  MPI_Comm_dup(MPI_COMM_WORLD, &fresh);
+  derived_freed_early(fresh, "... in a communicator's first call");
+  MPI_Comm_free(&fresh);
   transposed(MPI_COMM_WORLD);
   polled_status(block);
   column_communicators(block);
