@@ -276,8 +276,9 @@ int choose_handover(Planner& m, Plan& p) {
 // its exchanges have ids of their own, so each communicator keeps its own order, and leaders of
 // different communicators on one machine do not mix theirs up. The leaders agree on the group
 // among themselves (leaders_reduce, Client::open_group); then every rank of the communicator
-// learns the outcome. Empty when the group opened on every machine.
-std::string open_group(Planner& m, Plan& p) {
+// learns the outcome, and whether every rank's hand-over messages (`handed`, the MPI's code)
+// went well. Empty when the group opened on every machine and nothing failed anywhere.
+std::string open_group(Planner& m, Plan& p, int handed) {
   Process& pr = process();
   std::string why;
   if (p.leader()) {
@@ -299,6 +300,7 @@ std::string open_group(Planner& m, Plan& p) {
   }
   // Every rank learns whether every leader has the group (the leaders agree among themselves),
   // and whether every machine hands over by single copy.
+  if (handed != MPI_SUCCESS && why.empty()) why = "the plan's messages between a machine's ranks failed: " + mpi_words(handed);
   int ok[2] = {why.empty() ? 1 : 0, p.single_copy ? 1 : 0}, all[2] = {0, 0};
   const int rc = m.await([&](std::vector<MPI_Request>& r) {
     r.emplace_back();
@@ -308,7 +310,7 @@ std::string open_group(Planner& m, Plan& p) {
   p.single_copy_everywhere = all[1] != 0;
   if (all[0] != 0) return "";
   p.group.reset();
-  return why.empty() ? "a machine's leader could not open the communicator's aapc group" : why;
+  return why.empty() ? "a machine's leader could not open the communicator's aapc group, or another rank's plan messages failed" : why;
 }
 
 // The body of a plan's fiber (Planner): the steps that a blocking plan would take with
@@ -356,9 +358,7 @@ void make(Planner& m, Plan& p, MPI_Comm comm, int size) {
   const auto& here = p.place.ranks_on[static_cast<std::size_t>(p.machine)];
   p.local_size = static_cast<int>(here.size());
   p.local_rank = static_cast<int>(std::find(here.begin(), here.end(), p.rank) - here.begin());
-  rc = choose_handover(m, p);
-  p.why = open_group(m, p);
-  if (p.why.empty() && rc != MPI_SUCCESS) p.why = "the plan's messages between a machine's ranks failed: " + mpi_words(rc);
+  p.why = open_group(m, p, choose_handover(m, p));
   p.aapc = p.why.empty();
 }
 
