@@ -77,7 +77,7 @@ struct Plan {
   std::deque<Op*> to_start;
   bool carried = false;  // an all-to-all of it went through aapc
   std::uint32_t calls = 0;  // all-to-alls carried so far: the same count on every rank
-  int ops = 0;              // of them in flight: the plan outlives its communicator until 0
+  int ops = 0;              // its calls in flight (Op): the plan outlives its communicator until 0
   bool doomed = false;      // its communicator was freed
 };
 
