@@ -111,34 +111,22 @@ void send_mine(Op& op) { post(op, false, op.sb.base, in_order(op.sb.by_rank, des
 // message) fails the op with the MPI's words; the plan's duplicate communicator returns errors
 // (plan.cpp), and the op's failure reaches the program through its own communicator.
 bool all_done(Op& op) {
-  int done = 1;
-  if (!op.reqs.empty()) {
-    op.statuses.resize(op.reqs.size());
-    if (PMPI_Testall(static_cast<int>(op.reqs.size()), op.reqs.data(), &done, op.statuses.data()) != MPI_SUCCESS && op.error.empty()) {
-      for (const MPI_Status& st : op.statuses)
-        if (st.MPI_ERROR != MPI_SUCCESS) {
-          op.error = "a hand-over between the ranks of machine " + std::to_string(op.plan->machine) + " failed: " + mpi_words(st.MPI_ERROR);
-          break;
-        }
-      done = 1;  // MPI_ERR_IN_STATUS: every request is complete
-    }
-  }
-  if (done == 0) return false;
-  op.reqs.clear();
+  int failed = MPI_SUCCESS;
+  if (!test_all(op.reqs, op.statuses, failed)) return false;
+  if (failed != MPI_SUCCESS && op.error.empty())
+    op.error = "a hand-over between the ranks of machine " + std::to_string(op.plan->machine) + " failed: " + mpi_words(failed);
   op.types.clear();
   return true;
 }
 
+// The op's failure, where the MPI's own all-to-all (Stage::kMpi) failed with `rc`.
+void mpis_own_failed(Op& op, int rc) { op.error = "the MPI's own all-to-all failed: " + mpi_words(rc); }
+
 // Whether the MPI's own all-to-all of `op` (Stage::kMpi) is over; its failure is the op's.
 bool mpi_done(Op& op) {
-  int done = 0;
-  MPI_Status st;
-  if (const int rc = PMPI_Test(&op.reqs.front(), &done, &st); rc != MPI_SUCCESS) {
-    op.error = "the MPI's own all-to-all failed: " + mpi_words(rc);
-    done = 1;
-  }
-  if (done == 0) return false;
-  op.reqs.clear();
+  int failed = MPI_SUCCESS;
+  if (!test_all(op.reqs, op.statuses, failed)) return false;
+  if (failed != MPI_SUCCESS) mpis_own_failed(op, failed);
   return true;
 }
 
@@ -406,7 +394,7 @@ bool advance(Op& op) {
   using S = Op::Stage;
   switch (op.stage) {
     case S::kPlan: {
-      if (!op.plan->ready) return false;
+      if (!op.plan->ready()) return false;
       --op.plan->waiting;
       std::exchange(op.later, nullptr)(op);
       if (op.for_mover()) wake_mover();  // a detached op that the progress thread may move now
@@ -538,17 +526,6 @@ void start(Op& op, Side send, Side recv) {
 }
 
 }  // namespace
-
-std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool alltoall) {
-  std::lock_guard<std::recursive_mutex> hold(process().mutex);
-  auto op = std::make_unique<Op>();
-  op->comm = comm;
-  op->plan = &p;
-  op->alltoall = alltoall;
-  enlist(*op);
-  start(*op, std::move(send), std::move(recv));
-  return op;
-}
 
 bool progress(bool mover) {
   // The MPI calls below may call back into progress() (Open MPI's progress hook,
@@ -683,13 +660,16 @@ std::string drive(Op& op) {
 namespace {
 
 // One all-to-all call, as the plan decides it: through aapc, or the MPI's own (`mpi` starts
-// it on a communicator: blocking without a request).
+// it on a communicator with the call's datatypes: blocking without a request).
 struct Call {
-  Side send, recv;
+  const void* sbuf = nullptr;
+  MPI_Datatype stype = MPI_BYTE, rtype = MPI_BYTE;
   bool alltoall = false;
   std::uint64_t block = 0;  // an MPI_Alltoall's, in bytes
-  std::function<int(MPI_Comm, MPI_Request*)> mpi;
-  std::vector<MPI_Datatype> held;  // hold_type()'s, for the op
+  std::function<int(MPI_Comm, MPI_Datatype, MPI_Datatype, MPI_Request*)> mpi;
+  // Its blocks by rank, made only where the library takes the call (small calls are many).
+  std::function<void(Call&)> make_sides;
+  Side send, recv;
 
   bool through_aapc(const Plan& p) const { return p.aapc && !(alltoall && too_small(p, block)); }
 };
@@ -712,50 +692,50 @@ MPI_Datatype hold_type(MPI_Datatype t, std::vector<MPI_Datatype>& held) {
 // waits for it. Once so, so until the communicator goes (its calls come one at a time).
 bool settled(const Plan& p) {
   std::lock_guard<std::recursive_mutex> hold(process().mutex);
-  return p.ready && p.waiting == 0;
+  return p.ready() && p.waiting == 0;
 }
 
-// The MPI's own all-to-all on the plan's duplicate of `comm` (or on `comm` itself where the plan
-// has none), whose errors return: a failure goes to `comm`'s error handler.
-int mpis_own(const Plan& p, Call& c, MPI_Comm comm, MPI_Request* request) {
-  const int rc = c.mpi(p.own(comm), request);
-  for (MPI_Datatype& t : c.held) PMPI_Type_free(&t);  // the MPI's call keeps its own
-  c.held.clear();
-  if (rc != MPI_SUCCESS && p.own(comm) != comm) PMPI_Comm_call_errhandler(comm, rc);
-  return rc;
-}
-
-// A call on `comm`: at once where its plan is ready and no earlier call waits for it; else as
-// an op that waits for the plan (Stage::kPlan) and then starts as the plan says, after the
-// calls that waited before it.
+// A call on `comm`: the MPI's own at once where its plan is ready, no earlier call waits for it
+// and aapc does not carry it (on the plan's duplicate of `comm`, or on `comm` itself where the
+// plan has none, whose errors return: a failure goes to `comm`'s error handler). Else an op:
+// through aapc at once, or waiting for the plan (Stage::kPlan) and then started as the plan
+// says, after the calls that waited before it.
 int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
-  if (settled(p)) {
-    if (!c.through_aapc(p)) return mpis_own(p, c, comm, request);
-    std::unique_ptr<Op> op = begin(p, comm, std::move(c.send), std::move(c.recv), c.alltoall);
-    op->held = std::move(c.held);
-    return carry(std::move(op), request);
+  const bool now = settled(p);
+  if (now && !c.through_aapc(p)) {
+    const int rc = c.mpi(p.own(comm), c.stype, c.rtype, request);
+    if (rc != MPI_SUCCESS && p.own(comm) != comm) PMPI_Comm_call_errhandler(comm, rc);
+    return rc;
   }
-  std::unique_lock<std::recursive_mutex> hold(process().mutex);
   auto op = std::make_unique<Op>();
+  if (request != nullptr) {
+    if (c.sbuf != MPI_IN_PLACE) c.stype = hold_type(c.stype, op->held);
+    c.rtype = hold_type(c.rtype, op->held);
+  }
+  c.make_sides(c);
   op->comm = comm;
   op->plan = &p;
   op->alltoall = c.alltoall;
-  op->stage = Op::Stage::kPlan;
-  op->held = std::move(c.held);
-  op->later = [c = std::move(c)](Op& o) mutable {
-    const Plan& made = *o.plan;
-    if (c.through_aapc(made)) return start(o, std::move(c.send), std::move(c.recv));
-    o.reqs.emplace_back();
-    if (const int rc = c.mpi(made.own(o.comm), &o.reqs.back()); rc != MPI_SUCCESS) {
-      o.reqs.clear();
-      o.error = "the MPI's own all-to-all failed: " + mpi_words(rc);
-      o.stage = Op::Stage::kDone;
-      return;
-    }
-    o.stage = Op::Stage::kMpi;
-  };
-  ++p.waiting;
+  std::unique_lock<std::recursive_mutex> hold(process().mutex);
   enlist(*op);
+  if (now) {
+    start(*op, std::move(c.send), std::move(c.recv));
+  } else {
+    ++p.waiting;
+    op->stage = Op::Stage::kPlan;
+    op->later = [c = std::move(c)](Op& o) mutable {
+      const Plan& made = *o.plan;
+      if (c.through_aapc(made)) return start(o, std::move(c.send), std::move(c.recv));
+      o.reqs.emplace_back();
+      if (const int rc = c.mpi(made.own(o.comm), c.stype, c.rtype, &o.reqs.back()); rc != MPI_SUCCESS) {
+        o.reqs.clear();
+        mpis_own_failed(o, rc);
+        o.stage = Op::Stage::kDone;
+        return;
+      }
+      o.stage = Op::Stage::kMpi;
+    };
+  }
   hold.unlock();
   return carry(std::move(op), request);
 }
@@ -765,20 +745,20 @@ int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
 int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts, const int* rdispls,
               MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request) {
   Plan& p = plan_of(comm);
-  int n = 0;
-  PMPI_Comm_size(comm, &n);
-  auto wide = [n](const int* v) { return std::vector<std::int64_t>(v, v + n); };
-  // With MPI_IN_PLACE the send arguments are ignored (they may be anything).
   Call c;
-  if (request != nullptr) {
-    if (sbuf != MPI_IN_PLACE) stype = hold_type(stype, c.held);
-    rtype = hold_type(rtype, c.held);
-  }
-  c.send = {const_cast<void*>(sbuf), sbuf == MPI_IN_PLACE ? wide(rcounts) : wide(scounts), sbuf == MPI_IN_PLACE ? wide(rdispls) : wide(sdispls), stype};
-  c.recv = {rbuf, wide(rcounts), wide(rdispls), rtype};
-  c.mpi = [=](MPI_Comm on, MPI_Request* r) {
-    return r != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, on, r)
-                        : PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, on);
+  c.sbuf = sbuf, c.stype = stype, c.rtype = rtype;
+  c.mpi = [=](MPI_Comm on, MPI_Datatype st, MPI_Datatype rt, MPI_Request* r) {
+    return r != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on, r)
+                        : PMPI_Alltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on);
+  };
+  c.make_sides = [=](Call& self) {
+    int n = 0;
+    PMPI_Comm_size(comm, &n);
+    auto wide = [n](const int* v) { return std::vector<std::int64_t>(v, v + n); };
+    // With MPI_IN_PLACE the send arguments are ignored (they may be anything).
+    const bool in_place = sbuf == MPI_IN_PLACE;
+    self.send = {const_cast<void*>(sbuf), wide(in_place ? rcounts : scounts), wide(in_place ? rdispls : sdispls), self.stype};
+    self.recv = {rbuf, wide(rcounts), wide(rdispls), self.rtype};
   };
   return run(p, comm, std::move(c), request);
 }
@@ -794,25 +774,21 @@ int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int r
                               : PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
   Plan& p = plan_of(comm);
   Call c;
-  if (request != nullptr) {
-    if (sbuf != MPI_IN_PLACE) stype = hold_type(stype, c.held);
-    rtype = hold_type(rtype, c.held);
-  }
-  c.alltoall = true;
-  c.block = block;
-  c.mpi = [=](MPI_Comm on, MPI_Request* r) {
-    return r != nullptr ? PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, on, r) : PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, on);
+  c.sbuf = sbuf, c.stype = stype, c.rtype = rtype, c.alltoall = true, c.block = block;
+  c.mpi = [=](MPI_Comm on, MPI_Datatype st, MPI_Datatype rt, MPI_Request* r) {
+    return r != nullptr ? PMPI_Ialltoall(sbuf, scount, st, rbuf, rcount, rt, on, r) : PMPI_Alltoall(sbuf, scount, st, rbuf, rcount, rt, on);
   };
-  if (settled(p) && !c.through_aapc(p)) return mpis_own(p, c, comm, request);  // before the sides are made: small calls are many
-  int n = 0;
-  PMPI_Comm_size(comm, &n);
-  auto side = [n](void* buf, int count, MPI_Datatype type) {
-    Side s{buf, std::vector<std::int64_t>(static_cast<std::size_t>(n), count), std::vector<std::int64_t>(static_cast<std::size_t>(n)), type};
-    for (int r = 0; r < n; ++r) s.displs[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(r) * count;
-    return s;
+  c.make_sides = [=](Call& self) {
+    int n = 0;
+    PMPI_Comm_size(comm, &n);
+    auto side = [n](void* buf, int count, MPI_Datatype type) {
+      Side s{buf, std::vector<std::int64_t>(static_cast<std::size_t>(n), count), std::vector<std::int64_t>(static_cast<std::size_t>(n)), type};
+      for (int r = 0; r < n; ++r) s.displs[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(r) * count;
+      return s;
+    };
+    self.send = side(const_cast<void*>(sbuf), scount, self.stype);
+    self.recv = side(rbuf, rcount, self.rtype);
   };
-  c.send = side(const_cast<void*>(sbuf), scount, stype);
-  c.recv = side(rbuf, rcount, rtype);
   return run(p, comm, std::move(c), request);
 }
 

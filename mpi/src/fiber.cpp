@@ -82,7 +82,6 @@ void Fiber::switch_out(bool last) {
 bool Fiber::resume() {
   if (ended_) return true;
   if (inside_) throw std::logic_error("Fiber::resume from inside its body");
-  started_ = true;
   inside_ = true;
   void* fake = nullptr;
   announce(&fake, stack_, stack_bytes_);

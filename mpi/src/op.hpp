@@ -118,10 +118,6 @@ struct Op {
 // Seconds on a steady clock: the times of AAPC_MPI_TIMING, taken where no MPI may be called.
 double seconds_now();
 
-// Starts `send` -> `recv` on `comm` (whose plan is ready and says aapc): packs, posts the first
-// step and returns. `alltoall`: every block has the same length (the MPI_Alltoall contract).
-std::unique_ptr<Op> begin(Plan& p, MPI_Comm comm, Side send, Side recv, bool alltoall);
-
 // Takes every op of the process that is not done one step further where it can. True when
 // any moved. Holds the process's mutex. With `mover`, on the progress thread: only the ops
 // for_mover() admits, never into a step that calls the MPI.

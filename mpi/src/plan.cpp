@@ -107,18 +107,9 @@ struct Planner {
         reqs.clear();
         std::exchange(next, nullptr)(reqs);
       }
-      if (!reqs.empty()) {
-        int done = 0;
-        statuses.resize(reqs.size());
-        if (const int e = PMPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, statuses.data()); e != MPI_SUCCESS) {
-          rc = e;
-          for (const MPI_Status& st : statuses)
-            if (st.MPI_ERROR != MPI_SUCCESS) rc = st.MPI_ERROR;
-          done = 1;  // MPI_ERR_IN_STATUS: every request is complete
-        }
-        if (done == 0) return false;
-        reqs.clear();
-      }
+      int failed = MPI_SUCCESS;
+      if (!test_all(reqs, statuses, failed)) return false;
+      if (failed != MPI_SUCCESS) rc = failed;
       if (fiber.resume()) return true;
     }
   }
@@ -139,7 +130,7 @@ int delete_plan(MPI_Comm, int, void* attr, void*) {
   std::lock_guard<std::recursive_mutex> hold(process().mutex);
   p->doomed = true;
   if (p->making != nullptr) p->making->communicator_freed();
-  if (p->ops == 0 && p->ready) destroy(p);
+  if (p->ops == 0 && p->ready()) destroy(p);
   return MPI_SUCCESS;
 }
 
@@ -373,7 +364,6 @@ Plan* start_plan(MPI_Comm comm) {
   p->name = name_of(comm);
   if (inter != 0 || size < 2) {
     p->why = inter != 0 ? "it is an intercommunicator" : "a communicator of one rank";
-    p->ready = true;
     say(*p, size);
     return p;
   }
@@ -426,7 +416,6 @@ bool advance_plans() {
     }
     moved = true;
     delete std::exchange(p->making, nullptr);
-    p->ready = true;
     pr.making.erase(pr.making.begin() + static_cast<std::ptrdiff_t>(i));
     if (p->doomed && p->ops == 0) destroy(p);
   }
@@ -435,12 +424,12 @@ bool advance_plans() {
 
 void on_init() {
   Plan& world = plan_of(MPI_COMM_WORLD);
-  while (!world.ready) progress();
+  while (!world.ready()) progress();
   hook_progress();
 }
 
 void op_over(Plan& p) {
-  if (--p.ops == 0 && p.doomed && p.ready) destroy(&p);
+  if (--p.ops == 0 && p.doomed && p.ready()) destroy(&p);
 }
 
 std::uint64_t min_block() {
@@ -461,6 +450,25 @@ std::string mpi_words(int rc) {
   int len = 0;
   PMPI_Error_string(rc, text, &len);
   return text;
+}
+
+bool test_all(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>& statuses, int& failed) {
+  failed = MPI_SUCCESS;
+  if (reqs.empty()) return true;
+  int done = 0;
+  statuses.resize(reqs.size());
+  if (const int rc = PMPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, statuses.data()); rc != MPI_SUCCESS) {
+    failed = rc;
+    for (const MPI_Status& st : statuses)
+      if (st.MPI_ERROR != MPI_SUCCESS) {
+        failed = st.MPI_ERROR;
+        break;
+      }
+    done = 1;  // MPI_ERR_IN_STATUS: every request is complete
+  }
+  if (done == 0) return false;
+  reqs.clear();
+  return true;
 }
 
 int raise(MPI_Comm comm, const std::string& message) {

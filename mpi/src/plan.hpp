@@ -34,8 +34,8 @@ struct Mailbox;
 }
 
 struct Plan {
-  bool ready = false;  // made: what follows is known on this rank
   Planner* making = nullptr;  // while it is being made (plan.cpp)
+  bool ready() const { return making == nullptr; }  // made: what follows is known on this rank
   bool aapc = false;
   std::string why;  // the reason for the decision, for AAPC_MPI_VERBOSE
   std::string name;  // the communicator's, when its plan was started (AAPC_MPI_VERBOSE)
@@ -121,6 +121,11 @@ void announce_first(const Plan& p);
 
 // The MPI's words for its error code `rc`.
 std::string mpi_words(int rc);
+
+// PMPI_Testall of `reqs`, their statuses into `statuses`: true once all are complete, a failed
+// one counting as complete (MPI_ERR_IN_STATUS); `failed` is then the first failure's code,
+// else MPI_SUCCESS. Clears `reqs` once all are complete.
+bool test_all(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>& statuses, int& failed);
 
 // Turns an aapc failure into an MPI error code whose MPI_Error_string is `message`, and
 // hands it to the communicator's error handler.

@@ -39,7 +39,7 @@ class Fiber {
   std::size_t stack_bytes_ = 0;
   std::size_t guard_ = 0;
   ucontext_t self_{}, caller_{};
-  bool started_ = false, ended_ = false, inside_ = false;
+  bool ended_ = false, inside_ = false;
   std::exception_ptr failure_;
   // AddressSanitizer's view of the two stacks (unused without it).
   void* fake_stack_ = nullptr;
