@@ -213,6 +213,7 @@ Json schedule_json(const Topology& t, const Schedule& s, std::int64_t load) {
   j["phases"] = phases;
   j["packet_level"] = s.packet_level;
   j["contention_free"] = s.contention_free;
+  if (s.block_rate_bps > 0) j["block_rate_bps"] = s.block_rate_bps;  // paced schedules only: the others' JSON is unchanged
   j["sync"] = s.sync.name();
   if (s.combining()) j["combine"] = combine_json(t, s);
   if (s.sync.kind != SyncKind::kNone) {
@@ -257,7 +258,8 @@ int cmd_show(const std::string& path, const std::string& algo, const std::string
     return 0;
   }
   std::cout << s.algorithm << " on " << t.source() << ": " << t.machine_count() << " machines, " << s.phases.size()
-            << (s.packet_level ? " packet slots" : s.combining() ? " combining steps" : " phases") << ", load " << model.load() << "\n\n";
+            << (s.packet_level ? " packet slots" : s.combining() ? " combining steps" : " phases") << ", load " << model.load()
+            << (s.block_rate_bps > 0 ? ", every block paced at " + std::to_string(s.block_rate_bps / 1000) + " kbit/s" : std::string()) << "\n\n";
   print_phase_table(t, s);
   if (s.combining()) print_combine(t, s);
   if (s.sync.kind != SyncKind::kNone) print_sync_stats(s);

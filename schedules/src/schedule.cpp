@@ -58,6 +58,7 @@ constexpr AlgorithmName kAlgorithmNames[] = {
     {Algorithm::kLp, "lp"},
     {Algorithm::kSyncShuffle, "sync-shuffle"},
     {Algorithm::kGroupShuffle, "group-shuffle"},
+    {Algorithm::kPacedShuffle, "paced-shuffle"},
     {Algorithm::kBruck, "bruck"},
     {Algorithm::kHypercube, "hypercube"},
 };
@@ -170,6 +171,7 @@ Schedule make_schedule(const Topology& topology, const AlgorithmSpec& spec) {
     case Algorithm::kSyncShuffle: s = sync_shuffle_schedule(p); break;
     case Algorithm::kGroupShuffle: s = group_shuffle_schedule(p, spec.group); break;
     case Algorithm::kTree: return tree_schedule(TreeModel(topology));
+    case Algorithm::kPacedShuffle: return paced_shuffle_schedule(TreeModel(topology));
     case Algorithm::kBruck: return bruck_schedule(p);
     case Algorithm::kHypercube: return hypercube_schedule(p);
   }

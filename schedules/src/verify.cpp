@@ -54,6 +54,7 @@ class Verifier {
     }
     check_pairs();
     if (s_.contention_free) check_contention();
+    if (s_.block_rate_bps > 0) check_rates();
     if (s_.algorithm == "tree" && report_.phases != report_.load)
       error("tree schedule has " + std::to_string(report_.phases) + " phases, the load is " + std::to_string(report_.load));
     check_programs();
@@ -128,6 +129,26 @@ class Verifier {
     for (std::size_t p = 0; p < s_.phases.size(); ++p) {
       for (const Message& m : s_.phases[p]) check(static_cast<int>(p), m);
       for (const Message& m : dummies[p]) check(static_cast<int>(p), m);
+    }
+  }
+
+  // A paced schedule (Schedule::block_rate_bps): every link within its rate even if every block
+  // that crosses it were in flight at once, whatever the rounds say.
+  void check_rates() {
+    std::vector<std::int64_t> crossing(idx(topo_.directed_edge_count()), 0);
+    std::vector<int> path;
+    for (int id = 0; id < flat_.size(); ++id) {
+      const Message& m = flat_.msg[idx(id)];
+      if (m.src == m.dst || m.src < 0 || m.dst < 0 || m.src >= n_ || m.dst >= n_) continue;
+      topo_.path(topo_.machine_node(m.src), topo_.machine_node(m.dst), path);
+      for (int e : path) ++crossing[idx(e)];
+    }
+    for (int e = 0; e < topo_.directed_edge_count(); ++e) {
+      const std::uint64_t rate = topo_.links()[idx(e / 2)].rate_bps;
+      const double carried = static_cast<double>(crossing[idx(e)]) * static_cast<double>(s_.block_rate_bps);
+      if (carried > static_cast<double>(rate))
+        error("edge " + topo_.edge_name(e) + " carries " + std::to_string(crossing[idx(e)]) + " blocks paced at " + format_rate(s_.block_rate_bps) +
+              ", more than its " + format_rate(rate));
     }
   }
 

@@ -144,6 +144,11 @@ struct Schedule {
   // k-1's message has arrived, so that a step starts only once what it forwards is there.
   // `phases` then holds the messages of each step (node -> partner), not the blocks.
   std::vector<std::vector<CombineStep>> combine;
+  // Paced schedules only (0 for the others): bits per second on the wire, headers included, at
+  // which the engine sends each block of a round, so that a round of k blocks leaves at k times
+  // this rate. The schedule promises that no link carries more than its rate even when every
+  // block that crosses it is in flight at once (verify() checks it).
+  std::uint64_t block_rate_bps = 0;
 
   std::size_t message_count() const;
   bool combining() const { return !combine.empty(); }
