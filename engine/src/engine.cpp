@@ -61,6 +61,7 @@ ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32
   spec.recv.resize(static_cast<std::size_t>(schedule.machines));
   spec.descriptor.plan = schedule.algorithm + "+" + schedule.sync.name();
   spec.bottleneck_load = schedule.phases.size();
+  spec.block_rate_bps = schedule.block_rate_bps;
   // A combining schedule's phases are its steps; the exchange sizes the deadline by its
   // steps' messages (staging), so bottleneck_load stays the number of steps.
   if (schedule.combining()) spec.combine = schedule.combine.at(static_cast<std::size_t>(me));
@@ -347,7 +348,7 @@ void Engine::transmit(Clock::time_point now) {
   link_->refill(now);
   ready_.clear();  // kept between polls: the loop polls many times a frame
   for (Exchange* ex : active_)
-    if (ex->has_data()) ready_.push_back(ex);
+    if (ex->has_data(now)) ready_.push_back(ex);
   if (ready_.empty() || link_->queued() >= kTxTarget || !link_->may_send()) return;
   // Leave mbufs for control frames and for receiving; checked once per pass that may send:
   // the count visits every lcore's cache of the pool (RTE_MAX_LCORE of them), and counted on
@@ -432,10 +433,11 @@ Clock::time_point Engine::next_event(Clock::time_point now) const {
   for (const Exchange* ex : active_) {
     due = std::min(due, ex->next_deadline());
     token = std::min(token, ex->next_emit());
+    token = std::min(token, ex->paced_until());  // a paced round's next frame: a sleep shorter than a timer period
   }
   // Held-back tokens go at their time, not at the next timer period: someone waits for them.
   Clock::time_point at = std::min(std::max(due, next_timers_), token);
-  if (std::any_of(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->has_data(); })) {
+  if (std::any_of(active_.begin(), active_.end(), [now](const Exchange* ex) { return ex->has_data(now); })) {
     if (link_->may_send()) return now;
     at = std::min(at, link_->send_allowed_at());
   }

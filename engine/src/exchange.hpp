@@ -90,7 +90,10 @@ class Exchange {
   void begin(Clock::time_point now, const EarlyFrames& early);
   // Sends one data frame (retransmissions first) if any is due; false when nothing to send.
   bool send_next(Clock::time_point now);
-  bool has_data() const;
+  bool has_data(Clock::time_point now) const;
+  // While a paced round (ExchangeSpec::block_rate_bps) holds its next frame back: when it may
+  // leave; otherwise the end of time.
+  Clock::time_point paced_until() const;
   void timers(Clock::time_point now);
   // The earliest time timers() has something to do (a retransmission, a poll, a keepalive,
   // the deadline, the end of a dummy delay); a sleeping engine need not wake before it.
@@ -221,6 +224,11 @@ class Exchange {
   // Liveness of the peers waited on (timers()); false when the exchange failed.
   bool keepalive(Clock::time_point now);
   void send_data(OutBlock* block, Rank dst, std::uint32_t index, std::uint64_t len, int phase, std::uint8_t flags);
+  bool paced() const { return spec_.block_rate_bps > 0; }
+  // A READY came from `dst`: its held stream (held_) joins the round.
+  void release_held(Rank dst);
+  // A first-pass frame of `payload` bytes left a paced round: when the next may (paced_next_).
+  void pace_frame(std::uint32_t payload, Clock::time_point now);
   void block_complete(Rank src, Clock::time_point now);
   void check_done(Clock::time_point now);
   // Eager blocks go from a copy: the caller may reuse its buffer once the exchange is done here.
@@ -303,7 +311,12 @@ class Exchange {
   RoundState round_state_ = RoundState::kWaiting;
   Clock::time_point wait_since_, delay_until_;
   std::vector<Stream> streams_;
+  // A paced round's streams whose receiver has not said READY yet: each block is paced on its
+  // own, so the round starts with the others and takes these in as their READYs come, rather
+  // than waiting for the last rank to post (docs/design.md, Fast links).
+  std::vector<Stream> held_;
   std::size_t cursor_ = 0;
+  Clock::time_point paced_next_{};  // a paced round's next first-pass frame leaves no earlier
   std::size_t unacked_blocks_ = 0, incomplete_blocks_ = 0, unacked_pending_ = 0;
   ExchangeCounters counters_;
 };

@@ -31,7 +31,7 @@ void Exchange::emit(std::uint32_t id, Clock::time_point now) {
 bool Exchange::round_can_start(const sched::Round& round) const {
   for (std::uint32_t id : round.waits)
     if (id >= have_sync_.size() || have_sync_[id] == 0) return false;
-  if (round.dummy) return true;
+  if (round.dummy || paced()) return true;  // a paced round takes each receiver as it posts (held_)
   return std::none_of(round.sends.begin(), round.sends.end(), [&](const sched::Send& send) { return awaits_ready(send.dst); });
 }
 
@@ -47,7 +47,9 @@ void Exchange::start_round(Clock::time_point now) {
   counters_.rounds[round_].start_ns = since_start(now);
   last_progress_ = now;
   link_.restart_pacing(now);
+  paced_next_ = now;
   streams_.clear();
+  held_.clear();
   cursor_ = 0;
   if (staging_) pack_step(round_);
   const std::uint32_t chunk = link_.chunk();
@@ -73,7 +75,12 @@ void Exchange::start_round(Clock::time_point now) {
       st.len = out_[static_cast<std::size_t>(st.out)].len;
       st.frames = out_[static_cast<std::size_t>(st.out)].frames;
     }
-    if (st.frames > 0) streams_.push_back(st);
+    if (st.frames == 0) continue;
+    if (paced() && !round.dummy && awaits_ready(st.dst)) {
+      held_.push_back(st);
+    } else {
+      streams_.push_back(st);
+    }
   }
   if (round_state_ != RoundState::kDelay) round_state_ = RoundState::kSending;
 }
@@ -110,16 +117,45 @@ void Exchange::advance(Clock::time_point now) {
       if (now < delay_until_) break;
       round_state_ = streams_.empty() ? RoundState::kFinished : RoundState::kSending;
     }
-    if (round_state_ == RoundState::kSending && !streams_.empty()) break;
+    if (round_state_ == RoundState::kSending && (!streams_.empty() || !held_.empty())) break;
     end_round(now);
   }
   check_done(now);
 }
 
-bool Exchange::has_data() const {
+void Exchange::release_held(Rank dst) {
+  auto it = std::find_if(held_.begin(), held_.end(), [dst](const Stream& st) { return st.dst == dst; });
+  if (it == held_.end()) return;
+  streams_.push_back(*it);
+  held_.erase(it);
+}
+
+bool Exchange::has_data(Clock::time_point now) const {
   if (settling_) return !resend_blocks_.empty();
   if (!running()) return false;
-  return !resend_blocks_.empty() || (round_state_ == RoundState::kSending && !streams_.empty());
+  return !resend_blocks_.empty() || (round_state_ == RoundState::kSending && !streams_.empty() && now >= paced_next_);
+}
+
+Clock::time_point Exchange::paced_until() const {
+  if (spec_.block_rate_bps == 0 || !running() || round_state_ != RoundState::kSending || streams_.empty()) return Clock::time_point::max();
+  return paced_next_;
+}
+
+void Exchange::pace_frame(std::uint32_t payload, Clock::time_point now) {
+  if (spec_.block_rate_bps == 0) return;
+  // The round's blocks each at block_rate_bps: k streams together at k times it. A frame's
+  // bytes are counted as the link's bucket counts them (Link::send_frame).
+  const EngineConfig& c = link_.config();
+  const double bytes = static_cast<double>(payload + kDataFrameOverhead + (c.key ? kTagLen : 0) + c.pace_overhead_bytes);
+  const double rate = static_cast<double>(spec_.block_rate_bps) * static_cast<double>(streams_.size());
+  const auto frame = nanoseconds(static_cast<std::int64_t>(bytes * 8e9 / rate));
+  // A node woken late catches up by as many bytes as the link's own bucket would let it
+  // (EngineConfig::pace_burst_bytes, half a millisecond of the link), and no more: a host that
+  // runs the daemon late must not lose the rate for good, nor send a burst that the bottleneck's
+  // queue does not expect.
+  const double burst = std::max(static_cast<double>(c.pace_burst_bytes), 4 * bytes);
+  const auto credit = nanoseconds(static_cast<std::int64_t>(burst * 8e9 / rate));
+  paced_next_ = std::max(paced_next_, now - credit) + frame;
 }
 
 void Exchange::send_data(OutBlock* block, Rank dst, std::uint32_t index, std::uint64_t len, int phase, std::uint8_t flags) {
@@ -167,7 +203,7 @@ bool Exchange::send_next(Clock::time_point now) {
     }
     return true;
   }
-  if (round_state_ != RoundState::kSending || streams_.empty()) return false;
+  if (round_state_ != RoundState::kSending || streams_.empty() || now < paced_next_) return false;
   // Frame by frame across the round's destinations (Tam/Wang packet-level interleave).
   if (cursor_ >= streams_.size()) cursor_ = 0;
   Stream& st = streams_[cursor_];
@@ -183,6 +219,7 @@ bool Exchange::send_next(Clock::time_point now) {
   } else {
     send_data(nullptr, st.dst, st.next, st.len, st.phase, kFlagDummy | (last ? kFlagLast : 0));
   }
+  pace_frame(frame_payload(st.len, link_.chunk(), st.next), now);
   ++st.next;
   if (st.next == st.frames) {
     streams_.erase(streams_.begin() + static_cast<std::ptrdiff_t>(cursor_));

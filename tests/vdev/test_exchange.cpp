@@ -38,7 +38,7 @@ TEST_CASE("every algorithm, p = 2..16, blocks of 1 byte, a frame minus one, one 
     Topology t = single_switch_topology(p);
     const std::uint64_t chunk = fabric.engine(0).chunk();
     std::uint32_t id = 1;
-    std::vector<std::string> algorithms = {"tree", "linear", "ring", "pairwise", "pairwise-ec", "lp", "sync-shuffle", "group-shuffle:3"};
+    std::vector<std::string> algorithms = {"tree", "linear", "ring", "pairwise", "pairwise-ec", "lp", "sync-shuffle", "paced-shuffle", "group-shuffle:3"};
     for (const auto& algo : algorithms) {
       for (std::uint64_t block : {std::uint64_t{1}, chunk - 1, chunk, 3 * chunk + 17}) {
         auto run = test::run_exchange(fabric, planned(t, algo, "none"), id++, block);

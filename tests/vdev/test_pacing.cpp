@@ -145,3 +145,75 @@ TEST_CASE("liveness pings go only to the peers a node waits on") {
   INFO(pings << " pings in " << ms << " ms");
   CHECK(pings <= 6);
 }
+
+// The paced shuffle (docs/design.md, "Fast links"): a round of k blocks leaves at k times the
+// schedule's block rate, however fast the link's own pace lets the node send. Without the
+// exchange's pacing these blocks leave at the link's pace, ten times sooner.
+TEST_CASE("a paced round sends each block at the schedule's block rate, below the link's pace") {
+  auto opts = test::nodes(4);
+  opts.tune = [](engine::EngineConfig& c) { c.pace_bps = 1'000'000'000; };
+  test::Fabric fabric(opts);
+  Topology t = single_switch_topology(4, 100'000'000);
+  Schedule s = paced_shuffle_schedule(TreeModel(t));
+  REQUIRE(s.block_rate_bps == static_cast<std::uint64_t>(kPacedShare * 100e6 / 3));  // 3 blocks a machine's link each way
+  const std::uint64_t block = 100'000;
+  auto run = test::run_exchange(fabric, s, 1, block);
+  test::expect_ok(run, "paced-shuffle");
+  // Every block's frames, headers included, at the block rate.
+  const double wire_bytes = static_cast<double>(block) * 1514.0 / 1470.0;
+  const double paced_ms = wire_bytes * 8e3 / static_cast<double>(s.block_rate_bps);
+  const double ms = std::chrono::duration<double, std::milli>(run.elapsed).count();
+  INFO("exchange took " << ms << " ms; each block paced to " << paced_ms << " ms");
+  CHECK(ms >= 0.8 * paced_ms);
+  for (const auto& r : run.reports) CHECK(r.counters.retransmitted_frames == 0);
+}
+
+// A paced round takes each receiver as it posts: its blocks are paced one by one, so the ranks
+// that have started need not wait for the last one to post its buffers before they exchange.
+TEST_CASE("a paced round sends to the receivers that posted while a late rank has not started") {
+  constexpr int kN = 4, kLate = 3;
+  auto opts = test::nodes(kN);
+  opts.tune = [](engine::EngineConfig& c) { c.eager_frames = 0; };  // every block waits for READY
+  test::Fabric fabric(opts);
+  Topology t = single_switch_topology(kN, 1'000'000'000);
+  const Schedule s = paced_shuffle_schedule(TreeModel(t));
+  const std::uint64_t block = 20'000;
+  const std::uint32_t frames = static_cast<std::uint32_t>((block + fabric.engine(0).chunk() - 1) / fabric.engine(0).chunk());
+  std::vector<std::vector<std::uint8_t>> send(kN * kN, std::vector<std::uint8_t>(block)), recv(kN * kN, std::vector<std::uint8_t>(block, 0));
+  for (int a = 0; a < kN; ++a)
+    for (int b = 0; b < kN; ++b)
+      for (std::uint64_t k = 0; k < block; ++k) send[static_cast<std::size_t>(a * kN + b)][k] = test::pattern(a, b, 1, k);
+  auto start = [&](int r) {
+    auto spec = engine::exchange_spec(s, r, 1);
+    for (int d = 0; d < kN; ++d) {
+      spec.send[static_cast<std::size_t>(d)] = {send[static_cast<std::size_t>(r * kN + d)].data(), block};
+      spec.recv[static_cast<std::size_t>(d)] = {recv[static_cast<std::size_t>(d * kN + r)].data(), block};
+    }
+    REQUIRE(fabric.engine(r).start(std::move(spec)));
+  };
+  for (int r = 0; r < kN; ++r)
+    if (r != kLate) start(r);
+  // The early ranks' blocks to one another all go out before the late rank starts.
+  const bool early_sent = fabric.run_until(
+      [&] {
+        for (int r = 0; r < kN; ++r)
+          if (r != kLate && fabric.engine(r).report(1)->counters.data_frames_sent < 2 * frames) return false;
+        return true;
+      },
+      std::chrono::milliseconds(5'000));
+  CHECK(early_sent);
+  for (int r = 0; r < kN; ++r)
+    if (r != kLate) CHECK(fabric.engine(r).report(1)->state == engine::ExchangeState::kRunning);  // still owed the late rank's blocks
+  start(kLate);
+  REQUIRE(fabric.run_until(
+      [&] {
+        for (int r = 0; r < kN; ++r)
+          if (fabric.engine(r).report(1)->state == engine::ExchangeState::kRunning) return false;
+        return true;
+      },
+      std::chrono::milliseconds(10'000)));
+  for (int r = 0; r < kN; ++r) CHECK(fabric.engine(r).report(1)->state == engine::ExchangeState::kDone);
+  for (int a = 0; a < kN; ++a)
+    for (int b = 0; b < kN; ++b)
+      if (a != b) CHECK(recv[static_cast<std::size_t>(a * kN + b)] == send[static_cast<std::size_t>(a * kN + b)]);
+}

@@ -165,6 +165,10 @@ struct ExchangeSpec {
   // Leads add up on a bottleneck link used in every phase; spread over the schedule's phases,
   // one switch buffer of them does no harm (token_slack), and holding a token costs a wake-up.
   Clock::duration token_slack{0};
+  // A paced schedule's rate for each block of a round (sched::Schedule::block_rate_bps), in
+  // bits per second on the wire: a round of k blocks leaves at k times this rate, below the
+  // link's own pace; 0: the link's pace alone. Retransmissions are not held back by it.
+  std::uint64_t block_rate_bps = 0;
   // A combining schedule (sched::Schedule::combine): this node's steps, one per program round,
   // and the size of every block (an alltoall's). The exchange then keeps its own staging
   // memory: round k packs step k's pieces (from `send`, or from what earlier steps brought)
