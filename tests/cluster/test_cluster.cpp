@@ -181,7 +181,7 @@ std::vector<std::string> exchange(std::size_t size, const std::string& schedule,
 TEST_CASE("every schedule is byte-exact on the 8-machine one-switch and two-switch clusters") {
   for (const char* topo : {"8-one-switch", "8-two-switch"}) {
     Cluster c(topo);
-    for (const char* schedule : {"auto", "tree", "sync-shuffle", "group-shuffle", "pairwise", "pairwise-ec", "ring", "linear", "lp"})
+    for (const char* schedule : {"auto", "tree", "sync-shuffle", "paced-shuffle", "group-shuffle", "pairwise", "pairwise-ec", "ring", "linear", "lp"})
       require_all_ok(everywhere(exchange(3000, schedule)), std::string(topo) + " " + schedule);
     for (const char* sync : {"none", "dummy", "receiver-all", "sender-partial:3", "barrier-all"})
       require_all_ok(everywhere(exchange(2000, "tree", sync)), std::string(topo) + " tree + " + sync);
@@ -659,8 +659,8 @@ TEST_CASE("aapc-bench: a short sweep with the MPI baselines gives a well-formed 
     CHECK(p["seconds"] == std::max(p["seconds_all"][0].get<double>(), p["seconds_all"][1].get<double>()));
     CHECK(p["spread"].get<double>() >= 0);
     // auto's calibrated choice on a tree of switches: the pairwise exchange without tokens for small
-    // blocks, the tree's phases with sender-based tokens above.
-    if (p["label"] == "auto") CHECK(p["chosen"] == (p["size"] == 4096 ? "pairwise-ec" : "tree+sender-all"));
+    // blocks, the paced shuffle above.
+    if (p["label"] == "auto") CHECK(p["chosen"] == (p["size"] == 4096 ? "pairwise-ec" : "paced-shuffle"));
     // aapc's configurations ran in turns (three of one exchange each here), timed one by one.
     if (p["impl"] == "aapc") {
       REQUIRE(p["turn_s"].size() == 3);
@@ -672,7 +672,7 @@ TEST_CASE("aapc-bench: a short sweep with the MPI baselines gives a well-formed 
   CHECK(report["summary"].size() == 2);
   for (const auto& row : report["summary"]) {
     INFO(row.dump());
-    CHECK(row["auto_chose"] == (row["size"] == 4096 ? "pairwise-ec" : "tree+sender-all"));
+    CHECK(row["auto_chose"] == (row["size"] == 4096 ? "pairwise-ec" : "paced-shuffle"));
     // Every run was a real exchange (above), so auto is compared with the best turn by turn in
     // both rounds. A fixed bound of 1.02 on each run's fraction cast out runs of real 4 KiB
     // exchanges (102.4% and 113.1%: the tbf's burst), and with them every round of auto and

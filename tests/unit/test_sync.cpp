@@ -209,7 +209,8 @@ TEST_CASE("auto picks the calibrated schedule and sync variant, and verified pla
   }
   CHECK(auto_choice(three, 242).algorithm.algorithm == Algorithm::kPairwiseEc);
   // Trees: below three switch buffers (64 KiB each here) over the bottleneck load, the
-  // pairwise exchange without tokens; from there, the tree's phases with sender-based tokens.
+  // pairwise exchange without tokens; from there to 32 KiB the tree's phases with sender-based
+  // tokens; from 32 KiB the paced shuffle (no tokens: its pacing keeps every link within its rate).
   // 8-two-switch: load 16, so blocks below 12 KiB; 12-three-level: load 36, up to 5,461 bytes.
   for (auto [t, last_small] : {std::pair{&two, std::uint64_t{12287}}, std::pair{&three, std::uint64_t{5461}}}) {
     INFO(t->name());
@@ -220,11 +221,17 @@ TEST_CASE("auto picks the calibrated schedule and sync variant, and verified pla
       CHECK(!c.reason.empty());
       CHECK(verify(*t, plan_sync(*t, make_schedule(*t, c.algorithm), c.sync)).ok());
     }
-    // alltoallv: ranks see different sizes, so all of them take the large-block choice.
-    for (std::uint64_t b : {last_small + 1, std::uint64_t{65536}, kAnyBlockSize}) {
+    for (std::uint64_t b : {last_small + 1, std::uint64_t{32 * 1024 - 1}}) {
       Choice c = auto_choice(*t, b);
       CHECK(c.algorithm.algorithm == Algorithm::kTree);
       CHECK(c.sync.kind == SyncKind::kSenderAll);
+      CHECK(verify(*t, plan_sync(*t, make_schedule(*t, c.algorithm), c.sync)).ok());
+    }
+    // alltoallv: ranks see different sizes, so all of them take the large-block choice.
+    for (std::uint64_t b : {std::uint64_t{32 * 1024}, std::uint64_t{65536}, kAnyBlockSize}) {
+      Choice c = auto_choice(*t, b);
+      CHECK(c.algorithm.algorithm == Algorithm::kPacedShuffle);
+      CHECK(c.sync.kind == SyncKind::kNone);
       CHECK(verify(*t, plan_sync(*t, make_schedule(*t, c.algorithm), c.sync)).ok());
     }
   }
@@ -234,7 +241,8 @@ TEST_CASE("auto picks the calibrated schedule and sync variant, and verified pla
     if (node.attrs.count("buffer") != 0) node.attrs["buffer"] = "256K";
   Topology deep = Topology::from_spec(spec);
   CHECK(auto_choice(deep, 48 * 1024 - 1).algorithm.algorithm == Algorithm::kPairwiseEc);
-  CHECK(auto_choice(deep, 48 * 1024).algorithm.algorithm == Algorithm::kTree);
+  CHECK(auto_choice(deep, 48 * 1024).algorithm.algorithm == Algorithm::kPacedShuffle);
+  CHECK(auto_choice(deep, 96 * 1024).algorithm.algorithm == Algorithm::kPacedShuffle);
 }
 
 namespace {
