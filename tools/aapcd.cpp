@@ -70,6 +70,10 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-key", cfg.cluster_key,
                  "file of the cluster key (32 bytes or 64 hex digits, mode 0600, the same on every node): frames carry a keyed MAC, "
                  "and frames without a valid one are dropped");
+  app.add_option("--cipher", cfg.cipher,
+                 "the MAC of this node's frames with a cluster key: auto (aes-256-gcm where the CPU has AES-NI, else chacha20-poly1305), "
+                 "aes-256-gcm or chacha20-poly1305; every node checks both")
+      ->capture_default_str();
   add_cpu_options(app, cfg, eal_args);
   app.add_option("--log-level", level, "trace, debug, info, warn, error")->capture_default_str()->take_last();
   CLI11_PARSE(app, argc, argv);

@@ -92,17 +92,18 @@ struct RunOptions {
   int io_core = -1;
   bool io_seal = false;
   bool cached = false;  // payloads written into the blocks through the caches (EngineConfig::stream_bytes)
+  engine::Cipher cipher = engine::Cipher::kChaCha20Poly1305;  // with `keyed`: the tags' AEAD
 };
 
 Outcome run_once(nic::Port& pa, nic::Port& pb, std::uint64_t block, int mtu, std::uint32_t id, std::vector<std::uint8_t>& buf,
                  const RunOptions& opt = {}) {
-  const auto [keyed, region, io_core, io_seal, cached] = opt;
+  const auto [keyed, region, io_core, io_seal, cached, cipher] = opt;
   std::vector<nic::MacAddr> macs = {pa.mac(), pb.mac()};
   engine::EngineConfig ca;
   ca.rank = 0;
   ca.peers = macs;
   ca.mtu = mtu;
-  if (keyed) ca.key = engine::FrameKey{};  // any key: the cost of tagging and verifying
+  if (keyed) ca.key = engine::FrameKey{{}, cipher};  // any key: the cost of tagging and verifying
   ca.zero_copy_min = 0;                     // with a region, every data frame attached
   if (cached) ca.stream_bytes = UINT64_MAX;
   engine::EngineConfig cb = ca;
@@ -244,8 +245,8 @@ double memcpy_gbps(std::vector<std::uint8_t>& buf, std::uint64_t block, int repe
 // second CPU that checks what is received; -5 and -6, that also seals what is sent; -100 - i,
 // as 0 with the CRC computed by crc32c_paths()[i] instead of the fastest way; -7, as 0 with
 // nothing of the blocks fetched ahead of the copies; -8 and -9, as 0 and -2 with the payloads
-// written through the caches whatever the exchange's size; a positive code, capture at that
-// snap length.
+// written through the caches whatever the exchange's size; -10, as -1 with AES-256-GCM tags
+// (-1's are ChaCha20-Poly1305's); a positive code, capture at that snap length.
 struct Configs {
   Cable& cable;
   std::uint64_t block;
@@ -255,13 +256,14 @@ struct Configs {
   int io_core;
   std::uint32_t id = 1;
 
-  static constexpr int kCrcPath = -100, kNoFetch = -7, kCached = -8, kZeroCopyCached = -9;
+  static constexpr int kCrcPath = -100, kNoFetch = -7, kCached = -8, kZeroCopyCached = -9, kKeyGcm = -10;
 
   static std::string label(int code) {
     if (code <= kCrcPath) return "copied, CRC by " + std::string(engine::crc32c_paths()[static_cast<std::size_t>(kCrcPath - code)].name);
     switch (code) {
       case 0: return "no capture (payload copied)";
-      case -1: return "cluster key (tagged frames)";
+      case -1: return "key, chacha20-poly1305 tags";
+      case kKeyGcm: return "key, aes-256-gcm tags";
       case -2: return "zero copy (payload attached)";
       case -3: return "copied, lcore checks";
       case -4: return "key, lcore checks";
@@ -286,6 +288,7 @@ struct Configs {
       engine::use_crc32c_path(nullptr);
       return o;
     }
+    if (code == kKeyGcm) return run_once(*cable.a, *cable.b, block, mtu, id++, buf, {.keyed = true, .cipher = engine::Cipher::kAes256Gcm});
     if (code == kCached || code == kZeroCopyCached)
       return run_once(*cable.a, *cable.b, block, mtu, id++, buf, {.region = code == kZeroCopyCached ? &region : nullptr, .cached = true});
     if (code <= 0)
@@ -340,6 +343,8 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
   snaps.insert(snaps.begin() + 1, Configs::kNoFetch);
   snaps.insert(snaps.begin() + 1, Configs::kCached);
   snaps.insert(std::find(snaps.begin(), snaps.end(), -2) + 1, Configs::kZeroCopyCached);
+  // The two AEADs side by side; AES-256-GCM where the CPU has AES-NI and PCLMUL.
+  if (engine::aes_gcm_available()) snaps.insert(std::find(snaps.begin(), snaps.end(), -1) + 1, Configs::kKeyGcm);
   const nic::ExternalRegion region(buf.data(), buf.size());
   Configs configs{cable, block, mtu, buf, capture_dir, io_core};
   std::vector<double> best(snaps.size(), 1e30);
@@ -354,13 +359,14 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
       }
     }
   }
-  double copied = 0, attached = 0;
+  double copied = 0, attached = 0, keyed = 0;
   for (std::size_t c = 0; c < snaps.size(); ++c) {
     last = outcome[c];
     const std::string what = Configs::label(snaps[c]);
     double g = report(what, best[c], c == 0 ? 0 : best[0]);
     if (snaps[c] == 0) copied = g;
     if (snaps[c] == -2) attached = g;
+    if (snaps[c] == (engine::aes_gcm_available() ? Configs::kKeyGcm : -1)) keyed = g;
   }
   std::cout << "  memcpy of the same blocks     " << std::setw(8) << std::setprecision(2) << memcpy_gbps(buf, block, repeat)
             << " Gbit/s (one copy a byte, no frames: the host memory's ceiling for these blocks)\n";
@@ -376,6 +382,9 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
     };
     if (zero_copy_default) verdict(attached, "payload sent without a copy (the engine's way at this MTU, where the port can)");
     verdict(copied, zero_copy_default ? "payload copied (ports that cannot attach it)" : "payload copied (the engine's way at this MTU)");
+    // aapcd's --cipher auto: AES-256-GCM where the CPU has it.
+    verdict(keyed, engine::aes_gcm_available() ? "with a cluster key, aes-256-gcm tags (aapcd's choice on this CPU)"
+                                               : "with a cluster key, chacha20-poly1305 tags (this CPU has no AES-NI)");
   }
 }
 

@@ -125,7 +125,8 @@ std::string Daemon::describe() const {
   const Impl& m = *impl_;
   return "rank " + std::to_string(m.rank) + " of " + std::to_string(m.topo.machine_count()) + " (" + m.topo.machine(m.rank).name + ", " +
          m.topo.machine(m.rank).mac.str() + ") on " + m.cfg.device + ", epoch " + std::to_string(m.engine->epoch()) + ", pacing " +
-         (m.pace_bps > 0 ? sched::format_rate(m.pace_bps) : "off") + (m.port_fd >= 0 ? ", idles in poll(2) on the port" : ", idles polling the port") + io_lcores_text(m.cfg.io_cores) +
+         (m.pace_bps > 0 ? sched::format_rate(m.pace_bps) : "off") +
+         (m.key ? ", frames tagged with " + std::string(cipher_name(m.key->cipher)) : ", frames not authenticated (no cluster key)") + (m.port_fd >= 0 ? ", idles in poll(2) on the port" : ", idles polling the port") + io_lcores_text(m.cfg.io_cores) +
          ", socket " + m.cfg.socket_path;
 }
 

@@ -14,6 +14,18 @@ void Daemon::Impl::open_port() {
     auto loaded = load_cluster_key(cfg.cluster_key);
     if (!loaded) fail(loaded.error().message());
     key = *loaded;
+    if (cfg.cipher == "auto") {
+      key->cipher = fastest_cipher();
+    } else if (auto c = parse_cipher(cfg.cipher)) {
+      if (*c == Cipher::kAes256Gcm && !aes_gcm_available())
+        fail("--cipher aes-256-gcm: this CPU lacks AES-NI or PCLMUL; run every node with --cipher chacha20-poly1305");
+      key->cipher = *c;
+    } else {
+      fail("--cipher " + cfg.cipher + ": not auto, aes-256-gcm or chacha20-poly1305");
+    }
+    spdlog::info("frames are tagged with {} under the cluster key", cipher_name(key->cipher));
+  } else {
+    spdlog::warn("no cluster key (--cluster-key): frames are not authenticated, and any host on the segment can forge them");
   }
   nic::eal_init(cfg.eal);
   nic::PortOptions po;

@@ -42,6 +42,30 @@ static_assert(crc_at(kHeaderLen) == 40 && crc_at(kDataHeaderLen) == 26);
 constexpr std::size_t kMacLen = crypto_aead_chacha20poly1305_ietf_ABYTES;
 static_assert(kTagLen == 8 + kMacLen);
 static_assert(kKeyLen == crypto_aead_chacha20poly1305_ietf_KEYBYTES);
+static_assert(kMacLen == crypto_aead_aes256gcm_ABYTES && kKeyLen == crypto_aead_aes256gcm_KEYBYTES);
+static_assert(crypto_aead_chacha20poly1305_ietf_NPUBBYTES == crypto_aead_aes256gcm_NPUBBYTES);
+
+// AES-256-GCM's expanded key and hash key for `key`, made once per thread and key: I/O lcores
+// check frames on threads of their own, and a table per call would cost a tenth of a frame.
+// The AES key is the cluster key's keyed BLAKE2b of a label, never the cluster key itself.
+const crypto_aead_aes256gcm_state& gcm_state(const FrameKey& key) {
+  struct Cache {
+    std::array<std::uint8_t, kKeyLen> of{};
+    bool made = false;
+    crypto_aead_aes256gcm_state state;
+  };
+  thread_local Cache cache;
+  if (!cache.made || cache.of != key.bytes) {
+    static constexpr char kLabel[] = "aapc frame tags: AES-256-GCM";
+    std::array<std::uint8_t, kKeyLen> derived{};
+    crypto_generichash(derived.data(), derived.size(), reinterpret_cast<const unsigned char*>(kLabel), sizeof kLabel - 1, key.bytes.data(), key.bytes.size());
+    crypto_aead_aes256gcm_beforenm(&cache.state, derived.data());
+    sodium_memzero(derived.data(), derived.size());
+    cache.of = key.bytes;
+    cache.made = true;
+  }
+  return cache.state;
+}
 
 // The nonce of a frame: source rank, epoch (both in the header) and the sender's counter (in
 // the tag), so that no two frames sealed with the cluster key share one.
@@ -55,13 +79,23 @@ std::array<std::uint8_t, crypto_aead_chacha20poly1305_ietf_NPUBBYTES> nonce_of(c
 
 // Writes the tag of a frame after its payload: our header (CRC included) and the payload lie
 // next to each other in the frame and are authenticated as associated data.
+// The version byte of a frame sealed with `key`.
+std::uint8_t sealed_version(const FrameKey& key) { return key.cipher == Cipher::kAes256Gcm ? kVersionAuthGcm : kVersionAuth; }
+
+// Writes the tag of a frame after its payload with the cipher its version byte names: our header
+// (CRC included) and the payload lie next to each other in the frame and are authenticated as
+// associated data.
 void put_tag(std::uint8_t* p, std::size_t payload_len, const FrameKey& key, std::uint64_t counter) {
   const std::size_t ad = hlen_of(p) + payload_len;
   std::uint8_t* tag = p + ad;
   put64(tag, counter);
   const auto n = nonce_of(p, tag);
   std::uint8_t none[1] = {0};  // no message: libsodium's prototypes want pointers all the same
-  crypto_aead_chacha20poly1305_ietf_encrypt_detached(none, tag + 8, nullptr, none, 0, p, ad, nullptr, n.data(), key.bytes.data());
+  if (p[2] == kVersionAuthGcm) {
+    crypto_aead_aes256gcm_encrypt_detached_afternm(none, tag + 8, nullptr, none, 0, p, ad, nullptr, n.data(), &gcm_state(key));
+  } else {
+    crypto_aead_chacha20poly1305_ietf_encrypt_detached(none, tag + 8, nullptr, none, 0, p, ad, nullptr, n.data(), key.bytes.data());
+  }
 }
 
 bool tag_verifies(const std::uint8_t* p, std::size_t payload_len, const FrameKey& key) {
@@ -69,6 +103,9 @@ bool tag_verifies(const std::uint8_t* p, std::size_t payload_len, const FrameKey
   const std::uint8_t* tag = p + ad;
   const auto n = nonce_of(p, tag);
   std::uint8_t none[1] = {0};
+  if (p[2] == kVersionAuthGcm)
+    return aes_gcm_available() &&
+           crypto_aead_aes256gcm_decrypt_detached_afternm(none, nullptr, none, 0, tag + 8, p, ad, n.data(), &gcm_state(key)) == 0;
   return crypto_aead_chacha20poly1305_ietf_decrypt_detached(none, nullptr, none, 0, tag + 8, p, ad, n.data(), key.bytes.data()) == 0;
 }
 
@@ -99,6 +136,21 @@ AckEntry ack_entry(std::span<const std::uint8_t> payload, std::size_t index) {
 std::pair<std::uint32_t, std::uint32_t> nack_range(std::span<const std::uint8_t> payload, std::uint32_t index) {
   return {get32(payload.data() + 8 * index), get32(payload.data() + 8 * index + 4)};
 }
+
+std::string_view cipher_name(Cipher cipher) { return cipher == Cipher::kAes256Gcm ? "aes-256-gcm" : "chacha20-poly1305"; }
+
+std::optional<Cipher> parse_cipher(std::string_view name) {
+  for (Cipher c : {Cipher::kChaCha20Poly1305, Cipher::kAes256Gcm})
+    if (name == cipher_name(c)) return c;
+  return std::nullopt;
+}
+
+bool aes_gcm_available() {
+  static const bool available = kSodiumReady && crypto_aead_aes256gcm_is_available() != 0;
+  return available;
+}
+
+Cipher fastest_cipher() { return aes_gcm_available() ? Cipher::kAes256Gcm : Cipher::kChaCha20Poly1305; }
 
 std::string_view frame_type_name(FrameType type) {
   switch (type) {
@@ -155,14 +207,14 @@ void seal(std::uint8_t* frame, const FrameKey* key, std::uint64_t counter) {
   std::uint8_t* p = frame + kEthHeaderLen;
   const std::size_t hlen = hlen_of(p);
   std::uint16_t payload = get16(p + payload_len_at(hlen));
-  if (key != nullptr) p[2] = kVersionAuth;
+  if (key != nullptr) p[2] = sealed_version(*key);
   put32(p + crc_at(hlen), crc32c(header_crc(p), p + hlen, payload));
   if (key != nullptr) put_tag(p, payload, *key, counter);
 }
 
 void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len, const FrameKey* key, std::uint64_t counter) {
   std::uint8_t* p = frame + kEthHeaderLen;
-  if (key != nullptr) p[2] = kVersionAuth;
+  if (key != nullptr) p[2] = sealed_version(*key);
   put32(p + crc_at(hlen_of(p)), crc32c_copy(header_crc(p), p + hlen_of(p), payload, len, Ahead::kSource));
   if (key != nullptr) put_tag(p, len, *key, counter);
 }
@@ -170,7 +222,7 @@ void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t
 void seal_later(std::uint8_t* frame, const FrameKey* key, std::uint64_t counter) {
   std::uint8_t* p = frame + kEthHeaderLen;
   if (key == nullptr) return;
-  p[2] = kVersionAuth;
+  p[2] = sealed_version(*key);
   put64(p + hlen_of(p) + get16(p + payload_len_at(hlen_of(p))), counter);
 }
 
@@ -191,7 +243,7 @@ namespace {
 // not the payload length nor the CRC.
 DropReason decode_fields(const std::uint8_t* p, std::size_t avail, Header& h) {
   if (get16(p) != kMagic) return DropReason::kBadMagic;
-  if (p[2] != kVersion && p[2] != kVersionAuth) return DropReason::kBadVersion;
+  if (p[2] != kVersion && !tagged_version(p[2])) return DropReason::kBadVersion;
   if (p[3] == 0 || p[3] >= kFrameTypes) return DropReason::kBadType;
   h.type = static_cast<FrameType>(p[3]);
   const std::size_t hlen = header_len(h.type);
@@ -219,7 +271,7 @@ bool crc_matches(const std::uint8_t* p, const std::uint8_t* payload, std::uint16
 bool crc_matches(const std::uint8_t* p, std::uint16_t payload_len) { return crc_matches(p, p + hlen_of(p), payload_len); }
 
 // Bytes after our header: the payload, and the tag of a tagged (kVersionAuth) frame.
-std::size_t tail_len(const std::uint8_t* p, std::uint16_t payload_len) { return payload_len + (p[2] == kVersionAuth ? kTagLen : 0); }
+std::size_t tail_len(const std::uint8_t* p, std::uint16_t payload_len) { return payload_len + (tagged_version(p[2]) ? kTagLen : 0); }
 
 // Our header (in `head`, of our EtherType and at least kDataFrameOverhead long) of a frame
 // whose payload and tag are `tail`: fields, lengths and (with `check_crc`) CRC. A `head`
@@ -337,8 +389,8 @@ bool integrity_holds(std::span<const std::uint8_t> head, std::span<const std::ui
   Header h;
   if (decode(head, tail, h) != DropReason::kOk) return false;  // the CRC with the rest
   const std::uint8_t* p = head.data() + kEthHeaderLen;
-  if (key == nullptr) return p[2] != kVersionAuth;
-  return p[2] == kVersionAuth && tail.data() == p + hlen_of(p) && tag_verifies(p, h.payload_len, *key);
+  if (key == nullptr) return !tagged_version(p[2]);
+  return tagged_version(p[2]) && tail.data() == p + hlen_of(p) && tag_verifies(p, h.payload_len, *key);
 }
 
 Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const ParseContext& ctx, bool integrity_checked) {
@@ -371,7 +423,7 @@ Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> t
   // Issue 15, finding 4: with a cluster key nothing passes without a tag that verifies; and a
   // tagged frame at a node without the key means the cluster is configured in two ways. The
   // tag authenticates header and payload as one run of bytes: they must lie together.
-  if ((p[2] == kVersionAuth) != (ctx.key != nullptr)) return reject(DropReason::kBadAuth);
+  if (tagged_version(p[2]) != (ctx.key != nullptr)) return reject(DropReason::kBadAuth);
   if (ctx.key != nullptr && (tail.data() != p + hlen_of(p) || (!integrity_checked && !tag_verifies(p, h.payload_len, *ctx.key))))
     return drop(DropReason::kBadAuth);
   if (h.src != src_rank || h.dst != ctx.my_rank) return reject(DropReason::kRankMismatch);

@@ -417,13 +417,33 @@ TEST_CASE("frame arithmetic") {
   CHECK(frame_payload(1457, 1456, 0) == 1456);
 }
 
-TEST_CASE("finding 4: a tagged frame passes only with the cluster key it was sealed with") {
+namespace {
+
+// The ciphers this CPU can seal with: AES-256-GCM only where it has AES-NI and PCLMUL.
+std::vector<Cipher> ciphers_here() {
+  std::vector<Cipher> out = {Cipher::kChaCha20Poly1305};
+  if (aes_gcm_available()) out.push_back(Cipher::kAes256Gcm);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a tagged frame passes only with the cluster key it was sealed with, by either cipher") {
+  if (!aes_gcm_available()) WARN("this CPU has no AES-NI: only ChaCha20-Poly1305 is checked");
+  for (Cipher cipher : ciphers_here()) {
+  INFO("sealed with " << cipher_name(cipher));
   FrameKey key, other;
   key.bytes.fill(1);
+  key.cipher = cipher;
   other.bytes.fill(2);
-  fuzz::Context keyed, wrong;
+  other.cipher = cipher;
+  // A node checks both ciphers with its key, whichever it seals with.
+  FrameKey same = key;
+  same.cipher = cipher == Cipher::kAes256Gcm ? Cipher::kChaCha20Poly1305 : Cipher::kAes256Gcm;
+  fuzz::Context keyed, wrong, mixed;
   keyed.key = &key;
   wrong.key = &other;
+  mixed.key = &same;
   static const fuzz::Context plain;
   Header h = data_header(1);
   h.src = 0;
@@ -433,8 +453,9 @@ TEST_CASE("finding 4: a tagged frame passes only with the cluster key it was sea
   encode(f.data(), fuzz::mac(1), fuzz::mac(0), kDefaultEtherType, h);
   const std::vector<std::uint8_t> body(fuzz::kChunk, 0x44);
   copy_and_seal(f.data(), body.data(), body.size(), &key, 7);
-  CHECK(f[kEthHeaderLen + 2] == kVersionAuth);
+  CHECK(f[kEthHeaderLen + 2] == (cipher == Cipher::kAes256Gcm ? kVersionAuthGcm : kVersionAuth));
   CHECK(parse(f, keyed).reason == DropReason::kOk);
+  CHECK(parse(f, mixed).reason == DropReason::kOk);
   CHECK(parse(f, wrong).reason == DropReason::kBadAuth);
   CHECK(parse(f, plain).reason == DropReason::kBadAuth);  // the sender has a key, this node none
   CHECK(peek(f).has_value());                              // traces read it (unverified)
@@ -444,6 +465,13 @@ TEST_CASE("finding 4: a tagged frame passes only with the cluster key it was sea
   seal(g.data(), &key, 8);
   CHECK(g != f);  // another counter, another nonce
   CHECK(parse(g, keyed).reason == DropReason::kOk);
+  // The version byte names the cipher: a frame relabelled to the other one fails.
+  auto relabelled = f;
+  relabelled[kEthHeaderLen + 2] = cipher == Cipher::kAes256Gcm ? kVersionAuth : kVersionAuthGcm;
+  std::uint8_t* rp = relabelled.data() + kEthHeaderLen;
+  const std::uint32_t rcrc = crc32c(crc32c(0, rp, 26), rp + kDataHeaderLen, fuzz::kChunk);
+  for (int i = 0; i < 4; ++i) rp[26 + i] = static_cast<std::uint8_t>(rcrc >> (24 - 8 * i));
+  if (aes_gcm_available()) CHECK(parse(relabelled, keyed).reason == DropReason::kBadAuth);
   // A forger changes a field, the payload, the counter or the MAC, and mends the CRC: the
   // tag catches every one.
   for (std::size_t at : {kEthHeaderLen + 8, kEthHeaderLen + 12, kEthHeaderLen + 16, kFrameOverhead + 100, f.size() - 20, f.size() - 1}) {
@@ -460,6 +488,13 @@ TEST_CASE("finding 4: a tagged frame passes only with the cluster key it was sea
   // A frame without a tag, at a node with the key.
   CHECK(reason(make(data_header(1), fuzz::kChunk)) == DropReason::kOk);
   CHECK(parse(make(data_header(1), fuzz::kChunk), keyed).reason == DropReason::kBadAuth);
+  }
+}
+
+TEST_CASE("ciphers are named as aapcd --cipher takes them") {
+  for (Cipher c : {Cipher::kChaCha20Poly1305, Cipher::kAes256Gcm}) CHECK(parse_cipher(cipher_name(c)) == c);
+  CHECK_FALSE(parse_cipher("aes-128-gcm"));
+  CHECK(fastest_cipher() == (aes_gcm_available() ? Cipher::kAes256Gcm : Cipher::kChaCha20Poly1305));
 }
 
 TEST_CASE("finding 10: exchange descriptors round-trip, and READY, SYNC and ACK carry one or nothing") {

@@ -176,7 +176,7 @@ Expected expect(const Captured& c, std::size_t number) {
     e.fields[21] = count;
   }
   if (type == static_cast<std::uint8_t>(engine::FrameType::kAck)) e.fields[22] = n(aux);
-  const std::size_t tag = version == engine::kVersionAuth ? engine::kTagLen : 0;  // a cluster key's tag follows the payload
+  const std::size_t tag = engine::tagged_version(version) ? engine::kTagLen : 0;  // a cluster key's tag follows the payload
   const bool fits = overhead + payload_len + tag <= c.len;
   const bool whole = fits && overhead + payload_len <= b.size();
   if (whole) {
@@ -188,7 +188,7 @@ Expected expect(const Captured& c, std::size_t number) {
     if (e.crc_bad) e.fields[24] = "1";
   }
   e.crc_unverified_note = fits && !whole;
-  e.malformed = magic != engine::kMagic || (version != engine::kVersion && version != engine::kVersionAuth) || hdr_len != hl || !fits;
+  e.malformed = magic != engine::kMagic || (version != engine::kVersion && !engine::tagged_version(version)) || hdr_len != hl || !fits;
   if (type >= 1 && type < engine::kFrameTypes) {
     std::ostringstream info;
     info << engine::frame_type_name(static_cast<engine::FrameType>(type)) << ' ' << get16(h + 16) << "->" << get16(h + 18) << " ex "
@@ -408,12 +408,15 @@ TEST_CASE("the Wireshark dissector decodes every captured frame as the engine wr
     auto beyond = make(FT::kData, 7, 0, std::vector<std::uint8_t>(600, 1));
     beyond.resize(engine::kDataFrameOverhead + 100);  // claims 600 payload bytes, carries 100
     frames.push_back(beyond);
-    // Frames of a cluster with a key (kVersionAuth, issue 15 finding 4): a tag after the payload.
-    const engine::FrameKey key{};
-    for (auto tagged : {make(FT::kData, 8, 0, std::vector<std::uint8_t>(100, 2)), make(FT::kPing, 0, 0, {})}) {
-      tagged.resize(tagged.size() + engine::kTagLen);
-      engine::seal(tagged.data(), &key);
-      frames.push_back(tagged);
+    // Frames of a cluster with a key: a tag after the payload, by either cipher (versions 6, 7).
+    for (engine::Cipher cipher : {engine::Cipher::kChaCha20Poly1305, engine::Cipher::kAes256Gcm}) {
+      if (cipher == engine::Cipher::kAes256Gcm && !engine::aes_gcm_available()) continue;
+      const engine::FrameKey key{{}, cipher};
+      for (auto tagged : {make(FT::kData, 8, 0, std::vector<std::uint8_t>(100, 2)), make(FT::kPing, 0, 0, {})}) {
+        tagged.resize(tagged.size() + engine::kTagLen);
+        engine::seal(tagged.data(), &key);
+        frames.push_back(tagged);
+      }
     }
     write_pcap(dir / "forged.pcap", frames);
     Tally t;

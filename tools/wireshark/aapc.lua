@@ -9,7 +9,7 @@
 --
 --   offset size field                        filter name
 --    0     2   magic 0xAA9C                   aapc.magic
---    2     1   version (5; 6: tagged)         aapc.version
+--    2     1   version (5; 6, 7: tagged)      aapc.version
 --    3     1   type                           aapc.type (DATA 1 .. JOIN 9)
 --    4     1   flags                          aapc.flags, aapc.flags.retransmit/.dummy/.last/.ack_list
 --    5     1   header length (44; DATA 30)    aapc.hdr_len
@@ -25,7 +25,7 @@
 --   36     4   aux                            aapc.aux
 --   40     4   CRC32C                         aapc.crc
 --   44     n   payload                        aapc.payload
---  44+n   24   version 6: tag                 aapc.tag
+--  44+n   24   version 6, 7: tag              aapc.tag
 --              a frame counter (8 bytes) and the ChaCha20-Poly1305 MAC (16) of header and
 --              payload under the cluster key (not verified here: the dissector has no key)
 --
@@ -33,7 +33,7 @@
 --   24     2   payload length                 aapc.payload_len
 --   26     4   CRC32C                         aapc.crc
 --   30     n   payload                        aapc.payload
---  30+n   24   version 6: tag                 aapc.tag
+--  30+n   24   version 6, 7: tag              aapc.tag
 -- (no block length, chunk nor aux: the receiver checks a frame against the block it posted).
 --
 -- Generated fields: aapc.ack_of (ACK: the type acknowledged, from aux), aapc.abort_code (ABORT: the reason
@@ -90,7 +90,8 @@ local MAGIC = 0xAA9C
 -- 1 and 2 before READY, SYNC and ACK carried exchange descriptors; 3 and 4 before DATA had
 -- a header of its own
 local VERSION = 5
-local VERSION_AUTH = 6  -- frames of a cluster with a key: a 24-byte tag follows the payload
+local VERSION_AUTH = 6      -- frames of a cluster with a key: a 24-byte tag follows the payload
+local VERSION_AUTH_GCM = 7  -- the same, the tag's MAC by AES-256-GCM instead of ChaCha20-Poly1305
 local TAG_LEN = 24
 local HEADER_LEN = 44       -- every frame but DATA
 local DATA_HEADER_LEN = 30  -- DATA
@@ -148,7 +149,7 @@ local f = {
   nack_first = ProtoField.uint32("aapc.nack.first", "First missing frame", base.DEC),
   nack_count = ProtoField.uint32("aapc.nack.count", "Frames missing", base.DEC),
   payload = ProtoField.bytes("aapc.payload", "Payload"),
-  tag = ProtoField.bytes("aapc.tag", "Tag (frame counter, ChaCha20-Poly1305 MAC under the cluster key)"),
+  tag = ProtoField.bytes("aapc.tag", "Tag (frame counter, MAC under the cluster key: ChaCha20-Poly1305 in version 6, AES-256-GCM in 7)"),
   crc_computed = ProtoField.uint32("aapc.crc.computed", "Computed CRC32C", base.HEX),
   crc_ok = ProtoField.bool("aapc.crc_ok", "CRC32C good"),
   crc_bad = ProtoField.bool("aapc.crc_bad", "CRC32C bad"),
@@ -264,8 +265,8 @@ function aapc.dissector(tvb, pinfo, tree)
     problems[#problems + 1] = "bad magic"
   end
   item = root:add(f.version, tvb(2, 1))
-  if version ~= VERSION and version ~= VERSION_AUTH then
-    item:add_proto_expert_info(ex.malformed, string.format("bad version %d (expected %d, or %d when tagged)", version, VERSION, VERSION_AUTH))
+  if version ~= VERSION and version ~= VERSION_AUTH and version ~= VERSION_AUTH_GCM then
+    item:add_proto_expert_info(ex.malformed, string.format("bad version %d (expected %d, or %d or %d when tagged)", version, VERSION, VERSION_AUTH, VERSION_AUTH_GCM))
     problems[#problems + 1] = "bad version"
   end
   item = root:add(f.type, tvb(3, 1))
@@ -299,9 +300,9 @@ function aapc.dissector(tvb, pinfo, tree)
   end
   local crc_item = root:add(f.crc, tvb(crc_at, 4))
 
-  -- The payload (and the tag of version 6): within the frame as sent, and how much of it the
+  -- The payload (and the tag of versions 6 and 7): within the frame as sent, and how much of it the
   -- capture holds.
-  local tag_len = version == VERSION_AUTH and TAG_LEN or 0
+  local tag_len = (version == VERSION_AUTH or version == VERSION_AUTH_GCM) and TAG_LEN or 0
   local payload_fits = hlen + payload_len + tag_len <= reported
   if not payload_fits then
     plen_item:add_proto_expert_info(ex.malformed, string.format("payload length %d%s beyond the frame (%d bytes after the header)",

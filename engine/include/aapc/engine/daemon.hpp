@@ -32,6 +32,10 @@ struct DaemonConfig {
   // A file with the cluster key (auth.hpp), the same on every node: frames carry a keyed MAC
   // and frames without a valid one are dropped. Empty: no key.
   std::string cluster_key;
+  // The AEAD of this node's tags (wire.hpp): "auto" (AES-256-GCM where the CPU has AES-NI and
+  // PCLMUL, ChaCha20-Poly1305 otherwise), "aes-256-gcm" or "chacha20-poly1305". A node checks
+  // both; a cluster with nodes that lack AES-NI must run every node with chacha20-poly1305.
+  std::string cipher = "auto";
   std::size_t max_clients = 64;
   // Connections one uid may hold; root and the daemon's own uid are not limited, and the last
   // few of max_clients are kept for them, so other users cannot lock them out.
