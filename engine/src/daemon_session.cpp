@@ -88,6 +88,9 @@ ExchangeSpec Daemon::Impl::spec_of(const Prepared& p, std::uint32_t id) const {
   }
   spec.timeout = std::chrono::milliseconds(p.timeout_ms);
   spec.token_slack = token_slack(slack_buffer, p.plan->phases.size(), pace_bps);
+  if (p.plan->block_rate_bps > 0)
+    spec.paced_burst_bytes = paced_burst(slack_buffer, static_cast<std::size_t>(p.plan->machines - 1),
+                                         static_cast<std::uint64_t>(planner_of(p.slot).model.load()), static_cast<std::uint64_t>(topo.mtu()) + kEthHeaderLen);
   spec.descriptor.kind = p.kind;
   spec.descriptor.block = p.block;
   spec.combine_block = p.block;  // a combining schedule's blocks (alltoall only, plan())

@@ -114,6 +114,11 @@ std::chrono::milliseconds default_timeout(const ExchangeSpec& spec, const Engine
 
 std::chrono::milliseconds stall_allowance(const EngineConfig& config) { return config.timeout_allowance + 2 * config.peer_deadline; }
 
+std::uint64_t paced_burst(std::uint64_t smallest_buffer_bytes, std::size_t streams, std::uint64_t bottleneck_load, std::uint64_t frame_bytes) {
+  const std::uint64_t share = bottleneck_load > 0 ? smallest_buffer_bytes * streams / bottleneck_load : 0;
+  return std::max(share, 2 * frame_bytes);
+}
+
 Clock::duration token_slack(std::uint64_t smallest_buffer_bytes, std::size_t phases, std::uint64_t pace_bps) {
   if (pace_bps == 0 || phases == 0) return Clock::duration::zero();
   const double bytes = static_cast<double>(smallest_buffer_bytes) / static_cast<double>(phases);

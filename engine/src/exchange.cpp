@@ -229,7 +229,6 @@ void Exchange::fail(Errc code, const std::string& message, Rank peer, Clock::tim
   end_ = now;
   linger_until_ = now + link_.config().linger;
   streams_.clear();
-  held_.clear();
   resend_blocks_.clear();
   late_emits_.clear();
   std::vector<std::uint8_t>().swap(eager_copy_);  // nothing is sent any more

@@ -225,8 +225,6 @@ class Exchange {
   bool keepalive(Clock::time_point now);
   void send_data(OutBlock* block, Rank dst, std::uint32_t index, std::uint64_t len, int phase, std::uint8_t flags);
   bool paced() const { return spec_.block_rate_bps > 0; }
-  // A READY came from `dst`: its held stream (held_) joins the round.
-  void release_held(Rank dst);
   // A first-pass frame of `payload` bytes left a paced round: when the next may (paced_next_).
   void pace_frame(std::uint32_t payload, Clock::time_point now);
   void block_complete(Rank src, Clock::time_point now);
@@ -311,10 +309,6 @@ class Exchange {
   RoundState round_state_ = RoundState::kWaiting;
   Clock::time_point wait_since_, delay_until_;
   std::vector<Stream> streams_;
-  // A paced round's streams whose receiver has not said READY yet: each block is paced on its
-  // own, so the round starts with the others and takes these in as their READYs come, rather
-  // than waiting for the last rank to post (docs/design.md, Fast links).
-  std::vector<Stream> held_;
   std::size_t cursor_ = 0;
   Clock::time_point paced_next_{};  // a paced round's next first-pass frame leaves no earlier
   std::size_t unacked_blocks_ = 0, incomplete_blocks_ = 0, unacked_pending_ = 0;

@@ -76,7 +76,6 @@ void Exchange::waited_on(std::vector<std::uint8_t>& why) const {
   for (const auto& [id, p] : syncs_out_) mark(p.to, kAckOfToken);
   for (const auto& b : out_)
     if (b.first_done && !b.acked) mark(b.dst, kAckOfBlock);
-  for (const auto& st : held_) mark(st.dst, kItsReady);  // a paced round's receivers not yet posted
   if (round_ < spec_.program.rounds.size()) {
     if (round_state_ != RoundState::kWaiting) return;
     const sched::Round& round = spec_.program.rounds[round_];

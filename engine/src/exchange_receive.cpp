@@ -137,7 +137,6 @@ void Exchange::on_control(const Parsed& f, Clock::time_point now) {
       if (running() && !ready_from_[idx(src)]) {
         ready_from_[idx(src)] = true;
         last_progress_ = now;
-        if (!held_.empty()) release_held(src);
       }
       ack(src, FrameType::kReady, 0);
       break;

@@ -31,7 +31,7 @@ void Exchange::emit(std::uint32_t id, Clock::time_point now) {
 bool Exchange::round_can_start(const sched::Round& round) const {
   for (std::uint32_t id : round.waits)
     if (id >= have_sync_.size() || have_sync_[id] == 0) return false;
-  if (round.dummy || paced()) return true;  // a paced round takes each receiver as it posts (held_)
+  if (round.dummy) return true;
   return std::none_of(round.sends.begin(), round.sends.end(), [&](const sched::Send& send) { return awaits_ready(send.dst); });
 }
 
@@ -49,7 +49,6 @@ void Exchange::start_round(Clock::time_point now) {
   link_.restart_pacing(now);
   paced_next_ = now;
   streams_.clear();
-  held_.clear();
   cursor_ = 0;
   if (staging_) pack_step(round_);
   const std::uint32_t chunk = link_.chunk();
@@ -75,12 +74,7 @@ void Exchange::start_round(Clock::time_point now) {
       st.len = out_[static_cast<std::size_t>(st.out)].len;
       st.frames = out_[static_cast<std::size_t>(st.out)].frames;
     }
-    if (st.frames == 0) continue;
-    if (paced() && !round.dummy && awaits_ready(st.dst)) {
-      held_.push_back(st);
-    } else {
-      streams_.push_back(st);
-    }
+    if (st.frames > 0) streams_.push_back(st);
   }
   if (round_state_ != RoundState::kDelay) round_state_ = RoundState::kSending;
 }
@@ -117,43 +111,36 @@ void Exchange::advance(Clock::time_point now) {
       if (now < delay_until_) break;
       round_state_ = streams_.empty() ? RoundState::kFinished : RoundState::kSending;
     }
-    if (round_state_ == RoundState::kSending && (!streams_.empty() || !held_.empty())) break;
+    if (round_state_ == RoundState::kSending && !streams_.empty()) break;
     end_round(now);
   }
   check_done(now);
 }
 
-void Exchange::release_held(Rank dst) {
-  auto it = std::find_if(held_.begin(), held_.end(), [dst](const Stream& st) { return st.dst == dst; });
-  if (it == held_.end()) return;
-  streams_.push_back(*it);
-  held_.erase(it);
-}
-
 bool Exchange::has_data(Clock::time_point now) const {
   if (settling_) return !resend_blocks_.empty();
   if (!running()) return false;
-  return !resend_blocks_.empty() || (round_state_ == RoundState::kSending && !streams_.empty() && now >= paced_next_);
+  return !resend_blocks_.empty() || (round_state_ == RoundState::kSending && !streams_.empty() && (!paced() || now >= paced_next_));
 }
 
 Clock::time_point Exchange::paced_until() const {
-  if (spec_.block_rate_bps == 0 || !running() || round_state_ != RoundState::kSending || streams_.empty()) return Clock::time_point::max();
+  if (!paced() || !running() || round_state_ != RoundState::kSending || streams_.empty()) return Clock::time_point::max();
   return paced_next_;
 }
 
 void Exchange::pace_frame(std::uint32_t payload, Clock::time_point now) {
-  if (spec_.block_rate_bps == 0) return;
+  if (!paced()) return;
   // The round's blocks each at block_rate_bps: k streams together at k times it. A frame's
   // bytes are counted as the link's bucket counts them (Link::send_frame).
   const EngineConfig& c = link_.config();
   const double bytes = static_cast<double>(payload + kDataFrameOverhead + (c.key ? kTagLen : 0) + c.pace_overhead_bytes);
   const double rate = static_cast<double>(spec_.block_rate_bps) * static_cast<double>(streams_.size());
   const auto frame = nanoseconds(static_cast<std::int64_t>(bytes * 8e9 / rate));
-  // A node woken late catches up by as many bytes as the link's own bucket would let it
-  // (EngineConfig::pace_burst_bytes, half a millisecond of the link), and no more: a host that
-  // runs the daemon late must not lose the rate for good, nor send a burst that the bottleneck's
-  // queue does not expect.
-  const double burst = std::max(static_cast<double>(c.pace_burst_bytes), 4 * bytes);
+  // A node woken late catches up by its share of the bottleneck's queue (paced_burst_bytes;
+  // without one, as many bytes as the link's own bucket would let it), and no more: a host that
+  // runs the daemon late must not lose the rate for good, nor let the bursts of all the nodes
+  // it woke at once overflow a switch.
+  const double burst = spec_.paced_burst_bytes > 0 ? static_cast<double>(spec_.paced_burst_bytes) : std::max(static_cast<double>(c.pace_burst_bytes), 4 * bytes);
   const auto credit = nanoseconds(static_cast<std::int64_t>(burst * 8e9 / rate));
   paced_next_ = std::max(paced_next_, now - credit) + frame;
 }
@@ -203,7 +190,7 @@ bool Exchange::send_next(Clock::time_point now) {
     }
     return true;
   }
-  if (round_state_ != RoundState::kSending || streams_.empty() || now < paced_next_) return false;
+  if (round_state_ != RoundState::kSending || streams_.empty() || (paced() && now < paced_next_)) return false;
   // Frame by frame across the round's destinations (Tam/Wang packet-level interleave).
   if (cursor_ >= streams_.size()) cursor_ = 0;
   Stream& st = streams_[cursor_];

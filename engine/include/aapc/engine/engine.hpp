@@ -169,6 +169,11 @@ struct ExchangeSpec {
   // bits per second on the wire: a round of k blocks leaves at k times this rate, below the
   // link's own pace; 0: the link's pace alone. Retransmissions are not held back by it.
   std::uint64_t block_rate_bps = 0;
+  // How many bytes a paced round that ran late may send at once to catch up (0: the link
+  // bucket's burst, EngineConfig::pace_burst_bytes). Every node of a paced exchange may catch up
+  // at the same moment, after a host ran none of them for a while; paced_burst() gives each its
+  // share of a switch buffer, so that the bursts together fit the bottleneck's queue.
+  std::uint64_t paced_burst_bytes = 0;
   // A combining schedule (sched::Schedule::combine): this node's steps, one per program round,
   // and the size of every block (an alltoall's). The exchange then keeps its own staging
   // memory: round k packs step k's pieces (from `send`, or from what earlier steps brought)
@@ -178,6 +183,14 @@ struct ExchangeSpec {
   std::vector<sched::CombineStep> combine;
   std::uint64_t combine_block = 0;
 };
+
+// A paced exchange's catch-up burst (ExchangeSpec::paced_burst_bytes) for a node sending
+// `streams` blocks, against the `bottleneck_load` blocks that cross the busiest link: that share
+// of the smallest switch buffer, and at least two frames of `frame_bytes` so that a node woken a
+// little late keeps its rate. 64 machines on 8 leaves (63 of 448, 64 KiB buffers): 9.0 KiB; 8 on
+// two switches (7 of 16): 28 KiB. The link bucket's 31 KiB at 500 Mbit/s made 64-two-level at 25
+// Mbit/s resend frames; half these shares cost 8-two-switch at 500 Mbit/s 1.5-2 points.
+std::uint64_t paced_burst(std::uint64_t smallest_buffer_bytes, std::size_t streams, std::uint64_t bottleneck_load, std::uint64_t frame_bytes);
 
 // One switch buffer (the smallest of the topology's) spread over `phases` hand-overs, at the
 // paced rate: 64 KiB over the 448 phases of 64 machines on two levels is 47 us at 25 Mbit/s,
