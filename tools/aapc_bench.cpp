@@ -127,6 +127,32 @@ int orchestrate(const Args& a) {
   return failures == 0 ? 0 : 1;
 }
 
+// --rates: the whole sweep at each rate in turn, each in a folder of its own under the output,
+// then % of the limit against the rate in one plot.
+int orchestrate_rates(const Args& a) {
+  const aapc::sched::Topology topo = aapc::sched::load_topology(a.topology);
+  const std::string stem = fs::path(topo.source()).stem().string();
+  const fs::path base = a.out.empty() ? fs::path("bench") / (stem + "-rates") : fs::path(a.out);
+  std::vector<std::pair<std::uint64_t, std::vector<Json>>> by_rate;
+  int status = 0;
+  for (std::size_t i = 0; i < a.rates.size(); ++i) {
+    const auto bps = aapc::sched::parse_rate(a.rates[i]);
+    if (!bps) throw std::runtime_error("--rates: " + a.rates[i] + " is not a rate like 100Mbit");
+    std::cout << "aapc-bench: rate " << i + 1 << " of " << a.rates.size() << ": " << a.rates[i] << "\n";
+    Args one = a;
+    one.rates.clear();
+    one.rate = a.rates[i];
+    one.out = (base / a.rates[i]).string();
+    status |= orchestrate(one);
+    std::ifstream in(fs::path(one.out) / "results.json");
+    const Json report = Json::parse(in, nullptr, false);
+    if (report.is_discarded() || !report.contains("points")) throw std::runtime_error("no results.json in " + one.out);
+    by_rate.emplace_back(*bps, report["points"].get<std::vector<Json>>());
+  }
+  write_rates_report(fs::canonical(base), stem + ": % of the physical limit against the link rate", by_rate, a.plot);
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,6 +160,9 @@ int main(int argc, char** argv) {
   Args a;
   app.add_option("--topology,-t", a.topology, "topology (file or shipped name)")->capture_default_str();
   app.add_option("--rate", a.rate, "run every link at this rate (e.g. 20Mbit for large topologies on few cores)");
+  app.add_option("--rates", a.rates, "a rate sweep: the whole sweep at each of these link rates (e.g. 100Mbit,500Mbit,1Gbit), then rates.csv and a plot of % of the limit against the rate")
+      ->delimiter(',')
+      ->excludes("--rate");
   app.add_option("--sizes", a.sizes, "block sizes")->capture_default_str();
   app.add_option("--schedules", a.schedules, "aapc schedules")->capture_default_str();
   app.add_option("--tree-syncs", a.tree_syncs, "sync variants swept for the tree schedule")->capture_default_str();
@@ -160,6 +189,7 @@ int main(int argc, char** argv) {
   if (std::find(a.mpi.begin(), a.mpi.end(), "none") != a.mpi.end()) a.mpi.clear();
   try {
     if (a.measure || a.existing) return measure(a);
+    if (!a.rates.empty()) return orchestrate_rates(a);
     return orchestrate(a);
   } catch (const std::exception& e) {
     std::cerr << "aapc-bench: " << e.what() << "\n";

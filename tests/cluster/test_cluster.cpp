@@ -694,6 +694,35 @@ TEST_CASE("aapc-bench: a short sweep with the MPI baselines gives a well-formed 
   CHECK(!fs::exists("/etc/netns/aapc-n0"));  // the MPI hosts files are gone with the cluster
 }
 
+TEST_CASE("aapc-bench --rates: the sweep at each rate, and % of the limit against the rate in one CSV and plot") {
+  sh(kEmu + " down");
+  fs::path out = kLogs / "bench-rates";
+  fs::remove_all(out);
+  auto r = sh(kTools + "/aapc-bench -t 8-two-switch --rates 50Mbit,100Mbit --sizes 64K --schedules auto sync-shuffle --mpi none --check "
+                       "--max-iters 2 --point-seconds 1 -o " + out.string());
+  INFO(r.text);
+  REQUIRE(r.status == 0);
+  for (const char* rate : {"50Mbit", "100Mbit"}) CHECK(fs::exists(out / rate / "results.json"));
+  std::ifstream csv(out / "rates.csv");
+  std::string line;
+  std::getline(csv, line);
+  CHECK(line == "rate_bps,label,size,fraction_of_peak,retransmissions");
+  std::set<std::string> rates;
+  std::size_t rows = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+    rates.insert(line.substr(0, line.find(',')));
+    const double fraction = std::stod(line.substr(line.rfind(',', line.rfind(',') - 1) + 1));
+    CHECK(fraction > 0.2);
+    CHECK(fraction < 1.2);
+  }
+  CHECK(rates == std::set<std::string>{"50000000", "100000000"});
+  CHECK(rows == 4);  // two configurations, one size, two rates
+  CHECK(fs::file_size(out / "rates.png") > 1000);
+  CHECK(fs::file_size(out / "rates.svg") > 1000);
+  CHECK(nothing_left());
+}
+
 TEST_CASE("nothing is left behind: namespaces, interfaces, sockets, daemons") {
   {
     Cluster c("8-two-switch");

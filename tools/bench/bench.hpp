@@ -22,6 +22,7 @@ using Json = nlohmann::json;
 struct Args {
   std::string topology = "8-two-switch";
   std::string rate;
+  std::vector<std::string> rates;  // --rates: the whole sweep at each of these rates, and one plot against the rate
   std::vector<std::string> sizes = {"1K", "2K", "4K", "8K", "16K", "32K", "64K", "128K", "256K", "512K", "1M"};
   std::vector<std::string> schedules = {"auto", "tree", "sync-shuffle", "group-shuffle", "pairwise", "pairwise-ec", "ring", "linear"};
   std::vector<std::string> tree_syncs = {"sender-all", "receiver-all", "none"};
@@ -145,5 +146,8 @@ std::vector<Json> report_points(std::vector<Json>& runs, const Sweep& sweep);
 Json summary(const Args& a, const Sweep& sweep, const std::vector<Json>& runs, const std::vector<Json>& points);
 // results.{json,csv,txt} (the table also on stdout) and the plots.
 void write_report(const Args& a, const Sweep& sweep, const std::vector<Json>& points, const Json& summary);
+// --rates: rates.csv and rates.{png,svg} in `dir`, % of the limit against the link rate, one line
+// per configuration and block size, from each rate's report points (rate in bit/s, points).
+void write_rates_report(const fs::path& dir, const std::string& title, const std::vector<std::pair<std::uint64_t, std::vector<Json>>>& by_rate, bool plot);
 
 }  // namespace aapc::bench

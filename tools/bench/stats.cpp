@@ -71,29 +71,39 @@ std::vector<Json> median_points(const std::vector<Json>& runs) {
   return out;
 }
 
-void plot(const fs::path& dir, const std::vector<Json>& points, double peak_bps, const std::string& title) {
-  std::map<std::string, std::vector<std::pair<std::uint64_t, double>>> series;
-  for (const auto& p : points) series[p["label"]].emplace_back(p["size"].get<std::uint64_t>(), p["aggregate_bps"].get<double>() / 1e6);
-  std::ofstream script(dir / "plot.gp");
-  script << "set title \"" << title << "\"\nset xlabel \"block size (bytes)\"\nset ylabel \"aggregate throughput (Mbit/s)\"\n"
-         << "set logscale x 2\nset format x \"%.0s%cB\"\nset key outside right\nset grid\n";
+// Writes each series (sorted) to PREFIX-I.dat in `dir`, and with gnuplot's `settings` and one
+// more line `extra` (a limit), draws them into STEM.png and STEM.svg by a script STEM.gp.
+template <class X>
+void draw(const fs::path& dir, const std::string& stem, const std::string& settings, std::map<std::string, std::vector<std::pair<X, double>>>& series,
+          const std::string& extra) {
   std::string plots;
   int i = 0;
   for (auto& [label, data] : series) {
     std::sort(data.begin(), data.end());
-    std::string file = "series-" + std::to_string(i++) + ".dat";
+    const std::string file = stem + "-" + std::to_string(i++) + ".dat";
     std::ofstream d(dir / file);
     for (auto& [x, y] : data) d << x << " " << y << "\n";
     plots += (plots.empty() ? "" : ", ") + std::string("'") + file + "' with linespoints title '" + label + "'";
   }
-  plots += ", " + std::to_string(peak_bps / 1e6) + " with lines dashtype 2 lw 2 title 'peak (physical limit)'";
+  plots += ", " + extra;
+  std::ofstream script(dir / (stem + ".gp"));
+  script << settings;
   for (const char* term : {"pngcairo size 1200,700", "svg size 1200,700"}) {
-    std::string ext = std::string(term).rfind("png", 0) == 0 ? "png" : "svg";
-    script << "set terminal " << term << "\nset output \"throughput." << ext << "\"\nplot " << plots << "\n";
+    const std::string ext = std::string(term).rfind("png", 0) == 0 ? "png" : "svg";
+    script << "set terminal " << term << "\nset output \"" << stem << "." << ext << "\"\nplot " << plots << "\n";
   }
   script.close();
-  std::string cmd = "cd " + shell_quote(dir.string()) + " && gnuplot plot.gp 2>&1";
+  const std::string cmd = "cd " + shell_quote(dir.string()) + " && gnuplot " + stem + ".gp 2>&1";
   if (std::system(cmd.c_str()) != 0) std::cerr << "aapc-bench: gnuplot failed (is gnuplot installed?); data and script are in " << dir << "\n";
+}
+
+void plot(const fs::path& dir, const std::vector<Json>& points, double peak_bps, const std::string& title) {
+  std::map<std::string, std::vector<std::pair<std::uint64_t, double>>> series;
+  for (const auto& p : points) series[p["label"]].emplace_back(p["size"].get<std::uint64_t>(), p["aggregate_bps"].get<double>() / 1e6);
+  draw(dir, "throughput",
+       "set title \"" + title + "\"\nset xlabel \"block size (bytes)\"\nset ylabel \"aggregate throughput (Mbit/s)\"\n" +
+           "set logscale x 2\nset format x \"%.0s%cB\"\nset key outside right\nset grid\n",
+       series, std::to_string(peak_bps / 1e6) + " with lines dashtype 2 lw 2 title 'peak (physical limit)'");
 }
 
 // A point is trusted unless its check failed, it went around the network or it was faster
@@ -266,6 +276,27 @@ void write_report(const Args& a, const Sweep& sweep, const std::vector<Json>& po
   std::ofstream(out / "results.txt") << table;
   if (a.plot && !points.empty()) plot(out, points, sweep.peak, sweep.name + ": aggregate throughput (" + std::to_string(sweep.n) + " machines)");
   std::cout << "written: " << out / "results.txt" << ", results.csv, results.json" << (a.plot ? ", throughput.png, throughput.svg" : "") << "\n";
+}
+
+void write_rates_report(const fs::path& dir, const std::string& title, const std::vector<std::pair<std::uint64_t, std::vector<Json>>>& by_rate, bool plot) {
+  // One series per configuration and block size: (rate in Mbit/s, % of the limit).
+  std::map<std::string, std::vector<std::pair<double, double>>> series;
+  std::ofstream csv(dir / "rates.csv");
+  csv << "rate_bps,label,size,fraction_of_peak,retransmissions\n";
+  for (const auto& [rate, points] : by_rate) {
+    for (const auto& p : points) {
+      const std::string label = p["label"].get<std::string>() + " " + std::to_string(p["size"].get<std::uint64_t>() >> 10) + " KiB";
+      csv << rate << "," << p["label"].get<std::string>() << "," << p["size"] << "," << p["fraction_of_peak"] << "," << p.value("retransmissions", 0) << "\n";
+      series[label].emplace_back(static_cast<double>(rate) / 1e6, p["fraction_of_peak"].get<double>() * 100);
+    }
+  }
+  csv.close();
+  std::cout << "written: " << dir / "rates.csv" << (plot ? ", rates.png, rates.svg" : "") << "\n";
+  if (!plot || series.empty()) return;
+  draw(dir, "rates",
+       "set title \"" + title + "\"\nset xlabel \"link rate (Mbit/s)\"\nset ylabel \"% of the physical limit\"\n" +
+           "set logscale x 10\nset yrange [0:105]\nset key outside right\nset grid\n",
+       series, "100 with lines dashtype 2 lw 2 title 'physical limit'");
 }
 
 }  // namespace aapc::bench
