@@ -34,6 +34,17 @@ void add_cpu_options(CLI::App& app, aapc::engine::DaemonConfig& cfg, std::vector
   app.add_option("--eal-memory-mb", cfg.eal.memory_mb, "EAL memory without hugepages")->capture_default_str();
 }
 
+// The cluster key and the AEAD of this node's tags (engine/auth.hpp, wire.hpp).
+void add_key_options(CLI::App& app, aapc::engine::DaemonConfig& cfg) {
+  app.add_option("--cluster-key", cfg.cluster_key,
+                 "file of the cluster key (32 bytes or 64 hex digits, mode 0600, the same on every node): frames carry a keyed MAC, "
+                 "and frames without a valid one are dropped");
+  app.add_option("--cipher", cfg.cipher,
+                 "the MAC of this node's frames with a cluster key: auto (aes-256-gcm where the CPU has AES-NI, else chacha20-poly1305), "
+                 "aes-256-gcm or chacha20-poly1305; every node checks both")
+      ->capture_default_str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,13 +78,7 @@ int main(int argc, char** argv) {
   app.add_option("--pace", cfg.pace, "pacing: auto (this machine's link rate from the topology), off, or a rate like 1Gbit")->capture_default_str();
   app.add_option("--faults", cfg.faults, "inject faults on the port, for tests: drop=0.01,dup=0.001,corrupt=...,seed=N");
   app.add_option("--peer-deadline-ms", deadline_ms, "a peer silent this long fails the exchange")->capture_default_str();
-  app.add_option("--cluster-key", cfg.cluster_key,
-                 "file of the cluster key (32 bytes or 64 hex digits, mode 0600, the same on every node): frames carry a keyed MAC, "
-                 "and frames without a valid one are dropped");
-  app.add_option("--cipher", cfg.cipher,
-                 "the MAC of this node's frames with a cluster key: auto (aes-256-gcm where the CPU has AES-NI, else chacha20-poly1305), "
-                 "aes-256-gcm or chacha20-poly1305; every node checks both")
-      ->capture_default_str();
+  add_key_options(app, cfg);
   add_cpu_options(app, cfg, eal_args);
   app.add_option("--log-level", level, "trace, debug, info, warn, error")->capture_default_str()->take_last();
   CLI11_PARSE(app, argc, argv);

@@ -77,10 +77,11 @@ std::array<std::uint8_t, crypto_aead_chacha20poly1305_ietf_NPUBBYTES> nonce_of(c
   return n;
 }
 
-// Writes the tag of a frame after its payload: our header (CRC included) and the payload lie
-// next to each other in the frame and are authenticated as associated data.
-// The version byte of a frame sealed with `key`.
-std::uint8_t sealed_version(const FrameKey& key) { return key.cipher == Cipher::kAes256Gcm ? kVersionAuthGcm : kVersionAuth; }
+// The version byte of a frame sealed with `key`: ChaCha20-Poly1305 on a CPU that cannot compute
+// AES-256-GCM, whatever the key asks (every node checks both; aapcd refuses such a --cipher).
+std::uint8_t sealed_version(const FrameKey& key) {
+  return key.cipher == Cipher::kAes256Gcm && aes_gcm_available() ? kVersionAuthGcm : kVersionAuth;
+}
 
 // Writes the tag of a frame after its payload with the cipher its version byte names: our header
 // (CRC included) and the payload lie next to each other in the frame and are authenticated as

@@ -5,6 +5,40 @@
 
 namespace aapc::sched {
 
+namespace {
+
+// Larger blocks on a tree (docs/design.md, Fast links): the paced shuffle, every block in
+// flight at once at its bottleneck link's share of the rate. The tree's phases reach the
+// limit only while one sender fills each bottleneck link by itself and hand-overs cost
+// little against a block; as links get faster than a node can send, or a block's time on
+// the wire shrinks towards a hand-over's, they fall to half of the limit and below (53% at
+// 4 Gbit/s on a 16-core machine, 256 KiB on 8-two-switch). The paced shuffle needs a node to send at
+// (p - 1) / load of its link and waits for no token. Measured with aapc-bench on
+// 8-two-switch, every configuration interleaved, 3 repetitions, medians, % of the limit
+// (2026-11-27, the 2-core development VM, otherwise idle):
+//                     64 KiB              256 KiB             1 MiB
+//                 tree+s-all  paced   tree+s-all  paced   tree+s-all  paced   (sync-shuffle)
+//   100 Mbit/s       94.7      92.6      94.5      93.9      95.8      95.0   (87.8-92.2, 27,948+ resent)
+//   300 Mbit/s       83.0      88.8      88.5      91.8      91.6      92.4   (77.6-92.5, 8,384+ resent)
+//   500 Mbit/s       69.1      84.5      80.0      90.4      83.6      90.4   (86.6-90.0)
+// Where the phases win (slow links, an idle host) they lead by at most 2.1 points; where they
+// lose, by up to 16: on this host eight daemons share two cores, and from 300 Mbit/s a node
+// no longer fills its link, as one af_packet port does not from 2 Gbit/s on a 16-core one.
+// Below 32 KiB the paced shuffle's fixed cost per exchange (every rank's READY before the
+// last blocks can start, all blocks ending together) weighs more than the phases' hand-overs:
+// 12-three-level at 100 Mbit/s, 8 KiB: tree + sender-all 89.7%, paced 79.9% (64 KiB: 94.2%,
+// 91.6%). The boundary comes from these two topologies; a node's measured send rate, agreed
+// by the cluster, would draw it better (docs/design.md, Fast links).
+Choice large_block_choice(std::uint64_t block_bytes) {
+  constexpr std::uint64_t kPacedFromBytes = 32 * 1024;
+  if (block_bytes < kPacedFromBytes)
+    return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1}, "tree of switches, blocks below 32 KiB: contention-free phases with sender-based tokens"};
+  return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1},
+          "tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (no node must fill a link, no hand-over)"};
+}
+
+}  // namespace
+
 Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes) {
   const Topology& topology = model.topology();
   // Calibrated with aapc-bench (2 cores, emulated clusters with 100 Mbit/s links, tbf, Linux
@@ -76,33 +110,7 @@ Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes) {
   const auto load = static_cast<std::uint64_t>(model.load());
   if (buffer > 0 && load > 0 && block_bytes <= (kBuffersAbsorbed * buffer - 1) / load)  // block x load < 3 buffers, without overflow
     return {{Algorithm::kPairwiseEc, 4}, {SyncKind::kNone, 1}, "tree of switches, small blocks: pairwise exchange without tokens, switch queues absorb the contention"};
-  // Larger blocks on a tree (docs/design.md, Fast links): the paced shuffle, every block in
-  // flight at once at its bottleneck link's share of the rate. The tree's phases reach the
-  // limit only while one sender fills each bottleneck link by itself and hand-overs cost
-  // little against a block; as links get faster than a node can send, or a block's time on
-  // the wire shrinks towards a hand-over's, they fall to half of the limit and below (issue:
-  // 53% at 4 Gbit/s on a 16-core machine). The paced shuffle needs a node to send at
-  // (p - 1) / load of its link and waits for no token. Measured with aapc-bench on
-  // 8-two-switch, every configuration interleaved, 3 repetitions, medians, % of the limit
-  // (2026-11-27, the 2-core development VM, otherwise idle):
-  //                     64 KiB              256 KiB             1 MiB
-  //                 tree+s-all  paced   tree+s-all  paced   tree+s-all  paced   (sync-shuffle)
-  //   100 Mbit/s       94.7      92.6      94.5      93.9      95.8      95.0   (87.8-92.2, 27,948+ resent)
-  //   300 Mbit/s       83.0      88.8      88.5      91.8      91.6      92.4   (77.6-92.5, 8,384+ resent)
-  //   500 Mbit/s       69.1      84.5      80.0      90.4      83.6      90.4   (86.6-90.0)
-  // Where the phases win (slow links, an idle host) they lead by at most 2.1 points; where they
-  // lose, by up to 16: on this host eight daemons share two cores, and from 300 Mbit/s a node
-  // no longer fills its link, as one af_packet port does not from 2 Gbit/s on a 16-core one.
-  // Below 32 KiB the paced shuffle's fixed cost per exchange (every rank's READY before the
-  // last blocks can start, all blocks ending together) weighs more than the phases' hand-overs:
-  // 12-three-level at 100 Mbit/s, 8 KiB: tree + sender-all 89.7%, paced 79.9% (64 KiB: 94.2%,
-  // 91.6%). The boundary comes from these two topologies; a node's measured send rate, agreed
-  // by the cluster, would draw it better (docs/design.md, Fast links).
-  constexpr std::uint64_t kPacedFromBytes = 32 * 1024;
-  if (block_bytes < kPacedFromBytes)
-    return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1}, "tree of switches, blocks below 32 KiB: contention-free phases with sender-based tokens"};
-  return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1},
-          "tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (no node must fill a link, no hand-over)"};
+  return large_block_choice(block_bytes);
 }
 
 Choice auto_choice(const Topology& topology, std::uint64_t block_bytes) { return auto_choice(TreeModel(topology), block_bytes); }
