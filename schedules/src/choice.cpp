@@ -29,10 +29,21 @@ namespace {
 // 12-three-level at 100 Mbit/s, 8 KiB: tree + sender-all 89.7%, paced 79.9% (64 KiB: 94.2%,
 // 91.6%). The boundary comes from these two topologies; a node's measured send rate, agreed
 // by the cluster, would draw it better (docs/design.md, Fast links).
-Choice large_block_choice(std::uint64_t block_bytes) {
+// Nor where many nodes share the bottleneck: paced at 99% of its rate by dozens of senders
+// whose hosts wake them late independently, a link's queue grows as a queue at 99% load does
+// (an M/D/1 queue holds 49 frames on average, a switch port 43 here): 64-three-level at 25
+// Mbit/s, 64 KiB, resent 165,637 frames and reached 77.3% where the phases reach 94.5%;
+// 64-two-level 91.7% with 4 resent, against 95.2%. The paced shuffle is chosen only while each
+// node's blocks are at least a quarter of its bottleneck link's load ((p - 1) x 4 >= load:
+// 8-two-switch 7/16, 12-three-level 11/36; 64-two-level 63/448 is not).
+Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes) {
   constexpr std::uint64_t kPacedFromBytes = 32 * 1024;
   if (block_bytes < kPacedFromBytes)
     return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1}, "tree of switches, blocks below 32 KiB: contention-free phases with sender-based tokens"};
+  constexpr std::int64_t kMostSendersPerNode = 4;
+  if (kMostSendersPerNode * (model.topology().machine_count() - 1) < model.load())
+    return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1},
+            "tree of switches shared by many senders: contention-free phases with sender-based tokens (a paced link at 99% would queue)"};
   return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1},
           "tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (no node must fill a link, no hand-over)"};
 }
@@ -110,7 +121,7 @@ Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes) {
   const auto load = static_cast<std::uint64_t>(model.load());
   if (buffer > 0 && load > 0 && block_bytes <= (kBuffersAbsorbed * buffer - 1) / load)  // block x load < 3 buffers, without overflow
     return {{Algorithm::kPairwiseEc, 4}, {SyncKind::kNone, 1}, "tree of switches, small blocks: pairwise exchange without tokens, switch queues absorb the contention"};
-  return large_block_choice(block_bytes);
+  return large_block_choice(model, block_bytes);
 }
 
 Choice auto_choice(const Topology& topology, std::uint64_t block_bytes) { return auto_choice(TreeModel(topology), block_bytes); }

@@ -235,6 +235,11 @@ TEST_CASE("auto picks the calibrated schedule and sync variant, and verified pla
       CHECK(verify(*t, plan_sync(*t, make_schedule(*t, c.algorithm), c.sync)).ok());
     }
   }
+  // Many senders on the bottleneck (64 machines on 8 leaves: each node 63 of a link's 448
+  // blocks): the tree's phases at every size above the pairwise exchange's.
+  Topology big = load_topology(aapc::test::topology_path("64-two-level"));
+  for (std::uint64_t b : {std::uint64_t{65536}, std::uint64_t{1} << 20, kAnyBlockSize})
+    CHECK(auto_choice(big, b).algorithm.algorithm == Algorithm::kTree);
   // The switches' own buffers count: with 256 KiB ports, 8-two-switch absorbs blocks below 48 KiB.
   TopologySpec spec = read_dot(to_dot(two), "8-two-switch");
   for (auto& node : spec.nodes)
