@@ -205,7 +205,10 @@ std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
     const sched::SpecText spec = sched::read_spec(k.p.spec);
     const auto forced = sched::forced_sparse_algorithm(spec.algorithm);
     auto dense = k.p.plan;  // the dense schedule for any block size (plan())
-    const sched::SparseVerdict verdict = sched::sparse_verdict(planner.topo, pattern, dense->phases.size());
+    // What the dense schedule takes, in blocks over the bottleneck: its phases, or the load for
+    // one that sends every block at once (the paced shuffle's few packet slots take as long).
+    const std::size_t dense_phases = std::max<std::size_t>(dense->phases.size(), static_cast<std::size_t>(planner.model.load()));
+    const sched::SparseVerdict verdict = sched::sparse_verdict(planner.topo, pattern, dense_phases);
     if (!forced && !verdict.sparse) {
       k.p.rec.schedule = dense->algorithm;
       k.p.rec.sync = dense->sync.name();
