@@ -191,7 +191,7 @@ TEST_CASE("every schedule is byte-exact on the 8-machine one-switch and two-swit
   CHECK(nothing_left());
 }
 
-TEST_CASE("issue 14: the combining schedules are byte-exact on one switch and on three levels") {
+TEST_CASE("the combining schedules are byte-exact on one switch and on three levels") {
   for (const char* topo : {"8-one-switch", "12-three-level"}) {
     Cluster c(topo);
     const bool eight = std::string(topo) == "8-one-switch";
@@ -204,7 +204,7 @@ TEST_CASE("issue 14: the combining schedules are byte-exact on one switch and on
   CHECK(nothing_left());
 }
 
-TEST_CASE("issue 14: sparse alltoallv (Figure 7, 3 of N destinations) byte-exact; on a tree auto runs CGM with links masked, with tokens") {
+TEST_CASE("sparse alltoallv (Figure 7, 3 of N destinations) byte-exact; on a tree auto runs CGM with links masked, with tokens") {
   for (const std::string topo : {"8-one-switch", "12-three-level"}) {
     Cluster c(topo);
     const bool tree = topo != "8-one-switch";
@@ -369,7 +369,7 @@ TEST_CASE("1% loss injected in every daemon: still byte-exact") {
 // Issue 15's target. Before the recovery was shortened (a burst of resent frames ends with a
 // frame the receiver answers at once; polls back off to 100 ms, not 500), this failed 6 runs
 // of 16 with tree: a frame lost again after each NACK stalled its exchange for 15 s.
-TEST_CASE("30% loss per port direction: tree and sync-shuffle stay byte-exact (issue 15)") {
+TEST_CASE("30% loss per port direction: tree and sync-shuffle stay byte-exact") {
   Cluster c("8-two-switch", "", "drop=0.3,seed=5");
   for (const std::string schedule : {"tree", "sync-shuffle"}) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -475,7 +475,7 @@ TEST_CASE("a daemon killed mid-exchange: errors within seconds; its restart is r
   require_all_ok(everywhere(exchange(5000, "tree")), "after the restart");
 }
 
-TEST_CASE("issue 13: groups: two clients per machine, each in groups of its own (halves of the tree, all in reverse), byte-exact at once") {
+TEST_CASE("groups: two clients per machine, each in groups of its own (halves of the tree, all in reverse), byte-exact at once") {
   Cluster cluster("8-two-switch");
   const fs::path dir = kLogs / "reduce";
   fs::remove_all(dir);

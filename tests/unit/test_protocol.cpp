@@ -100,7 +100,7 @@ TEST_CASE("every control message round-trips, and a cut or a byte too many is re
   round_trip(proto::GroupCloseRequest{9, false});
 }
 
-TEST_CASE("issue 13: a START outside groups is version 2's first kind of START; a group's adds one byte, never 0") {
+TEST_CASE("a START outside groups is version 2's first kind of START; a group's adds one byte, never 0") {
   const auto plain = proto::message(alltoallv(), 1);
   proto::StartRequest grouped = alltoallv();
   grouped.group = 3;
@@ -210,7 +210,7 @@ TEST_CASE("the choice of schedule and sync is made in one place") {
   CHECK_THROWS_WITH(sched::choose(model, "ring+often", 1024), "unknown sync variant 'often'");
 }
 
-TEST_CASE("issue 15 finding 3: send and receive ranges that share a byte are found, in n log n") {
+TEST_CASE("send and receive ranges that share a byte are found, in n log n") {
   using proto::Range;
   // Touching is not overlapping; empty ranges share nothing.
   CHECK(!proto::find_overlap({{0, 64, 0}, {64, 128, 1}}, {{128, 192, 0}, {192, 256, 1}}));
@@ -262,7 +262,7 @@ TEST_CASE("RUN is START and WAIT in one request: the same payload, its own type"
   CHECK_FALSE(std::get<proto::StartRequest>(*start.request).run);
 }
 
-TEST_CASE("issue 13: exchange ids are numbered per group slot; ids of one slot compare as 24-bit serial numbers, across the wrap") {
+TEST_CASE("exchange ids are numbered per group slot; ids of one slot compare as 24-bit serial numbers, across the wrap") {
   using namespace aapc::engine;
   const std::uint32_t a = make_id(5, 10);
   CHECK(id_slot(a) == 5);

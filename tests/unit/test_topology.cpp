@@ -176,7 +176,7 @@ TEST_CASE("paths and loads on a generated tree") {
   for (std::size_t i = 1; i < p.size(); ++i) CHECK(t.edge_to(p[i - 1]) == t.edge_from(p[i]));
 }
 
-TEST_CASE("finding 11: more machines than the wire's 16-bit ranks can name are refused") {
+TEST_CASE("more machines than the wire's 16-bit ranks can name are refused") {
   auto spec_of = [](std::size_t machines) {
     TopologySpec spec;
     spec.source = "big.dot";
@@ -198,7 +198,7 @@ TEST_CASE("finding 11: more machines than the wire's 16-bit ranks can name are r
   CHECK(Topology::from_spec(spec_of(kMaxMachines)).machine_count() == 65535);
 }
 
-TEST_CASE("issue 13: a group's tree joins its members by the cluster's own links; its tree schedule is contention-free") {
+TEST_CASE("a group's tree joins its members by the cluster's own links; its tree schedule is contention-free") {
   std::mt19937_64 rng(13);
   for (int trial = 0; trial < 40; ++trial) {
     RandomTreeOptions o;
@@ -237,7 +237,7 @@ TEST_CASE("issue 13: a group's tree joins its members by the cluster's own links
   }
 }
 
-TEST_CASE("issue 13: a group of fewer than 2 machines, a rank twice or out of range is refused, naming it") {
+TEST_CASE("a group of fewer than 2 machines, a rank twice or out of range is refused, naming it") {
   const Topology t = parse("graph g { n0 [mac=\"02:00:00:00:00:01\"]; n1 [mac=\"02:00:00:00:00:02\"]; n2 [mac=\"02:00:00:00:00:03\"]; s -- n0; s -- n1; s -- n2; }");
   auto error = [&](const std::vector<Rank>& members) {
     try {

@@ -497,7 +497,7 @@ TEST_CASE("ciphers are named as aapcd --cipher takes them") {
   CHECK(fastest_cipher() == (aes_gcm_available() ? Cipher::kAes256Gcm : Cipher::kChaCha20Poly1305));
 }
 
-TEST_CASE("finding 10: exchange descriptors round-trip, and READY, SYNC and ACK carry one or nothing") {
+TEST_CASE("exchange descriptors round-trip, and READY, SYNC and ACK carry one or nothing") {
   const Descriptor d{Collective::kAlltoall, 4096, "group-shuffle:3+receiver-partial:4"};
   auto bytes = encode_descriptor(d);
   CHECK(bytes.size() == kDescriptorFixed + d.plan.size());

@@ -42,7 +42,7 @@ Schedule ring(int p) { return make_schedule(single_switch_topology(p), {Algorith
 
 }  // namespace
 
-TEST_CASE("finding 5: a forged PING with a far-future epoch is dropped; the sender's real frames still count") {
+TEST_CASE("a forged PING with a far-future epoch is dropped; the sender's real frames still count") {
   test::Fabric fabric(test::nodes(4));
   test::expect_ok(test::run_exchange(fabric, ring(4), 1, 5'000), "before");
   const std::uint32_t real = fabric.engine(0).epoch();
@@ -54,7 +54,7 @@ TEST_CASE("finding 5: a forged PING with a far-future epoch is dropped; the send
   CHECK(drops(fabric.engine(1), DropReason::kStaleEpoch) == 0);
 }
 
-TEST_CASE("issue 15: frames kept for exchanges far ahead give way to the next exchange's, however many") {
+TEST_CASE("frames kept for exchanges far ahead give way to the next exchange's, however many") {
   test::Fabric fabric(test::nodes(4));
   test::expect_ok(test::run_exchange(fabric, ring(4), 1, 5'000), "before");
   fabric.settle();
@@ -76,7 +76,7 @@ TEST_CASE("issue 15: frames kept for exchanges far ahead give way to the next ex
   for (std::uint32_t id : {2U, 3U}) test::expect_ok(test::run_exchange(fabric, ring(4), id, 5'000), "exchange " + std::to_string(id));
 }
 
-TEST_CASE("finding 5: a forged ABORT with a stale exchange id kills nothing; one naming the running exchange fails it") {
+TEST_CASE("a forged ABORT with a stale exchange id kills nothing; one naming the running exchange fails it") {
   test::Fabric fabric(test::nodes(4));
   test::expect_ok(test::run_exchange(fabric, ring(4), 1, 5'000), "before");
   fabric.settle();  // exchange 1 is over everywhere, acknowledgements included (issue 14)
@@ -114,7 +114,7 @@ std::vector<std::uint8_t> forge_data(std::uint32_t exchange, std::uint32_t epoch
 
 }  // namespace
 
-TEST_CASE("finding 4: with a cluster key, frames forged without it or with another are dropped and counted; the exchange stays byte-exact") {
+TEST_CASE("with a cluster key, frames forged without it or with another are dropped and counted; the exchange stays byte-exact") {
   const engine::FrameKey key = key_of(1), wrong = key_of(2);
   auto opts = test::nodes(4);
   opts.tune = [&](engine::EngineConfig& c) { c.key = key; };
@@ -144,7 +144,7 @@ TEST_CASE("finding 4: with a cluster key, frames forged without it or with anoth
   CHECK(drops(fabric.engine(1), DropReason::kFutureEpoch) == 0);  // the tag is checked first
 }
 
-TEST_CASE("finding 4: a node without the key and nodes with it fail loudly, not silently") {
+TEST_CASE("a node without the key and nodes with it fail loudly, not silently") {
   auto opts = test::nodes(3);
   opts.tune = [&](engine::EngineConfig& c) {
     if (c.rank != 2) c.key = key_of(1);
@@ -158,7 +158,7 @@ TEST_CASE("finding 4: a node without the key and nodes with it fail loudly, not 
   CHECK(drops(fabric.engine(0), DropReason::kBadAuth) > 0);  // untagged frames at a node with one
 }
 
-TEST_CASE("finding 4: the cluster key file must be mode 0600 and hold 32 bytes or 64 hex digits") {
+TEST_CASE("the cluster key file must be mode 0600 and hold 32 bytes or 64 hex digits") {
   const std::string path = "/tmp/aapc-test-key-" + std::to_string(::getpid());
   auto write = [&](const std::string& text, mode_t mode) {
     std::FILE* f = std::fopen(path.c_str(), "w");
@@ -189,7 +189,7 @@ TEST_CASE("finding 4: the cluster key file must be mode 0600 and hold 32 bytes o
   CHECK(!engine::load_cluster_key(path));
 }
 
-TEST_CASE("finding 8: at 30% loss per port direction and a 300 ms peer deadline no live peer is declared silent") {
+TEST_CASE("at 30% loss per port direction and a 300 ms peer deadline no live peer is declared silent") {
   Topology t = load_topology(test::topology_path("8-two-switch"));
   for (int seed : {1, 2, 3}) {
     auto opts = test::nodes(t.machine_count());
@@ -216,7 +216,7 @@ TEST_CASE("finding 8: at 30% loss per port direction and a 300 ms peer deadline 
 // frame lost again after each NACK came through only when a poll, its NACK and the resent
 // frame all arrived (12% of the time). The recovery cycle is now shorter in two ways, each
 // checked here with frames lost by choice.
-TEST_CASE("issue 15: the last frame of a burst of resent frames asks for an answer; frames lost again are NACKed at once, without a poll") {
+TEST_CASE("the last frame of a burst of resent frames asks for an answer; frames lost again are NACKed at once, without a poll") {
   auto opts = test::nodes(2);
   // Polls far apart: any poll in this exchange would be the old way of finding the loss.
   opts.tune = [](engine::EngineConfig& c) {
@@ -240,7 +240,7 @@ TEST_CASE("issue 15: the last frame of a burst of resent frames asks for an answ
   }
 }
 
-TEST_CASE("issue 15: polls that back off while unanswered start again from the first timeout once the receiver answers") {
+TEST_CASE("polls that back off while unanswered start again from the first timeout once the receiver answers") {
   auto opts = test::nodes(2);
   opts.tune = [](engine::EngineConfig& c) {
     c.rto = std::chrono::milliseconds(20);
@@ -269,7 +269,7 @@ TEST_CASE("issue 15: polls that back off while unanswered start again from the f
   CHECK(run.reports[0].counters.polls_sent >= 8);  // 6 lost, 2 answered (one more if the last ACK is slow)
 }
 
-TEST_CASE("finding 7: a peer found silent is remembered: exchanges with it fail at once until it is heard from again") {
+TEST_CASE("a peer found silent is remembered: exchanges with it fail at once until it is heard from again") {
   auto opts = test::nodes(2);
   opts.tune = [](engine::EngineConfig& c) { c.peer_deadline = std::chrono::milliseconds(300); };
   test::Fabric fabric(opts);

@@ -103,7 +103,7 @@ void expect_failed(const Outcome& o, const std::vector<int>& ranks, Errc code, c
 
 }  // namespace
 
-TEST_CASE("finding 10: alltoall with other block sizes on one rank fails at once on every rank, naming the rank and both sizes") {
+TEST_CASE("alltoall with other block sizes on one rank fails at once on every rank, naming the rank and both sizes") {
   Topology t = single_switch_topology(4);
   for (bool late : {false, true}) {
     INFO((late ? "the odd rank starts 100 ms after the others" : "all start together"));
@@ -124,7 +124,7 @@ TEST_CASE("finding 10: alltoall with other block sizes on one rank fails at once
   }
 }
 
-TEST_CASE("finding 6: barrier on one rank, alltoall on the others: every rank fails at once, naming the difference") {
+TEST_CASE("barrier on one rank, alltoall on the others: every rank fails at once, naming the difference") {
   Topology t = single_switch_topology(4);
   for (bool late : {false, true}) {
     INFO((late ? "the barrier starts 100 ms after the alltoalls" : "all start together"));
@@ -181,7 +181,7 @@ bool names_block_mismatch(const std::string& error, std::uint64_t sent, std::uin
 
 }  // namespace
 
-TEST_CASE("finding 10: another schedule on one rank, and alltoallv counts that disagree, are named") {
+TEST_CASE("another schedule on one rank, and alltoallv counts that disagree, are named") {
   Topology t = single_switch_topology(4);
   SECTION("schedules") {
     test::Fabric fabric(test::nodes(4));
@@ -261,7 +261,7 @@ test::FabricOptions short_deadlines(int n) {
 
 }  // namespace
 
-TEST_CASE("finding 6: the default deadline is derived from the size and the link rate") {
+TEST_CASE("the default deadline is derived from the size and the link rate") {
   // 1 MB over the bottleneck at 8 Mbit/s is 1 s; eight times that, plus the allowance.
   CHECK(engine::derived_timeout(1'000'000, 8'000'000, Ms(500)) == Ms(8'500));
   engine::EngineConfig c;
@@ -277,7 +277,7 @@ TEST_CASE("finding 6: the default deadline is derived from the size and the link
   CHECK(engine::stall_allowance(c) == Ms(15'000));
 }
 
-TEST_CASE("finding 6: a rank that never starts the exchange (its client exited): the others fail after the derived deadline, naming it") {
+TEST_CASE("a rank that never starts the exchange (its client exited): the others fail after the derived deadline, naming it") {
   Topology t = single_switch_topology(4);
   test::Fabric fabric(short_deadlines(4));
   std::vector<std::shared_ptr<void>> keep;
@@ -295,7 +295,7 @@ TEST_CASE("finding 6: a rank that never starts the exchange (its client exited):
   }
 }
 
-TEST_CASE("finding 6: at the session's start, a rank whose daemon answers but has no client fails the join after its deadline") {
+TEST_CASE("at the session's start, a rank whose daemon answers but has no client fails the join after its deadline") {
   test::Fabric fabric(test::nodes(3));
   for (int me : {0, 1}) fabric.engine(me).start_join(10, Ms(400));
   std::vector<std::optional<Result<std::uint32_t>>> results(2);
@@ -315,7 +315,7 @@ TEST_CASE("finding 6: at the session's start, a rank whose daemon answers but ha
   }
 }
 
-TEST_CASE("finding 6: a derived deadline does not cut an exchange that keeps making progress") {
+TEST_CASE("a derived deadline does not cut an exchange that keeps making progress") {
   // The link rate is claimed a hundred times too high: the derived deadline (0.1 s + 0.7 s of
   // allowance) is far shorter than the exchange at its paced rate (1.4 s), which keeps
   // completing frames and blocks.
@@ -333,7 +333,7 @@ TEST_CASE("finding 6: a derived deadline does not cut an exchange that keeps mak
   CHECK(run.elapsed > Ms(1'200));  // well past the derived deadline of about 0.8 s
 }
 
-TEST_CASE("finding 6: Options::timeout stays a hard limit") {
+TEST_CASE("Options::timeout stays a hard limit") {
   Topology t = single_switch_topology(3);
   test::Fabric fabric(short_deadlines(3));
   std::vector<std::shared_ptr<void>> keep;

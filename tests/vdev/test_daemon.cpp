@@ -241,7 +241,7 @@ int try_client(const std::string& socket, const std::string& why) {
 
 }  // namespace
 
-TEST_CASE("issue 15 finding 1: a registered buffer's memory file cannot shrink or grow under aapcd") {
+TEST_CASE("a registered buffer's memory file cannot shrink or grow under aapcd") {
   LocalDaemon d;
   Raw raw(d.socket);
   REQUIRE(raw.fd >= 0);
@@ -277,7 +277,7 @@ TEST_CASE("issue 15 finding 1: a registered buffer's memory file cannot shrink o
   ::close(fd);
 }
 
-TEST_CASE("issue 15 finding 1: a client's buffers are sealed, so shrinking one through /proc fails") {
+TEST_CASE("a client's buffers are sealed, so shrinking one through /proc fails") {
   LocalDaemon d;
   Client c = Client::connect(d.socket);
   Buffer b = c.allocate(1 << 16);
@@ -326,7 +326,7 @@ std::pair<Result<Stats>, Result<Stats>> alltoall_both(Client& x, Buffer& sx, Buf
   return {mine, other};
 }
 
-TEST_CASE("issue 15 finding 2: while one client holds the rank, another's collectives are refused at once") {
+TEST_CASE("while one client holds the rank, another's collectives are refused at once") {
   DaemonPair pair;
   auto a = std::make_unique<Client>(Client::connect(pair.d[0]->socket));
   auto p = std::make_unique<Client>(Client::connect(pair.d[1]->socket));
@@ -381,7 +381,7 @@ TEST_CASE("issue 15 finding 2: while one client holds the rank, another's collec
   CHECK(received(rq, 1, 64));
 }
 
-TEST_CASE("issue 13: two groups of both machines, two clients each, run with the cluster's own collective at once, byte-exact") {
+TEST_CASE("two groups of both machines, two clients each, run with the cluster's own collective at once, byte-exact") {
   DaemonPair pair;
   // The cluster's collective holds each rank for its client; groups are other clients'.
   Client w0 = Client::connect(pair.d[0]->socket), w1 = Client::connect(pair.d[1]->socket);
@@ -431,7 +431,7 @@ TEST_CASE("issue 13: two groups of both machines, two clients each, run with the
   CHECK(status_of(w0)["groups"].empty());  // closed with their clients
 }
 
-TEST_CASE("issue 13: 32 collectives of four groups' clients run at once on one daemon, byte-exact") {
+TEST_CASE("32 collectives of four groups' clients run at once on one daemon, byte-exact") {
   // An MPI job's communicators each have a leader on every machine, and a leader runs up to 8
   // exchanges at once (libaapc-mpi's kMostRunning): four communicators split by local rank,
   // at four ranks a machine, make 32. The daemon ran 16 and refused the 17th (busy), and the
@@ -504,7 +504,7 @@ TEST_CASE("issue 13: 32 collectives of four groups' clients run at once on one d
   CHECK(errors.empty());
 }
 
-TEST_CASE("issue 13: a group's ranks are its members' order; one member's bad list fails the group on every member") {
+TEST_CASE("a group's ranks are its members' order; one member's bad list fails the group on every member") {
   DaemonPair pair;
   Client a = Client::connect(pair.d[0]->socket), b = Client::connect(pair.d[1]->socket);
   ThreadReduce reduce(2);
@@ -531,7 +531,7 @@ TEST_CASE("issue 13: a group's ranks are its members' order; one member's bad li
   CHECK(status_of(a)["groups"].size() == 1);
 }
 
-TEST_CASE("issue 13: when a group's client closes it and goes away, its peer's next collective of the group fails at once, naming it") {
+TEST_CASE("when a group's client closes it and goes away, its peer's next collective of the group fails at once, naming it") {
   DaemonPair pair;
   Client a = Client::connect(pair.d[0]->socket);
   auto b = std::make_unique<Client>(Client::connect(pair.d[1]->socket));
@@ -549,7 +549,7 @@ TEST_CASE("issue 13: when a group's client closes it and goes away, its peer's n
   CHECK(std::chrono::steady_clock::now() - t0 < 1s);  // not the exchange's deadline
 }
 
-TEST_CASE("issue 13: a group's client that exits without closing it: its peer's next collective fails at once; GROUP_OPEN is checked") {
+TEST_CASE("a group's client that exits without closing it: its peer's next collective fails at once; GROUP_OPEN is checked") {
   DaemonPair pair;
   Raw r0(pair.d[0]->socket);
   auto r1 = std::make_unique<Raw>(pair.d[1]->socket);
@@ -604,7 +604,7 @@ void barrier_both(const Raw& x, const Raw& y, std::uint8_t slot) {
   }
 }
 
-TEST_CASE("issue 13: a group taken back because it did not open on every member tells nobody; its slot's ids are not used up") {
+TEST_CASE("a group taken back because it did not open on every member tells nobody; its slot's ids are not used up") {
   // Rank 0's client opened slot 5, which rank 1 holds for another group (raced in between
   // GROUP_QUERY and GROUP_OPEN): rank 0 takes it back. Two other clients then open slot 5 from
   // the same first id and run a barrier. Had the take-back told rank 1, that ABORT would have
@@ -624,7 +624,7 @@ TEST_CASE("issue 13: a group taken back because it did not open on every member 
   CHECK(error_of(a.call(proto::GroupOpenRequest{6, 1, {0, 1}})).code == static_cast<std::uint32_t>(Errc::kBusy));
 }
 
-TEST_CASE("issue 13: open_group tries again when a member's slot is taken between the members' query and their open") {
+TEST_CASE("open_group tries again when a member's slot is taken between the members' query and their open") {
   DaemonPair pair;
   Client a = Client::connect(pair.d[0]->socket), b = Client::connect(pair.d[1]->socket);
   Raw other(pair.d[1]->socket);  // another client of rank 1, which takes the slot first
@@ -658,7 +658,7 @@ TEST_CASE("issue 13: open_group tries again when a member's slot is taken betwee
   barrier_both(other, partner, static_cast<std::uint8_t>(raced));
 }
 
-TEST_CASE("issue 13: a group closed after the session's client went away does not hide that from the session's next collective") {
+TEST_CASE("a group closed after the session's client went away does not hide that from the session's next collective") {
   DaemonPair pair;
   Client w0 = Client::connect(pair.d[0]->socket);
   auto w1 = std::make_unique<Client>(Client::connect(pair.d[1]->socket));
@@ -679,7 +679,7 @@ TEST_CASE("issue 13: a group closed after the session's client went away does no
   CHECK_THAT(next.error().message(), Catch::Contains("the client of rank 1 went away"));
 }
 
-TEST_CASE("issue 14: aapcd runs alltoall with the combining schedules, and refuses them for alltoallv") {
+TEST_CASE("aapcd runs alltoall with the combining schedules, and refuses them for alltoallv") {
   DaemonPair pair;
   Client a = Client::connect(pair.d[0]->socket), p = Client::connect(pair.d[1]->socket);
   Buffer sa = a.allocate(128), ra = a.allocate(128), sp = p.allocate(128), rp = p.allocate(128);
@@ -703,7 +703,7 @@ TEST_CASE("issue 14: aapcd runs alltoall with the combining schedules, and refus
   CHECK_THAT(v.error().message(), Catch::Contains("it runs alltoall, not alltoallv"));
 }
 
-TEST_CASE("issue 15 finding 3: send and receive blocks in the same memory are refused") {
+TEST_CASE("send and receive blocks in the same memory are refused") {
   LocalDaemon d;
   // Two buffers of one memory file are one memory.
   Raw raw(d.socket);
@@ -739,7 +739,7 @@ TEST_CASE("issue 15 finding 3: send and receive blocks in the same memory are re
   CHECK(halves.error().message().find("same memory") == std::string::npos);
 }
 
-TEST_CASE("issue 15 finding 9: a client that says no HELLO is closed after the timeout") {
+TEST_CASE("a client that says no HELLO is closed after the timeout") {
   LocalDaemon d([](engine::DaemonConfig& cfg) { cfg.hello_timeout = 200ms; });
   Client greeted = Client::connect(d.socket);
   Raw silent(d.socket);
@@ -755,7 +755,7 @@ TEST_CASE("issue 15 finding 9: a client that says no HELLO is closed after the t
   CHECK(status_of(greeted)["clients"] == 1);
 }
 
-TEST_CASE("issue 15 finding 9: members of --socket-group may use the socket") {
+TEST_CASE("members of --socket-group may use the socket") {
   if (!root()) return;
   group* users = ::getgrnam("users");
   if (users == nullptr) {
@@ -770,7 +770,7 @@ TEST_CASE("issue 15 finding 9: members of --socket-group may use the socket") {
   CHECK(stranger.status() == 1);
 }
 
-TEST_CASE("issue 15 finding 9: refused users are answered and closed at once, and cannot lock root out") {
+TEST_CASE("refused users are answered and closed at once, and cannot lock root out") {
   if (!root()) return;
   LocalDaemon d;
   // 70 connections of a uid that may not use aapcd, more than its 64 slots, held open.
@@ -792,7 +792,7 @@ TEST_CASE("issue 15 finding 9: refused users are answered and closed at once, an
   CHECK(refused.status() == 0);
 }
 
-TEST_CASE("issue 15 finding 9: one uid holds at most its limit of connections, and root keeps a slot") {
+TEST_CASE("one uid holds at most its limit of connections, and root keeps a slot") {
   if (!root()) return;
   LocalDaemon d([](engine::DaemonConfig& cfg) {
     cfg.allow_uids = {kNobody};
@@ -824,7 +824,7 @@ TEST_CASE("issue 15 finding 9: one uid holds at most its limit of connections, a
   CHECK(user.status() == 0);
 }
 
-TEST_CASE("issue 15 finding 9: other users leave the last slots to root") {
+TEST_CASE("other users leave the last slots to root") {
   if (!root()) return;
   LocalDaemon d([](engine::DaemonConfig& cfg) {
     cfg.allow_uids = {kNobody};
@@ -855,7 +855,7 @@ TEST_CASE("issue 15 finding 9: other users leave the last slots to root") {
   CHECK(user.status() == 0);
 }
 
-TEST_CASE("issue 15: aapc status names the peers the engine holds dead") {
+TEST_CASE("aapc status names the peers the engine holds dead") {
   DaemonPair pair;
   Client c = Client::connect(pair.d[0]->socket);
   Buffer s = c.allocate(128), r = c.allocate(128);
@@ -875,7 +875,7 @@ TEST_CASE("issue 15: aapc status names the peers the engine holds dead") {
   CHECK(dead[0]["machine"] == "n1");
 }
 
-TEST_CASE("issue 17: daemons with I/O lcores (--io-cores) on one CPU or two exchange byte-exact, the frames checked there") {
+TEST_CASE("daemons with I/O lcores (--io-cores) on one CPU or two exchange byte-exact, the frames checked there") {
   for (const std::vector<int>& cores : {std::vector<int>{0}, std::vector<int>{0, 0}}) {
     INFO("--io-cores with " << cores.size() << " CPU(s)");
     DaemonPair pair([&](engine::DaemonConfig& cfg) { cfg.io_cores = cores; });
@@ -899,7 +899,7 @@ TEST_CASE("issue 17: daemons with I/O lcores (--io-cores) on one CPU or two exch
   CHECK_THROWS_WITH(LocalDaemon([](engine::DaemonConfig& cfg) { cfg.io_cores = {4096}; }), Catch::Contains("no CPU 4096"));
 }
 
-TEST_CASE("issue 13: a group closed while a collective of it waits for its alltoallv's agreement: that collective is refused, the daemon lives on") {
+TEST_CASE("a group closed while a collective of it waits for its alltoallv's agreement: that collective is refused, the daemon lives on") {
   // Rank 0's raw client opens group slot 5, starts a forced-CGM alltoallv there (its counts are
   // agreed first; rank 1 never joins), then a barrier of the group, which waits for that
   // agreement, and closes the group.
@@ -953,7 +953,7 @@ TEST_CASE("issue 13: a group closed while a collective of it waits for its allto
 // program's thread opens groups on it (found by CI: "aapcd answered GROUP_QUERY oddly", then
 // "aapcd answered WAIT oddly", when two requests' replies crossed). Two threads, each with
 // its own copy of one Client, ask at once: every reply must be its own request's.
-TEST_CASE("issue 13: two threads on one connection each get their own replies") {
+TEST_CASE("two threads on one connection each get their own replies") {
   LocalDaemon d;
   Client c = Client::connect(d.socket);
   std::atomic<int> wrong{0};

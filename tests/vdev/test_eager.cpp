@@ -72,7 +72,7 @@ void tiny_pair(test::Fabric& fabric, std::uint32_t& id, std::uint64_t block = 8)
 
 }  // namespace
 
-TEST_CASE("issue 14: eager blocks that reach a rank before it starts are kept, and nothing is resent") {
+TEST_CASE("eager blocks that reach a rank before it starts are kept, and nothing is resent") {
   const int n = 4;
   Schedule s = make_schedule(single_switch_topology(n), {Algorithm::kSyncShuffle, 0});
   for (std::uint64_t block : {std::uint64_t{8}, std::uint64_t{1024}, std::uint64_t{5000}}) {
@@ -96,7 +96,7 @@ TEST_CASE("issue 14: eager blocks that reach a rank before it starts are kept, a
   }
 }
 
-TEST_CASE("issue 14: a rank whose eager blocks are not yet acknowledged is done, and resends them from its own copy") {
+TEST_CASE("a rank whose eager blocks are not yet acknowledged is done, and resends them from its own copy") {
   const int n = 3;
   Schedule s = make_schedule(single_switch_topology(n), {Algorithm::kRing, 0});
   auto opts = test::nodes(n);
@@ -134,7 +134,7 @@ TEST_CASE("issue 14: a rank whose eager blocks are not yet acknowledged is done,
   CHECK(fabric.engine(0).quiet());
 }
 
-TEST_CASE("issue 14: blocks larger than eager_frames still wait for READY") {
+TEST_CASE("blocks larger than eager_frames still wait for READY") {
   const int n = 3;
   Schedule s = make_schedule(single_switch_topology(n), {Algorithm::kRing, 0});
   test::Fabric fabric(test::nodes(n));
@@ -150,7 +150,7 @@ TEST_CASE("issue 14: blocks larger than eager_frames still wait for READY") {
   for (int me = 0; me < n; ++me) CHECK(sides[static_cast<std::size_t>(me)].byte_exact(me, 1));
 }
 
-TEST_CASE("issue 14: acknowledgements of eager blocks and tokens are gathered, several in a frame, and every exchange settles") {
+TEST_CASE("acknowledgements of eager blocks and tokens are gathered, several in a frame, and every exchange settles") {
   const int n = 4;
   auto opts = test::nodes(n);
   // The daemons' RTO (the fabric's 2 ms is stalled past by a loaded host, and a poll follows).
@@ -176,7 +176,7 @@ TEST_CASE("issue 14: acknowledgements of eager blocks and tokens are gathered, s
   CHECK(lists * 2 < gathered);
 }
 
-TEST_CASE("issue 15: READYs and tokens kept for an exchange not started yet are still there however late it starts") {
+TEST_CASE("READYs and tokens kept for an exchange not started yet are still there however late it starts") {
   // At 30% loss per port direction an exchange takes 30 s, and ranks start the next one that
   // far apart. The READYs and tokens a rank keeps for it were acknowledged: nobody sends them
   // again. They used to expire after `linger`, and then both sides waited for each other.
@@ -222,7 +222,7 @@ std::size_t heap_in_use() {
 
 }  // namespace
 
-TEST_CASE("issue 14: exchanges that linger after tiny ones hold little memory") {
+TEST_CASE("exchanges that linger after tiny ones hold little memory") {
   // A benchmark of tiny blocks finishes thousands of exchanges a second, and each lingers
   // (EngineConfig::linger, 15 s in aapcd) to answer late frames: on 8 machines aapcd grew by
   // 12 MB a second, 5 KiB an exchange of it in queues that were never used.
@@ -243,7 +243,7 @@ TEST_CASE("issue 14: exchanges that linger after tiny ones hold little memory") 
   CHECK(per_exchange < 6144);
 }
 
-TEST_CASE("issue 14: at most linger_max exchanges of a group linger, and the ended ones still answer a sender's poll") {
+TEST_CASE("at most linger_max exchanges of a group linger, and the ended ones still answer a sender's poll") {
   const int n = 4;
   const std::uint32_t keep = 8;
   auto opts = test::nodes(n);
@@ -280,7 +280,7 @@ TEST_CASE("issue 14: at most linger_max exchanges of a group linger, and the end
   CHECK(fabric.engine(1).counters().frames_sent == sent_before + 1);  // its ACK
 }
 
-TEST_CASE("issue 14: with few exchanges lingering, tiny exchanges at 20% loss stay byte-exact") {
+TEST_CASE("with few exchanges lingering, tiny exchanges at 20% loss stay byte-exact") {
   const int n = 4;
   auto opts = test::nodes(n);
   opts.faults = nic::FaultOptions::parse("drop=0.2,seed=5");

@@ -163,7 +163,7 @@ std::pair<Result<Stats>, Result<Stats>> both_exact(Side& a, Side& b, const char*
 
 }  // namespace
 
-TEST_CASE("issue 14: an alltoallv agrees on the counts first, runs CGM when forced and the dense schedule under auto, byte-exact") {
+TEST_CASE("an alltoallv agrees on the counts first, runs CGM when forced and the dense schedule under auto, byte-exact") {
   Pair pair;
   Side a(pair.socket[0]), b(pair.socket[1]);
   one_way(a, b);
@@ -190,7 +190,7 @@ TEST_CASE("issue 14: an alltoallv agrees on the counts first, runs CGM when forc
   CHECK(received(b, 1));
 }
 
-TEST_CASE("issue 14: on a tree, auto agrees on the counts first and runs a dense pattern with the dense schedule") {
+TEST_CASE("on a tree, auto agrees on the counts first and runs a dense pattern with the dense schedule") {
   Pair pair(kTwoSwitches);
   Side a(pair.socket[0]), b(pair.socket[1]);
   a.send_counts = {100, 3000};
@@ -208,7 +208,7 @@ TEST_CASE("issue 14: on a tree, auto agrees on the counts first and runs a dense
   CHECK(sa->exchange == ra->exchange + 3);
 }
 
-TEST_CASE("issue 14: alltoallv counts that disagree fail on every rank, naming both ranks and sizes; the next collective runs") {
+TEST_CASE("alltoallv counts that disagree fail on every rank, naming both ranks and sizes; the next collective runs") {
   const bool tree = GENERATE(false, true);
   Pair pair(tree ? kTwoSwitches : kOneSwitch);
   Side a(pair.socket[0]), b(pair.socket[1]);
@@ -238,7 +238,7 @@ TEST_CASE("issue 14: alltoallv counts that disagree fail on every rank, naming b
   CHECK(received(b, 1));
 }
 
-TEST_CASE("issue 14: an alltoallv whose counts exchange finds its peer gone fails, naming it, without hanging") {
+TEST_CASE("an alltoallv whose counts exchange finds its peer gone fails, naming it, without hanging") {
   Pair pair;
   Side a(pair.socket[0]), b(pair.socket[1]);
   a.send_counts = b.send_counts = a.recv_counts = b.recv_counts = {64, 64};
@@ -258,7 +258,7 @@ TEST_CASE("issue 14: an alltoallv whose counts exchange finds its peer gone fail
   CHECK(std::chrono::steady_clock::now() - t0 < 6s);
 }
 
-TEST_CASE("issue 14: a collective started while an alltoallv agrees on its pattern waits for it: ids still grow at the engine") {
+TEST_CASE("a collective started while an alltoallv agrees on its pattern waits for it: ids still grow at the engine") {
   const bool grouped = GENERATE(false, true);
   INFO((grouped ? "in a group of both machines, reversed" : "the cluster's"));
   Pair pair;
@@ -297,7 +297,7 @@ TEST_CASE("issue 14: a collective started while an alltoallv agrees on its patte
   if (mine.first && mine.second) CHECK(mine.second->exchange == mine.first->exchange + 1);
 }
 
-TEST_CASE("issue 14: an all-to-many schedule with a sync variant that does not exist is refused at once") {
+TEST_CASE("an all-to-many schedule with a sync variant that does not exist is refused at once") {
   Pair pair;
   Side a(pair.socket[0]);
   a.send_counts = a.recv_counts = {64, 64};
@@ -314,7 +314,7 @@ TEST_CASE("issue 14: an all-to-many schedule with a sync variant that does not e
   CHECK_THAT(all.error().message(), Catch::Contains("an alltoall is dense"));
 }
 
-TEST_CASE("issue 13: a group's alltoallv agrees on its counts among its members, in group ranks: CGM when forced, dense under auto") {
+TEST_CASE("a group's alltoallv agrees on its counts among its members, in group ranks: CGM when forced, dense under auto") {
   Pair pair(kTwoSwitches);
   Side m0(pair.socket[0]), m1(pair.socket[1]);
   open_reversed(m0, m1);
@@ -348,7 +348,7 @@ TEST_CASE("issue 13: a group's alltoallv agrees on its counts among its members,
   both_exact(w0, w1, "cgm");
 }
 
-TEST_CASE("issue 13: a group closed while its alltoallv agrees on counts fails that alltoallv there; nothing hangs, the daemons live on") {
+TEST_CASE("a group closed while its alltoallv agrees on counts fails that alltoallv there; nothing hangs, the daemons live on") {
   Pair pair(kTwoSwitches);
   Side m0(pair.socket[0]), m1(pair.socket[1]);
   open_reversed(m0, m1);
