@@ -136,11 +136,13 @@ void Exchange::pace_frame(std::uint32_t payload, Clock::time_point now) {
   const double bytes = static_cast<double>(payload + kDataFrameOverhead + (c.key ? kTagLen : 0) + c.pace_overhead_bytes);
   const double rate = static_cast<double>(spec_.block_rate_bps) * static_cast<double>(streams_.size());
   const auto frame = nanoseconds(static_cast<std::int64_t>(bytes * 8e9 / rate));
-  // A node woken late catches up by its share of the bottleneck's queue (paced_burst_bytes;
-  // without one, as many bytes as the link's own bucket would let it), and no more: a host that
-  // runs the daemon late must not lose the rate for good, nor let the bursts of all the nodes
-  // it woke at once overflow a switch.
-  const double burst = spec_.paced_burst_bytes > 0 ? static_cast<double>(spec_.paced_burst_bytes) : std::max(static_cast<double>(c.pace_burst_bytes), 4 * bytes);
+  // A node woken late catches up by as many bytes as the link's own bucket would let it, but by
+  // no more than its share of the bottleneck's queue (paced_burst_bytes): a host that runs the
+  // daemon late must not lose the rate for good, nor let the bursts of all the nodes it woke at
+  // once overflow a switch. (Its share alone, 28 KiB on 8-two-switch where the link's bucket
+  // holds 6 KiB at 100 Mbit/s, cost 5 points there: 89.2% against 94.2%.)
+  const double link_burst = std::max(static_cast<double>(c.pace_burst_bytes), 4 * bytes);
+  const double burst = spec_.paced_burst_bytes > 0 ? std::min(static_cast<double>(spec_.paced_burst_bytes), link_burst) : link_burst;
   const auto credit = nanoseconds(static_cast<std::int64_t>(burst * 8e9 / rate));
   paced_next_ = std::max(paced_next_, now - credit) + frame;
 }
