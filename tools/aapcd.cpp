@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
   app.add_option("--socket-group", cfg.socket_group, "group allowed to use the socket (mode 0660)");
   std::string mode = "0660";
   app.add_option("--socket-mode", mode, "permissions of the socket file (octal)")->capture_default_str();
-  app.add_option("--allow-uid", cfg.allow_uids, "further uids allowed besides root, ours and members of --socket-group");
+  app.add_option("--allow-uid", cfg.allow_uids, "further uids allowed besides root, ours and members of --socket-group (opens the socket to every local user, "
+                 "o+rw, and its directory for search, o+x: the daemon itself turns away every uid not allowed)");
   app.add_option("--max-clients-per-uid", cfg.max_clients_per_uid, "connections one uid may hold (not root or ours)")->capture_default_str();
   app.add_option("--max-exchanges", cfg.max_exchanges,
                  "collectives running here at once, of all clients; more are refused (an MPI job runs one or more for each communicator "

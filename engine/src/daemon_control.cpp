@@ -33,6 +33,9 @@ void Daemon::Impl::open_socket() {
 }
 
 // The socket's directory, made 0750 when missing; the group of --socket-group, if given.
+// With --allow-uid the uids it names must reach the socket, whatever their groups: the
+// directory is opened to others for search (o+x) and the socket for connecting (o+rw), and
+// admission (daemon_admission.cpp) turns away every other user at once.
 gid_t Daemon::Impl::socket_dir() const {
   fs::path dir = fs::path(cfg.socket_path).parent_path();
   std::error_code ec;
@@ -40,6 +43,13 @@ gid_t Daemon::Impl::socket_dir() const {
     fs::create_directories(dir, ec);
     if (ec) fail("cannot create " + dir.string() + ": " + ec.message());
     ::chmod(dir.c_str(), 0750);
+  }
+  struct stat st{};
+  if (!cfg.allow_uids.empty() && !dir.empty() && ::stat(dir.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) {
+    if (::chmod(dir.c_str(), (st.st_mode & 07777) | S_IXOTH) != 0)
+      fail("--allow-uid: cannot let other users reach the socket through " + dir.string() + " (chmod o+x: " + std::strerror(errno) +
+           "); give --socket a path in a directory they can search");
+    spdlog::info("--allow-uid: {} made searchable by others (o+x) so that the allowed uids reach the socket", dir.string());
   }
   gid_t gid = static_cast<gid_t>(-1);
   if (!cfg.socket_group.empty()) {
@@ -72,7 +82,7 @@ void Daemon::Impl::bind_socket(gid_t gid) {
   ::umask(old);
   if (rc != 0) fail("cannot bind " + cfg.socket_path + ": " + std::strerror(errno));
   bound = true;
-  ::chmod(cfg.socket_path.c_str(), cfg.socket_mode);
+  ::chmod(cfg.socket_path.c_str(), cfg.allow_uids.empty() ? cfg.socket_mode : cfg.socket_mode | S_IROTH | S_IWOTH);
   if (gid != static_cast<gid_t>(-1)) (void)::chown(cfg.socket_path.c_str(), static_cast<uid_t>(-1), gid);
   if (::listen(listen_fd, 16) != 0) fail(std::string("listen: ") + std::strerror(errno));
 }

@@ -84,6 +84,7 @@ struct LocalDaemon {
     cfg.pace = "off";
     cfg.peer_deadline = 300ms;
     if (tune) tune(cfg);
+    socket = cfg.socket_path;
     try {
       daemon = engine::Daemon::create(cfg);
     } catch (...) {
@@ -767,6 +768,24 @@ TEST_CASE("members of --socket-group may use the socket") {
   Child member({gid}, [&](Child&) { return try_client(d.socket, "may not use"); });
   CHECK(member.status() == 0);
   Child stranger({}, [&](Child&) { return try_client(d.socket, "may not use"); });
+  CHECK(stranger.status() == 1);
+}
+
+TEST_CASE("--allow-uid alone lets that uid in, with the socket's default mode in a directory aapcd made; others stay out") {
+  if (!root()) return;
+  LocalDaemon d([](engine::DaemonConfig& cfg) {
+    cfg.socket_path = (fs::path(cfg.socket_path).parent_path() / "run" / "aapcd.sock").string();  // made by aapcd, 0750
+    cfg.socket_mode = 0660;
+    cfg.allow_uids = {kNobody};
+  });
+  Child allowed({}, [&](Child&) { return try_client(d.socket, "may not use"); });
+  CHECK(allowed.status() == 0);
+  LocalDaemon other([](engine::DaemonConfig& cfg) {
+    cfg.socket_path = (fs::path(cfg.socket_path).parent_path() / "run" / "aapcd.sock").string();
+    cfg.socket_mode = 0660;
+    cfg.allow_uids = {kNobody - 1};
+  });
+  Child stranger({}, [&](Child&) { return try_client(other.socket, "may not use"); });
   CHECK(stranger.status() == 1);
 }
 
