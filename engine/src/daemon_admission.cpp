@@ -118,7 +118,7 @@ void Daemon::Impl::close_idle_clients() {
 std::optional<std::string> Daemon::Impl::claim_rank(ClientState& c) {
   if (holder.held_by_other_than(c.fd))
     return "rank " + std::to_string(rank) + " on " + topo.machine(rank).name + " is in use by pid " + std::to_string(holder.pid) + " (uid " +
-           std::to_string(holder.uid) + "): one client per machine runs collectives (until groups land); wait for it to finish";
+           std::to_string(holder.uid) + "): one client per machine runs the cluster's collectives; wait for it to finish, or run in a group (Client::open_group)";
   if (holder.client != c.fd) spdlog::info("client pid {} holds rank {} for collectives", c.pid, rank);
   holder = {c.fd, c.pid, c.uid};
   return std::nullopt;

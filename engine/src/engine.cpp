@@ -92,6 +92,7 @@ ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32
   }
   spec.send.assign(cluster_size, {});
   spec.recv.assign(cluster_size, {});
+  spec.members = members;
   return spec;
 }
 
@@ -145,6 +146,7 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   last_started_.resize(kSlots);
   newest_lingering_.resize(kSlots);
   peer_proposal_.resize(n);
+  peer_owner_.assign(n, 0);
   join_acked_.assign(n, true);
   ethertype = config_.ethertype;
   my_mac = config_.peers[static_cast<std::size_t>(config_.rank)];
@@ -261,6 +263,8 @@ Result<void> Engine::start(ExchangeSpec spec) {
       return Error(Errc::kPeerSilent, "exchange " + std::to_string(spec.id) + ": peer rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) +
                                           ") has not been heard from since it was found silent " +
                                           std::to_string(duration_cast<milliseconds>(now - d.since).count()) + " ms ago (" + d.why + ")");
+    const bool member = spec.members.empty() || std::find(spec.members.begin(), spec.members.end(), static_cast<Rank>(r)) != spec.members.end();
+    if (!member) continue;  // another group's ABORT of this id says nothing about ours
     auto by = aborted_by_[r].find(id_slot(spec.id));
     const AbortedBy& ab = by != aborted_by_[r].end() ? by->second : AbortedBy{};
     if (ab.active && now - ab.when < config_.peer_deadline && ab.exchange == spec.id)

@@ -5,8 +5,9 @@
 
 namespace aapc::engine {
 
-void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadline) {
+void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadline, std::uint32_t owner) {
   joining_ = true;
+  owner_ = owner;
   join_deadline_ = deadline;
   join_sending_ = true;
   proposal_ = proposal;
@@ -24,7 +25,7 @@ void Engine::join_timers(Clock::time_point now) {
   for (std::size_t r = 0; r < config_.peers.size(); ++r) {
     if (join_acked_[r]) continue;
     all = false;
-    link_->send_control(static_cast<Rank>(r), FrameType::kJoin, 0, proposal_, 0);
+    link_->send_control(static_cast<Rank>(r), FrameType::kJoin, 0, proposal_, owner_);
   }
   join_sending_ = !all;
   join_retry_ = now + join_rto_;
@@ -54,6 +55,17 @@ std::optional<Result<std::uint32_t>> Engine::join_result() {
                                                                "has not called it yet)"));
       }
       return std::nullopt;
+    }
+    if (peer_owner_[r] != owner_) {
+      // Their proposals are spent: the next join waits for new ones (the peers' next clients).
+      for (std::size_t q = 0; q < peer_proposal_.size(); ++q)
+        if (peer_owner_[q] != owner_) peer_proposal_[q].reset();
+      joining_ = false;
+      return Result<std::uint32_t>(Error(Errc::kBusy, "rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) +
+                                                          ") runs the collectives of another user (uid " + std::to_string(peer_owner_[r]) +
+                                                          "; this one's is uid " + std::to_string(owner_) +
+                                                          "): a machine's rank is held by the first client that starts a collective "
+                                                          "there, until it exits; wait for that job, or run in a group (Client::open_group)"));
     }
     if (later_id(*peer_proposal_[r], agreed)) agreed = *peer_proposal_[r];  // the session's slot only
   }

@@ -82,7 +82,9 @@ void Engine::on_abort(const Parsed& f, Clock::time_point now) {
   std::string reason = "aborted by peer rank " + std::to_string(src);
   if (f.payload.size() > 0) reason += ": " + std::string(f.payload.begin(), f.payload.end());
   Exchange* ex = find(f.h.exchange);
-  if (ex != nullptr && ex->running() && ex->accept_epoch(src, f.h.epoch)) {
+  if (ex != nullptr && !ex->member(src)) {  // another group's, or forged
+    link_->count_drop(DropReason::kNotMember);
+  } else if (ex != nullptr && ex->running() && ex->accept_epoch(src, f.h.epoch)) {
     // A collective called differently on some rank (a descriptor or block that differs) is
     // the callers' error on every rank, whoever found it first: the others may hear of it
     // only through this ABORT, now that eager blocks go without READY (issue 14).
@@ -106,7 +108,7 @@ void Engine::on_ack_list(const Parsed& f, Clock::time_point now) {
   for (std::size_t i = 0; i < f.payload.size() / kAckEntryLen; ++i) {
     const AckEntry e = ack_entry(f.payload, i);
     Exchange* ex = find(e.exchange);
-    if (ex == nullptr || !ex->accept_epoch(src, f.h.epoch)) continue;
+    if (ex == nullptr || !ex->member(src) || !ex->accept_epoch(src, f.h.epoch)) continue;
     ex->on_acks(src, e, now);
     used = true;
   }
@@ -122,6 +124,7 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
   if (f.h.type == FrameType::kAck && f.h.aux == static_cast<std::uint32_t>(FrameType::kPing)) return;
   if (f.h.type == FrameType::kJoin) {
     peer_proposal_[static_cast<std::size_t>(src)] = f.h.seq;
+    peer_owner_[static_cast<std::size_t>(src)] = f.h.aux;
     link_->send_control(src, FrameType::kAck, 0, f.h.seq, static_cast<std::uint32_t>(FrameType::kJoin));
     return;
   }
@@ -157,6 +160,10 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
     }
     return;
   }
+  if (!ex->member(src)) {  // another group's, which may use this id on other machines, or forged
+    link_->count_drop(DropReason::kNotMember);
+    return;
+  }
   if (!ex->accept_epoch(src, f.h.epoch)) {
     ex->count_drop(DropReason::kStaleEpoch);
     return;
@@ -188,7 +195,7 @@ void Engine::keep_early(const Parsed& f) {
     e.ready_from[src] = true;
     e.ready_len[src] = f.h.block_len;
   } else {
-    e.syncs.push_back(f.h.seq);
+    e.syncs.emplace_back(f.h.seq, f.src_rank);
   }
   if (!f.payload.empty()) e.descriptor[src].assign(f.payload.begin(), f.payload.end());
   ++link_->counters().early_frames;

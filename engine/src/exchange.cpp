@@ -14,6 +14,9 @@ using std::chrono::nanoseconds;
 Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
     : link_(link), spec_(std::move(spec)), n_(link.config().peers.size()), start_(now), next_keepalive_(now) {
   const std::uint32_t chunk = link_.chunk();
+  member_.assign(n_, spec_.members.empty());
+  for (Rank r : spec_.members)
+    if (r >= 0 && static_cast<std::size_t>(r) < n_) member_[static_cast<std::size_t>(r)] = true;
   out_of_.assign(n_, -1);
   in_.resize(n_);
   epoch_.assign(n_, 0);
@@ -83,10 +86,11 @@ void Exchange::begin(Clock::time_point now, const EarlyFrames& early) {
   // Our own block never leaves the node.
   if (idx(me) < spec_.send.size() && spec_.send[idx(me)].len > 0 && spec_.recv[idx(me)].data != nullptr)
     std::memcpy(spec_.recv[idx(me)].data, spec_.send[idx(me)].data, std::min(spec_.send[idx(me)].len, spec_.recv[idx(me)].len));
+  // Only members' frames count (ExchangeSpec::members): another group may use this id.
   for (std::size_t r = 0; r < n_ && r < early.ready_from.size(); ++r)
-    if (early.ready_from[r]) ready_from_[r] = true;
-  for (std::uint32_t id : early.syncs)
-    if (id < have_sync_.size()) have_sync_[id] = 1;
+    if (early.ready_from[r] && member_[r]) ready_from_[r] = true;
+  for (auto [id, src] : early.syncs)
+    if (id < have_sync_.size() && member(src)) have_sync_[id] = 1;
   // READY before data: every peer that sends to us learns that the buffer is posted. Eager
   // blocks come without one (issue 14): a round trip saved.
   for (std::size_t r = 0; r < n_; ++r)
@@ -104,7 +108,11 @@ void Exchange::begin(Clock::time_point now, const EarlyFrames& early) {
 void Exchange::replay_early(const EarlyFrames& early, Clock::time_point now) {
   for (const EarlyData& d : early.data) {
     if (!running()) return;
-    if (d.src < 0 || idx(d.src) >= n_ || !accept_epoch(d.src, d.h.epoch)) {
+    if (!member(d.src)) {
+      count_drop(DropReason::kNotMember);
+      continue;
+    }
+    if (!accept_epoch(d.src, d.h.epoch)) {
       count_drop(DropReason::kStaleEpoch);
       continue;
     }
@@ -233,13 +241,13 @@ void Exchange::fail(Errc code, const std::string& message, Rank peer, Clock::tim
   late_emits_.clear();
   std::vector<std::uint8_t>().swap(eager_copy_);  // nothing is sent any more
   if (code == Errc::kPeerSilent && peer >= 0) link_.peer_silent(peer, message, now);
-  // Tell everyone (best effort, no acknowledgement); a peer that aborted us already knows.
+  // Tell the members (best effort, no acknowledgement); a peer that aborted us already knows.
   if (tell && code != Errc::kPeerAborted) {
     std::string reason = "rank " + std::to_string(link_.rank()) + ": " + message;
     if (reason.size() > 400) reason.resize(400);
     if (reason.size() > link_.control_room()) reason.resize(link_.control_room());
     for (std::size_t r = 0; r < n_; ++r)
-      if (static_cast<Rank>(r) != link_.rank())
+      if (static_cast<Rank>(r) != link_.rank() && member_[r])
         link_.send_control(static_cast<Rank>(r), FrameType::kAbort, spec_.id, 0, static_cast<std::uint32_t>(code), 0,
                           reinterpret_cast<const std::uint8_t*>(reason.data()), reason.size());
   }

@@ -72,6 +72,8 @@ class Exchange {
   Exchange(Link& link, ExchangeSpec spec, Clock::time_point now);
 
   std::uint32_t id() const { return spec_.id; }
+  // Whether rank `r` takes part (ExchangeSpec::members).
+  bool member(Rank r) const { return r >= 0 && static_cast<std::size_t>(r) < member_.size() && member_[static_cast<std::size_t>(r)]; }
   ExchangeState state() const { return state_; }
   bool running() const { return state_ == ExchangeState::kRunning; }
   // Issue 14: done here (every block in, every round run), and reported so, while eager blocks
@@ -268,6 +270,7 @@ class Exchange {
   ExchangeSpec spec_;
   std::optional<Staging> staging_;
   std::size_t n_;
+  std::vector<bool> member_;  // by rank
   ExchangeState state_ = ExchangeState::kRunning;
   bool settling_ = false, reported_ = false;
   std::vector<std::uint8_t> eager_copy_;  // the eager blocks' bytes (copy_eager_blocks)

@@ -45,7 +45,7 @@ bool Exchange::expects_ours(Rank src, std::uint64_t expected, Clock::time_point 
 bool Exchange::early_agrees(const EarlyFrames& early, Clock::time_point now) {
   for (std::size_t r = 0; r < n_ && r < early.descriptor.size(); ++r) {
     const auto& d = early.descriptor[r];
-    if (d.empty()) continue;
+    if (d.empty() || !member_[r]) continue;
     const FrameType type = early.ready_from[r] ? FrameType::kReady : FrameType::kSync;
     if (!agrees(static_cast<Rank>(r), d, type, now)) return false;
     if (early.ready_from[r] && !expects_ours(static_cast<Rank>(r), early.ready_len[r], now)) return false;

@@ -150,6 +150,11 @@ struct ExchangeSpec {
   std::vector<std::pair<std::uint32_t, Rank>> sync_sources;
   std::vector<SendBlock> send;   // by destination rank (size = cluster size)
   std::vector<RecvBlock> recv;   // by source rank
+  // The cluster ranks that take part (a group's members); empty: every rank. Frames of the
+  // exchange's id from any other rank are dropped (DropReason::kNotMember), and its ABORTs go
+  // to the members only: disjoint groups may number their collectives alike, and one group's
+  // failure must not reach another's (docs/design.md, "Jobs kept apart").
+  std::vector<Rank> members;
   std::uint64_t dummy_len = 0;   // size of a dummy message (0: the largest send block)
   // The whole exchange; 0: derived from its size and the link rate (default_timeout), and
   // then only while the exchange makes no progress (stall_allowance).
@@ -277,8 +282,9 @@ struct EarlyData {
 struct EarlyFrames {
   std::vector<bool> ready_from;           // by rank
   std::vector<std::uint64_t> ready_len;   // by rank: the block its READY expects from us
-  std::vector<std::uint32_t> syncs;
+  std::vector<std::pair<std::uint32_t, Rank>> syncs;  // (sync id, the rank that sent it)
   std::vector<std::vector<std::uint8_t>> descriptor;  // by rank: the last one it sent (or empty)
+  Clock::time_point first_data{};  // when `data` got its first frame (they expire: Engine::expire_early)
   std::vector<EarlyData> data;
 };
 
@@ -336,7 +342,11 @@ class Engine final : private ParseContext {
   // earlier exchanges can never be taken for later ones. A peer whose daemon answers but
   // proposes nothing (no client there called the collective) fails the join after `deadline`
   // (0: never; the daemon gives the first waiting exchange's, default_timeout()).
-  void start_join(std::uint32_t proposal, std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
+  // `owner` says whose collectives the session runs (the daemon gives its client's uid): every
+  // engine must propose the same, or the join fails naming the rank and its owner, before any
+  // block leaves. Another user's client that took one machine's rank first must not swap
+  // blocks with a job on the others (docs/design.md, "Jobs kept apart").
+  void start_join(std::uint32_t proposal, std::chrono::milliseconds deadline = std::chrono::milliseconds(0), std::uint32_t owner = 0);
   bool joining() const { return joining_; }
   // The agreed id once every peer's proposal is in; an error when a peer stays silent.
   std::optional<Result<std::uint32_t>> join_result();
@@ -402,7 +412,9 @@ class Engine final : private ParseContext {
   Clock::time_point join_since_{}, join_retry_{};
   std::chrono::microseconds join_rto_{};
   std::chrono::milliseconds join_deadline_{0};
+  std::uint32_t owner_ = 0;
   std::vector<std::optional<std::uint32_t>> peer_proposal_;  // since our last join completed
+  std::vector<std::uint32_t> peer_owner_;                     // with each proposal
   std::vector<bool> join_acked_;
   bool join_sending_ = false;  // our JOIN still travels to someone
   void join_timers(Clock::time_point now);

@@ -168,6 +168,9 @@ enum class DropReason : std::uint8_t {
   // Issue 15, finding 4: with a cluster key, a frame without a tag or whose tag does not
   // verify; without one, a frame that carries a tag (the sender has a key).
   kBadAuth,
+  // A frame for an exchange from a rank that is not one of its members (ExchangeSpec::members):
+  // another group's, which may use the same id on other machines, or a forgery.
+  kNotMember,
   kCount
 };
 inline constexpr int kDropReasons = static_cast<int>(DropReason::kCount);
