@@ -35,6 +35,40 @@ void add_cpu_options(CLI::App& app, aapc::engine::DaemonConfig& cfg, std::vector
 }
 
 // The cluster key and the AEAD of this node's tags (engine/auth.hpp, wire.hpp).
+// What one client or uid may hold of the daemon (daemon_quotas.cpp); root and ours are limited
+// per client only.
+void add_quota_options(CLI::App& app, aapc::engine::DaemonConfig& cfg) {
+  const auto positive = CLI::Range(std::size_t{1}, std::size_t{1} << 20);
+  app.add_option("--max-clients-per-uid", cfg.max_clients_per_uid, "connections one uid may hold (not root or ours)")->capture_default_str();
+  app.add_option("--max-exchanges", cfg.max_exchanges,
+                 "collectives running here at once, of all clients; more are refused (an MPI job runs one or more for each communicator "
+                 "whose leader on this machine is in a collective)")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--max-exchanges-per-client", cfg.max_exchanges_per_client, "collectives one client may have running or not yet collected")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--max-exchanges-per-uid", cfg.max_exchanges_per_uid, "the same for all clients of one uid together (not root or ours)")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option_function<std::uint32_t>(
+         "--max-timeout-ms", [&cfg](std::uint32_t ms) { cfg.max_timeout = std::chrono::milliseconds(ms); },
+         "the longest timeout a collective may ask for (default 3600000; 0 asks for one derived from the size, which is not capped)")
+      ->check(CLI::Range(std::uint32_t{1}, UINT32_MAX));
+  app.add_option("--max-buffers-per-uid", cfg.max_buffers_per_uid, "buffers the clients of one uid may register (not root or ours)")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--max-buffer-bytes-per-uid", cfg.max_buffer_bytes_per_uid, "bytes of buffers the clients of one uid may register (not root or ours)")
+      ->capture_default_str();
+  app.add_option("--max-buffers-others", cfg.max_buffers_others,
+                 "buffers all uids but root and ours may register together (each is a memory map, and maps are limited: vm.max_map_count)")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--max-plans", cfg.max_plans, "schedules kept per group and for the cluster (the least recently used goes)")
+      ->capture_default_str()
+      ->check(positive);
+}
+
 void add_key_options(CLI::App& app, aapc::engine::DaemonConfig& cfg) {
   app.add_option("--cluster-key", cfg.cluster_key,
                  "file of the cluster key (32 bytes or 64 hex digits, mode 0600, the same on every node): frames carry a keyed MAC, "
@@ -66,12 +100,7 @@ int main(int argc, char** argv) {
   app.add_option("--socket-mode", mode, "permissions of the socket file (octal)")->capture_default_str();
   app.add_option("--allow-uid", cfg.allow_uids, "further uids allowed besides root, ours and members of --socket-group (opens the socket to every local user, "
                  "o+rw, and its directory for search, o+x: the daemon itself turns away every uid not allowed)");
-  app.add_option("--max-clients-per-uid", cfg.max_clients_per_uid, "connections one uid may hold (not root or ours)")->capture_default_str();
-  app.add_option("--max-exchanges", cfg.max_exchanges,
-                 "collectives running here at once, of all clients; more are refused (an MPI job runs one or more for each communicator "
-                 "whose leader on this machine is in a collective)")
-      ->capture_default_str()
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+  add_quota_options(app, cfg);
   int hello_ms = 5000;
   app.add_option("--hello-timeout-ms", hello_ms, "a client that says no HELLO this long after connecting is closed")->capture_default_str();
   app.add_option("--capture", cfg.capture_path, "write every frame sent and received to this pcap file");

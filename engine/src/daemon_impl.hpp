@@ -74,7 +74,8 @@ struct RankHolder {
 // Plans exchanges over a tree: the whole cluster's, or a group's (issue 13). Schedules are
 // cached by "algorithm+sync". Not moved: the model refers to the tree.
 struct Planner {
-  explicit Planner(sched::Topology tree, int radix = 0) : topo(std::move(tree)), model(topo), barrier_radix(radix) {}
+  explicit Planner(sched::Topology tree, int radix = 0, std::size_t plans = 64)
+      : topo(std::move(tree)), model(topo), barrier_radix(radix), max_plans(plans) {}
   Planner(const Planner&) = delete;
   Planner& operator=(const Planner&) = delete;
   std::shared_ptr<const sched::Schedule> schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync);
@@ -82,10 +83,18 @@ struct Planner {
   sched::Topology topo;
   sched::TreeModel model;
   int barrier_radix = 0;  // DaemonConfig::barrier_radix
-  std::map<std::string, std::shared_ptr<const sched::Schedule>> schedules;
+  std::size_t max_plans = 64;  // DaemonConfig::max_plans
+  // By plan spec, with when each was last used: a client that names thousands of specs must
+  // not grow the daemon without end. Exchanges hold their schedule themselves (shared_ptr).
+  struct Cached {
+    std::shared_ptr<const sched::Schedule> schedule;
+    std::uint64_t used = 0;
+  };
+  std::map<std::string, Cached> schedules;
+  std::uint64_t uses = 0;
   // An alltoallv's agreement on its pattern (daemon_sparse.cpp): its rows to rank 0 and the
   // verdict back, and the all-to-many schedules of patterns seen, over this tree.
-  std::shared_ptr<const sched::Schedule> gather, broadcast;
+  std::shared_ptr<const sched::Schedule> gather, broadcast, barrier_plan;
   sched::SparsePlanCache sparse_plans{16};
 };
 
@@ -208,6 +217,12 @@ struct Daemon::Impl {
   void close_idle_clients();
   std::optional<std::string> claim_rank(ClientState& c);
   void release_rank(const ClientState& c);
+
+  // daemon_quotas.cpp
+  bool limited(const ClientState& c) const;  // other than root and the daemon's uid
+  std::size_t in_flight(const ClientState& c) const;  // its collectives waiting, running or not yet collected
+  std::optional<std::string> start_quota(const ClientState& c, const proto::StartRequest& m) const;
+  std::optional<std::string> buffer_quota(const ClientState& c, std::uint64_t size) const;
 
   // daemon_requests.cpp
   void serve(ClientState& c, std::uint32_t request, const proto::HelloRequest& m);

@@ -61,6 +61,7 @@ void Daemon::Impl::register_buffer(ClientState& c, std::uint32_t request, const 
   if (fd < 0) return refuse(Errc::kInvalidArgument, "REGISTER without a memory file descriptor");
   if (size == 0 || size > cfg.max_buffer_bytes)
     return refuse(Errc::kInvalidArgument, "buffer size " + std::to_string(size) + " is not between 1 and " + std::to_string(cfg.max_buffer_bytes));
+  if (auto why = buffer_quota(c, size)) return refuse(Errc::kBusy, *why);
   if (auto why = sealed(fd)) return refuse(Errc::kInvalidArgument, *why);
   // Sized after sealing: it can no longer change under the mapping.
   struct stat st{};

@@ -12,17 +12,25 @@ namespace aapc::engine {
 std::shared_ptr<const sched::Schedule> Planner::schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync) {
   std::string key = sched::format_plan_spec(algo, sync);
   auto it = schedules.find(key);
-  if (it != schedules.end()) return it->second;
+  if (it != schedules.end()) {
+    it->second.used = ++uses;
+    return it->second.schedule;
+  }
+  if (schedules.size() >= std::max<std::size_t>(max_plans, 1)) {
+    auto oldest = std::min_element(schedules.begin(), schedules.end(), [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+    schedules.erase(oldest);
+  }
   auto s = std::make_shared<const sched::Schedule>(sched::plan_sync(topo, sched::make_schedule(topo, algo), sync));
-  schedules[key] = s;
+  schedules[key] = {s, ++uses};
   return s;
 }
 
 std::shared_ptr<const sched::Schedule> Planner::barrier() {
-  auto& b = schedules["barrier"];  // no plan spec has that key
-  const int n = topo.machine_count();
-  if (!b) b = std::make_shared<const sched::Schedule>(sched::barrier_schedule(n, sched::barrier_radix(n, barrier_radix)));
-  return b;
+  if (!barrier_plan) {
+    const int n = topo.machine_count();
+    barrier_plan = std::make_shared<const sched::Schedule>(sched::barrier_schedule(n, sched::barrier_radix(n, barrier_radix)));
+  }
+  return barrier_plan;
 }
 
 // A request is checked at once; the first exchange of a session then waits until the
@@ -31,10 +39,12 @@ void Daemon::Impl::start_or_join(ClientState& c, std::uint32_t request, const pr
   if (m.group != kWorldSlot) {
     // A group's collectives are its clients' alone, numbered from the id they agreed on.
     if (auto why = group_problem(c, m.group)) return reply_error(c.fd, request, Errc::kInvalidArgument, *why);
+    if (auto why = start_quota(c, m)) return reply_error(c.fd, request, Errc::kBusy, *why);
     if (auto p = prepare(c, request, m)) launch(std::move(*p));
     return;
   }
   if (holder.held_by_other_than(c.fd)) return reply_error(c.fd, request, Errc::kBusy, *claim_rank(c));
+  if (auto why = start_quota(c, m)) return reply_error(c.fd, request, Errc::kBusy, *why);
   auto p = prepare(c, request, m);
   if (!p) return;
   (void)claim_rank(c);

@@ -31,8 +31,11 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
       {"port", cfg.device},
       {"epoch", engine->epoch()},
       {"pace_bps", pace_bps},
+      // Frames tagged with the cluster key, and its cipher; null: unauthenticated.
+      {"authentication", key ? nlohmann::json(std::string(cipher_name(key->cipher))) : nlohmann::json(nullptr)},
       {"peak_aggregate_bps", world->model.peak_aggregate_bps()},
       {"next_exchange", next_id},
+      {"plans", world->schedules.size()},  // cached for the cluster's collectives (--max-plans)
       {"clients", clients.size()},
       {"rank_holder", held},
       {"groups", open_groups},

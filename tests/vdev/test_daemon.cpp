@@ -789,6 +789,100 @@ TEST_CASE("--allow-uid alone lets that uid in, with the socket's default mode in
   CHECK(stranger.status() == 1);
 }
 
+TEST_CASE("a collective's timeout over the daemon's cap is refused, naming the cap and its option") {
+  LocalDaemon d([](engine::DaemonConfig& cfg) { cfg.max_timeout = 60s; });
+  Client c = Client::connect(d.socket);
+  Buffer s = c.allocate(128), r = c.allocate(128);
+  Options o;
+  o.timeout = std::chrono::milliseconds(UINT32_MAX);  // 49 days
+  auto res = c.alltoall(s, r, 64, o);
+  REQUIRE_FALSE(res);
+  CHECK(res.error().code() == Errc::kBusy);
+  CHECK_THAT(res.error().message(), Catch::Contains("--max-timeout-ms"));
+  CHECK(status_of(c)["exchanges"].empty());
+}
+
+TEST_CASE("one client's collectives running or not yet collected are capped; once collected it may start more") {
+  DaemonPair pair([](engine::DaemonConfig& cfg) { cfg.max_exchanges_per_client = 3; });
+  Client x = Client::connect(pair.d[0]->socket), y = Client::connect(pair.d[1]->socket);
+  Buffer sx = x.allocate(128), rx = x.allocate(128), sy = y.allocate(128), ry = y.allocate(128);
+  std::vector<Request> rq_x, rq_y;
+  for (int i = 0; i < 3; ++i) {
+    // Each START is answered once the ids are agreed: the first needs both ranks at once.
+    Result<Request> b = Error(Errc::kInternal, "not run");
+    std::thread t([&] { b = y.start_alltoall(sy, ry, 64); });
+    auto a = x.start_alltoall(sx, rx, 64);
+    t.join();
+    REQUIRE(a);
+    REQUIRE(b);
+    rq_x.push_back(std::move(*a));
+    rq_y.push_back(std::move(*b));
+  }
+  auto refused = x.start_alltoall(sx, rx, 64);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code() == Errc::kBusy);
+  CHECK_THAT(refused.error().message(), Catch::Contains("--max-exchanges-per-client"));
+  for (auto& q : rq_x) CHECK(q.wait());
+  for (auto& q : rq_y) CHECK(q.wait());
+  auto [a, b] = alltoall_both(x, sx, rx, y, sy, ry);
+  CHECK(a);
+  CHECK(b);
+}
+
+TEST_CASE("the schedules a daemon keeps are capped; the least recently used goes, and a spec planned again still runs") {
+  DaemonPair pair([](engine::DaemonConfig& cfg) { cfg.max_plans = 4; });
+  Client x = Client::connect(pair.d[0]->socket), y = Client::connect(pair.d[1]->socket);
+  Buffer sx = x.allocate(128), rx = x.allocate(128), sy = y.allocate(128), ry = y.allocate(128);
+  for (int k : {1, 2, 3, 4, 5, 6, 1}) {
+    Options o;
+    o.schedule = "tree";
+    o.sync = "sender-partial:" + std::to_string(k);
+    auto [a, b] = alltoall_both(x, sx, rx, y, sy, ry, o);
+    INFO(o.sync);
+    REQUIRE(a);
+    REQUIRE(b);
+    CHECK(received(rx, 0, 64));
+  }
+  CHECK(status_of(x)["plans"] == 4);
+}
+
+TEST_CASE("one uid's registered buffers are capped by count and bytes; root's are not") {
+  if (!root()) return;
+  LocalDaemon d([](engine::DaemonConfig& cfg) {
+    cfg.allow_uids = {kNobody};
+    cfg.max_buffers_per_uid = 4;
+    cfg.max_buffer_bytes_per_uid = 1 << 20;
+  });
+  std::vector<Buffer> kept;  // a Buffer frees itself when it goes
+  auto refusal = [&](Client& c, std::size_t bytes) -> std::string {
+    try {
+      kept.push_back(c.allocate(bytes));
+      return "";
+    } catch (const Exception& e) {
+      return e.error().message();
+    }
+  };
+  Child user({}, [&](Child&) {
+    Client c = Client::connect(d.socket);
+    for (int i = 0; i < 4; ++i)
+      if (!refusal(c, 4096).empty()) return 2;
+    if (refusal(c, 4096).find("--max-buffers-per-uid") == std::string::npos) return 3;
+    Client other = Client::connect(d.socket);  // the cap is the uid's, not the connection's
+    if (refusal(other, 4096).find("--max-buffers-per-uid") == std::string::npos) return 4;
+    return 0;
+  });
+  CHECK(user.status() == 0);
+  Child big({}, [&](Child&) {
+    Client c = Client::connect(d.socket);
+    if (!refusal(c, 768 << 10).empty()) return 2;
+    return refusal(c, 512 << 10).find("--max-buffer-bytes-per-uid") != std::string::npos ? 0 : 3;
+  });
+  CHECK(big.status() == 0);
+  Client mine = Client::connect(d.socket);
+  for (int i = 0; i < 8; ++i) CHECK(refusal(mine, 4096).empty());
+  kept.clear();
+}
+
 TEST_CASE("refused users are answered and closed at once, and cannot lock root out") {
   if (!root()) return;
   LocalDaemon d;

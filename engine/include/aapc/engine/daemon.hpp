@@ -44,6 +44,21 @@ struct DaemonConfig {
   std::chrono::milliseconds hello_timeout{5'000};
   std::uint64_t max_buffer_bytes = 1ULL << 36;  // per buffer
   std::size_t max_exchanges = 256;              // running at once (EngineConfig::max_live_exchanges)
+  // Quotas, so that one user cannot deny service to the others (docs/design.md, "Jobs kept
+  // apart"). Collectives one client has running or not yet collected (WAIT), and all clients of
+  // one uid together (root and the daemon's uid are not limited per uid):
+  std::size_t max_exchanges_per_client = 64;
+  std::size_t max_exchanges_per_uid = 128;
+  // The longest timeout a START may give (0 asks for one derived from the size, never capped).
+  std::chrono::milliseconds max_timeout{3'600'000};
+  // Buffers registered by the clients of one uid (not root or ours), by count and bytes, and
+  // by all such uids together: every buffer is a memory map of this process, and maps are
+  // limited (vm.max_map_count, 65,530 by default), so root's must still fit.
+  std::size_t max_buffers_per_uid = 4096;
+  std::uint64_t max_buffer_bytes_per_uid = 1ULL << 40;
+  std::size_t max_buffers_others = 32768;
+  // Schedules kept per group (and the cluster's), by plan spec; the least recently used goes.
+  std::size_t max_plans = 64;
   // I/O lcores (issue 17, part 3; nic/io_lcore.hpp): empty, the engine's thread drives the
   // port; one CPU, a thread pinned there receives and sends for it and checks every received
   // frame's CRC (and tag); two, one thread receives (and checks) on the first and one sends
