@@ -11,6 +11,8 @@
 //   aapc-emu mpirun TOPO [--ppn K] [--mpi openmpi|mpich] -- PROGRAM ARGS...
 //                                    (daemons on every machine, an MPI job with libaapc-mpi.so)
 //   aapc-emu start | stop            (daemons on the cluster that is up)
+//
+// The daemons authenticate their frames with a key made for the cluster (--no-key: none).
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <nlohmann/json.hpp>
@@ -382,10 +384,31 @@ fs::path sibling(const char* argv0, const std::string& tool) {
 struct RunOptions {
   std::string topology, faults, capture_dir, daemon_args, subnet = "10.77";
   bool keep = false;
+  bool no_key = false;  // daemons without a cluster key: frames unauthenticated
   int timeout_s = 600;
 };
 
 std::string socket_of(const std::string& machine) { return aapc::tools::emu_socket(machine); }
+
+// The daemons' --cluster-key: frames are authenticated by default (docs/design.md, "Jobs kept
+// apart"), so the cluster gets a key of its own, made once while it is up (`down` removes it
+// with the state directory), readable by root alone. None with --no-key, or when
+// --daemon-args gives one.
+std::vector<std::string> key_args(const RunOptions& o) {
+  if (o.no_key || o.daemon_args.find("--cluster-key") != std::string::npos) return {};
+  const fs::path key = kStateDir / "cluster.key";
+  if (!fs::exists(key)) {
+    std::vector<char> bytes(32);
+    std::ifstream random("/dev/urandom", std::ios::binary);
+    if (!random.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) throw Failure("cannot read /dev/urandom for the cluster key");
+    const int fd = ::open(key.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) throw Failure("cannot create " + key.string() + ": " + std::strerror(errno));
+    const bool written = ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+    ::close(fd);
+    if (!written) throw Failure("cannot write " + key.string());
+  }
+  return {"--cluster-key", key.string()};
+}
 
 // Starts aapcd in every machine's namespace whose daemon is not running, and waits until
 // each answers on its socket.
@@ -407,6 +430,8 @@ void start_daemons(Json& state, const RunOptions& o, const char* argv0) {
     std::string socket = socket_of(name);
     std::vector<std::string> argv = {"ip", "netns", "exec", m["netns"], aapcd.string(), "--topology", topo_path, "--vdev",
                                      "net_af_packet0,iface=aapc0", "--socket", socket, "--log-level", "warn"};
+    const auto key = key_args(o);
+    argv.insert(argv.end(), key.begin(), key.end());
     if (!o.faults.empty()) argv.insert(argv.end(), {"--faults", o.faults});
     if (!o.capture_dir.empty()) {
       fs::create_directories(o.capture_dir);
@@ -626,6 +651,7 @@ int main(int argc, char** argv) {
   ex->add_option("MACHINE", machine, "machine name")->required();
   ex->add_option("CMD", cmd, "command")->required();
   RunOptions ro;
+  const std::string kNoKeyHelp = "run the daemons without a cluster key (frames unauthenticated; by default the cluster gets a key of its own)";
   auto* runc = app.add_subcommand("run", "bring up TOPO (unless up), start aapcd on every machine, run CMD on every machine, report, tear down");
   runc->add_option("TOPO", ro.topology, "topology file or shipped name")->required();
   runc->add_option("CMD", cmd, "command for every machine, after --")->required();
@@ -633,12 +659,14 @@ int main(int argc, char** argv) {
   runc->add_option("--faults", ro.faults, "inject faults in every daemon's port, e.g. drop=0.01");
   runc->add_option("--capture-dir", ro.capture_dir, "every daemon writes DIR/<machine>.pcap");
   runc->add_option("--daemon-args", ro.daemon_args, "further aapcd arguments");
+  runc->add_flag("--no-key", ro.no_key, kNoKeyHelp);
   runc->add_option("--timeout", ro.timeout_s, "seconds the command may take")->capture_default_str();
   runc->add_option("--subnet", ro.subnet, "first two octets of the machines' IPv4 addresses")->capture_default_str();
   auto* startc = app.add_subcommand("start", "start aapcd on every machine of the cluster that is up (those not running)");
   startc->add_option("--faults", ro.faults, "inject faults in every daemon's port, e.g. drop=0.01");
   startc->add_option("--capture-dir", ro.capture_dir, "every daemon writes DIR/<machine>.pcap");
   startc->add_option("--daemon-args", ro.daemon_args, "further aapcd arguments");
+  startc->add_flag("--no-key", ro.no_key, kNoKeyHelp);
   app.add_subcommand("stop", "stop the daemons (the cluster stays up)");
   MpiOptions mo;
   auto* mpic = app.add_subcommand("mpirun", "bring up TOPO (unless up), start aapcd on every machine, run an MPI program on the cluster with "
@@ -652,6 +680,7 @@ int main(int argc, char** argv) {
   mpic->add_option("--env", mo.env, "NAME=VALUE for every rank (repeatable), e.g. AAPC_MPI_VERBOSE=1")->allow_extra_args(false);
   mpic->add_flag("--keep", ro.keep, "leave the cluster up afterwards");
   mpic->add_option("--daemon-args", ro.daemon_args, "further aapcd arguments");
+  mpic->add_flag("--no-key", ro.no_key, kNoKeyHelp);
   mpic->add_option("--timeout", ro.timeout_s, "seconds the job may take")->capture_default_str();
   mpic->add_option("--subnet", ro.subnet, "first two octets of the machines' IPv4 addresses")->capture_default_str();
   app.positionals_at_end();

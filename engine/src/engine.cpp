@@ -142,6 +142,7 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
     if (mac_index_[i].first == mac_index_[i - 1].first) throw std::invalid_argument("two ranks share the MAC " + nic::mac_string(mac_index_[i].first));
   peer_epoch_.assign(n, 0);
   peer_epoch_known_.assign(n, false);
+  epoch_challenge_.assign(n, {});
   aborted_by_.resize(n);
   last_started_.resize(kSlots);
   newest_lingering_.resize(kSlots);
@@ -314,11 +315,22 @@ void Engine::timers(Clock::time_point now) {
     end_linger(lingering_.front().second);  // (gone already when linger_max ended it)
     lingering_.pop_front();
   }
-  // Early entries do not expire with time (they go when a later exchange starts, or to make
-  // room for a nearer one): their READYs and tokens were acknowledged, so nobody sends them
+  // Early entries' READYs and tokens do not expire with time (they go when a later exchange
+  // starts, or to make room for a nearer one): they were acknowledged, so nobody sends them
   // again. At 30% loss per port direction an exchange takes 30 s, and a rank started the
   // next one more than linger (15 s) before a slower peer did; that peer's entry expired and
-  // both waited for each other until the stall deadline (issue 15).
+  // both waited for each other until the stall deadline (issue 15). Their eager DATA was not
+  // acknowledged, so its sender polls and sends it again: it expires.
+  expire_early_data(now);
+}
+
+void Engine::expire_early_data(Clock::time_point now) {
+  for (auto& [id, e] : early_) {
+    if (e.data.empty() || now - e.first_data < config_.early_data_expiry) continue;
+    early_data_bytes_ -= std::min(early_data_bytes_, early_payload(e));
+    link_->counters().early_data_expired += e.data.size();
+    std::vector<EarlyData>().swap(e.data);
+  }
 }
 
 void Engine::end_linger(std::uint32_t id) {

@@ -1,6 +1,7 @@
 // The engine's receive path: epochs, the frames the engine answers itself, and the hand-off
 // of the others to their exchange.
 #include <rte_mbuf.h>
+#include <sodium.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -44,7 +45,9 @@ void check_integrity(rte_mbuf** frames, std::uint16_t n, std::uint64_t flag, con
 
 nic::FrameHook integrity_hook(const FrameKey* key) { return {&check_integrity, key}; }
 
-DropReason Engine::note_epoch(Rank src, std::uint32_t epoch) {
+DropReason Engine::note_epoch(const Parsed& f, Clock::time_point now) {
+  const Rank src = f.src_rank;
+  const std::uint32_t epoch = f.h.epoch;
   auto i = static_cast<std::size_t>(src);
   if (peer_epoch_known_[i] && epoch == peer_epoch_[i]) return DropReason::kOk;
   // Issue 15, finding 5: an epoch is its sender's start time, so none can lie ahead of our
@@ -63,11 +66,32 @@ DropReason Engine::note_epoch(Rank src, std::uint32_t epoch) {
   // A later epoch means the peer restarted. A known epoch that no longer looks plausible (a
   // daemon up for longer than the serial-number range) gives way to any plausible one.
   if (!later(epoch, peer_epoch_[i]) && plausible(peer_epoch_[i])) return DropReason::kStaleEpoch;  // an earlier incarnation
+  if (!restart_confirmed(f, now)) return DropReason::kUnconfirmedEpoch;
   peer_epoch_[i] = epoch;
-  const auto now = Clock::now();
   for (auto& [id, ex] : exchanges_) ex->peer_restarted(src, now);
   if (on_peer_restart) on_peer_restart(src);
   return DropReason::kOk;
+}
+
+// Without a cluster key any host on the segment can write a frame with a later epoch, which
+// would make every real frame of its sender look stale: two nodes split until a restart. So a
+// later epoch is taken only once the machine at the sender's MAC answers a challenge with it:
+// a PING carrying a random nonce, whose ACK echoes the nonce (Engine::handle). A forger would
+// have to see frames the switch sends to another port. A real restart costs one round trip.
+// With a key, frames are authentic and the epoch is taken at once.
+bool Engine::restart_confirmed(const Parsed& f, Clock::time_point now) {
+  if (key != nullptr) return true;
+  EpochChallenge& c = epoch_challenge_[static_cast<std::size_t>(f.src_rank)];
+  if (f.h.type == FrameType::kAck && f.h.aux == static_cast<std::uint32_t>(FrameType::kPing) && c.nonce != 0 && f.h.seq == c.nonce &&
+      f.h.epoch == c.epoch) {
+    c = {};
+    return true;
+  }
+  if (c.nonce == 0 || c.epoch != f.h.epoch || now - c.sent >= config_.rto) {  // at most one challenge per rto
+    c = {f.h.epoch, randombytes_random() | 1U, now};
+    link_->send_control(f.src_rank, FrameType::kPing, 0, c.nonce, 0);
+  }
+  return false;
 }
 
 bool Engine::alive_epoch(const Parsed& f) const {
@@ -118,7 +142,7 @@ void Engine::on_ack_list(const Parsed& f, Clock::time_point now) {
 void Engine::handle(const Parsed& f, Clock::time_point now) {
   const Rank src = f.src_rank;
   if (f.h.type == FrameType::kPing) {
-    link_->send_control(src, FrameType::kAck, f.h.exchange, 0, static_cast<std::uint32_t>(FrameType::kPing));
+    link_->send_control(src, FrameType::kAck, f.h.exchange, f.h.seq, static_cast<std::uint32_t>(FrameType::kPing));  // echoes a challenge's nonce
     return;
   }
   if (f.h.type == FrameType::kAck && f.h.aux == static_cast<std::uint32_t>(FrameType::kPing)) return;
@@ -217,6 +241,7 @@ void Engine::keep_early_data(const Parsed& f) {
     return;
   }
   EarlyFrames& e = early_entry(f.h.exchange);
+  if (e.data.empty()) e.first_data = Clock::now();
   e.data.push_back({f.h, f.src_rank, std::vector<std::uint8_t>(f.payload.begin(), f.payload.end())});
   early_data_bytes_ += f.payload.size();
   ++link_->counters().early_data_frames;
@@ -236,7 +261,7 @@ void Engine::receive(Clock::time_point now) {
     const bool prechecked = rx_verified_ != 0 && (m->ol_flags & rx_verified_) != 0;
     link_->counters().rx_prechecked += prechecked ? 1 : 0;
     Parsed f = parse(head, tail, *this, prechecked);
-    if (f.reason == DropReason::kOk) f.reason = note_epoch(f.src_rank, f.h.epoch);
+    if (f.reason == DropReason::kOk) f.reason = note_epoch(f, now);
     if (f.reason != DropReason::kOk) {
       // A frame of the peer's current incarnation that is merely of no use (a duplicate, for a
       // finished exchange, dummy traffic) still shows that the peer is alive (finding 8).

@@ -172,7 +172,7 @@ std::string_view drop_reason_name(DropReason reason) {
   static constexpr std::string_view kNames[] = {
       "ok",          "runt",        "ethertype",   "not_for_us",       "unknown_source", "bad_magic",
       "bad_version", "bad_type",    "bad_length",  "bad_crc",          "rank_mismatch",  "not_live",
-      "stale_epoch", "unexpected_block", "bad_offset", "duplicate", "dummy", "future_epoch", "bad_auth", "not_member"};
+      "stale_epoch", "unexpected_block", "bad_offset", "duplicate", "dummy", "future_epoch", "bad_auth", "not_member", "unconfirmed_epoch"};
   auto i = static_cast<std::size_t>(reason);
   return i < std::size(kNames) ? kNames[i] : "?";
 }

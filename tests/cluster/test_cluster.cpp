@@ -157,8 +157,8 @@ struct Cluster {
     REQUIRE(up.status == 0);
     start(daemon_args, faults);
   }
-  void start(const std::string& daemon_args = "", const std::string& faults = "", const std::string& capture_dir = "") {
-    std::string cmd = kEmu + " start";
+  void start(const std::string& daemon_args = "", const std::string& faults = "", const std::string& capture_dir = "", bool no_key = false) {
+    std::string cmd = kEmu + " start" + (no_key ? " --no-key" : "");
     if (!daemon_args.empty()) cmd += " --daemon-args '" + daemon_args + "'";
     if (!faults.empty()) cmd += " --faults " + faults;
     if (!capture_dir.empty()) cmd += " --capture-dir " + capture_dir;
@@ -395,6 +395,28 @@ TEST_CASE("a rank whose program never calls the collective: the others fail with
     CHECK(out.find(absent) != std::string::npos);
   }
   CHECK(std::chrono::steady_clock::now() - t0 < 30s);
+}
+
+TEST_CASE("aapc-emu's daemons authenticate frames with a key of the cluster's own unless told --no-key") {
+  auto authentication = [] {
+    auto st = status_of_first();
+    INFO(st.text);
+    REQUIRE(st.status == 0);
+    return nlohmann::json::parse(st.text.substr(st.text.find('{')))["authentication"];
+  };
+  {
+    Cluster c("8-two-switch");
+    CHECK(authentication().is_string());
+    const fs::path key = aapc::tools::kEmuStateDir / "cluster.key";
+    REQUIRE(fs::exists(key));
+    CHECK(fs::file_size(key) == 32);
+    CHECK((fs::status(key).permissions() & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none);
+    require_all_ok(everywhere(exchange(3000, "tree")), "tree with aapc-emu's key");
+    REQUIRE(sh(kEmu + " stop").status == 0);
+    c.start("", "", "", true);
+    CHECK(authentication().is_null());
+  }
+  CHECK(nothing_left());  // the key went with the cluster
 }
 
 TEST_CASE("a cluster key: exchanges byte-exact with tagged frames; a key others can read is refused") {

@@ -144,6 +144,65 @@ TEST_CASE("with a cluster key, frames forged without it or with another are drop
   CHECK(drops(fabric.engine(1), DropReason::kFutureEpoch) == 0);  // the tag is checked first
 }
 
+TEST_CASE("without a key, a forged PING with a later, plausible epoch splits nothing: the real sender answers the challenge with its own") {
+  test::Fabric fabric(test::nodes(4));
+  test::expect_ok(test::run_exchange(fabric, ring(4), 1, 5'000), "before");
+  const std::uint32_t real = fabric.engine(0).epoch();
+  fabric.inject(1, forge(FrameType::kPing, 0, real + 1'000, 0, 1));  // one second later: within the clocks' skew
+  fabric.settle();
+  CHECK(drops(fabric.engine(1), DropReason::kUnconfirmedEpoch) == 1);
+  test::expect_ok(test::run_exchange(fabric, ring(4), 2, 5'000, std::chrono::milliseconds(10'000)), "after the forged PING");
+  CHECK(drops(fabric.engine(1), DropReason::kStaleEpoch) == 0);
+}
+
+TEST_CASE("without a key, a peer's later epoch is taken once the machine at its MAC answers the challenge with it") {
+  std::uint32_t nonce = 0;
+  auto opts = test::nodes(4);
+  // The challenge rank 1 sends to rank 0 is read off the switch and kept from rank 0, which
+  // has not restarted; the test answers for a restarted rank 0.
+  opts.drop = [&](int src, int dst, const engine::Header& h) {
+    if (src != 1 || dst != 0 || h.type != FrameType::kPing || h.seq == 0) return false;
+    nonce = h.seq;
+    return true;
+  };
+  test::Fabric fabric(opts);
+  test::expect_ok(test::run_exchange(fabric, ring(4), 1, 5'000), "before");
+  engine::Rank restarted = -1;
+  fabric.engine(1).on_peer_restart = [&](engine::Rank r) { restarted = r; };
+  const std::uint32_t later = fabric.engine(0).epoch() + 1'000;
+  fabric.inject(1, forge(FrameType::kPing, 0, later, 0, 1));
+  fabric.settle();
+  REQUIRE(nonce != 0);
+  CHECK(restarted == -1);
+  engine::Header answer;
+  answer.type = FrameType::kAck;
+  answer.epoch = later;
+  answer.seq = nonce + 2;  // a wrong guess is no answer
+  answer.aux = static_cast<std::uint32_t>(FrameType::kPing);
+  fabric.inject(1, test::fabric_frame(answer, 0, 1));
+  fabric.settle();
+  CHECK(restarted == -1);
+  answer.seq = nonce;
+  fabric.inject(1, test::fabric_frame(answer, 0, 1));
+  fabric.settle();
+  CHECK(restarted == 0);
+}
+
+TEST_CASE("eager DATA forged for an exchange not started yet expires; the exchange started later is byte-exact") {
+  auto opts = test::nodes(4);
+  opts.tune = [](engine::EngineConfig& c) { c.early_data_expiry = std::chrono::milliseconds(200); };
+  test::Fabric fabric(opts);
+  const std::uint64_t block = 5'000;
+  test::expect_ok(test::run_exchange(fabric, ring(4), 1, block), "before");
+  const std::uint32_t chunk = fabric.engine(1).chunk(), epoch = fabric.engine(0).epoch();
+  fabric.inject(1, forge_data(2, epoch, block, chunk, nullptr));
+  fabric.settle();
+  CHECK(fabric.engine(1).counters().early_data_frames >= 1);
+  fabric.run_until([] { return false; }, std::chrono::milliseconds(400));
+  CHECK(fabric.engine(1).counters().early_data_expired == 1);
+  test::expect_ok(test::run_exchange(fabric, ring(4), 2, block, std::chrono::milliseconds(10'000)), "after the forged DATA expired");
+}
+
 TEST_CASE("a node without the key and nodes with it fail loudly, not silently") {
   auto opts = test::nodes(3);
   opts.tune = [&](engine::EngineConfig& c) {

@@ -68,6 +68,10 @@ struct EngineConfig {
   // far-future epoch made every real frame of its sender stale until restart). 0: no bound,
   // for engines given an epoch that is not a clock reading.
   std::chrono::milliseconds max_epoch_skew{600'000};
+  // A frame that holds eager DATA for an exchange not started here is kept this long at most
+  // (its sender's polls bring it again): frames forged for ids ahead must not lie in wait for
+  // a later job.
+  std::chrono::milliseconds early_data_expiry{2'000};
   // Exchanges running here at once, beyond which start() answers busy. Every communicator of
   // an MPI job has a leader on each machine, and each leader may run several (libaapc-mpi's
   // kMostRunning): the column communicators of a 2-D decomposition with 64 ranks a machine
@@ -264,6 +268,7 @@ struct EngineCounters {
   std::uint64_t early_frames = 0;     // READY/SYNC kept for an exchange not started yet
   std::uint64_t early_data_frames = 0;   // eager DATA kept for an exchange not started yet
   std::uint64_t early_data_dropped = 0;  // eager DATA not kept: early_data_bytes were full
+  std::uint64_t early_data_expired = 0;  // eager DATA kept past EngineConfig::early_data_expiry, dropped
   std::uint64_t acks_gathered = 0, ack_lists_sent = 0;  // acknowledgements sent in kFlagAckList frames
   std::array<std::uint64_t, kDropReasons> drops{};
 };
@@ -384,15 +389,24 @@ class Engine final : private ParseContext {
   // The entry of early_ for the exchange that would start last here (early_ not empty).
   std::map<std::uint32_t, EarlyFrames>::const_iterator farthest_early() const;
   void timers(Clock::time_point now);
+  void expire_early_data(Clock::time_point now);  // EngineConfig::early_data_expiry
   // Erases a lingering exchange and remembers it as done (done_ids_) when it completed.
   void end_linger(std::uint32_t id);
   // Exchange `id` starts to linger: those of its group now linger_max or more behind the
   // newest that lingers end (it too, when it left the poll loop after later ones).
   void bound_linger(std::uint32_t id);
   void transmit(Clock::time_point now);
-  // kOk when `epoch` is the sender's current one (learned or moved forward here), else why
-  // the frame must be dropped (kStaleEpoch, kFutureEpoch).
-  DropReason note_epoch(Rank src, std::uint32_t epoch);
+  // kOk when the frame's epoch is its sender's current one (learned or moved forward here),
+  // else why it must be dropped (kStaleEpoch, kFutureEpoch, kUnconfirmedEpoch).
+  DropReason note_epoch(const Parsed& f, Clock::time_point now);
+  // Without a cluster key, whether a later epoch of the frame's sender may be taken: once the
+  // machine at the sender's MAC answered a challenge with it (epoch_challenge_).
+  bool restart_confirmed(const Parsed& f, Clock::time_point now);
+  struct EpochChallenge {
+    std::uint32_t epoch = 0, nonce = 0;  // nonce 0: none out
+    Clock::time_point sent{};
+  };
+  std::vector<EpochChallenge> epoch_challenge_;  // by peer
   // A dropped frame is of its sender's current incarnation (the epoch we know it by).
   bool alive_epoch(const Parsed& f) const;
   Exchange* find(std::uint32_t id) const;

@@ -171,6 +171,10 @@ enum class DropReason : std::uint8_t {
   // A frame for an exchange from a rank that is not one of its members (ExchangeSpec::members):
   // another group's, which may use the same id on other machines, or a forgery.
   kNotMember,
+  // Without a cluster key: a later epoch of its sender that the machine at the sender's MAC has
+  // not confirmed yet (Engine::restart_confirmed). One forged frame must not make every real
+  // frame of a peer stale.
+  kUnconfirmedEpoch,
   kCount
 };
 inline constexpr int kDropReasons = static_cast<int>(DropReason::kCount);
