@@ -175,7 +175,10 @@ void Daemon::Impl::drop_client(int fd) {
   if (was_in_session && std::none_of(clients.begin(), clients.end(), [](const auto& e) { return e.second.started; })) {
     // This node's part of the session is over: a peer may be waiting in the collective we
     // would have started next. The next session agrees on its ids anew.
+    // Peers whose clients go on calling get each later collective refused at once, not at
+    // its deadline, until this node's next session.
     engine->abort_unstarted(next_id, reason);
+    engine->close_slot(kWorldSlot, next_id, reason);
     next_id = next_id_of(next_id);
     joined = false;
   }

@@ -63,6 +63,7 @@ std::optional<Error> Daemon::Impl::open_group(const ClientState& c, const proto:
     return invalid(e.what());
   }
   g.next_id = make_id(m.slot, m.first);
+  engine->reopen_slot(m.slot);
   spdlog::info("client pid {} opened group slot {} of {} machines (our rank {} in it), from id {}", c.pid, m.slot, g.members.size(), g.me, g.next_id);
   groups.emplace(m.slot, std::move(g));
   return std::nullopt;
@@ -73,7 +74,11 @@ void Daemon::Impl::close_group(std::uint32_t slot, const std::string& why) {
   if (it == groups.end()) return;
   // A peer may wait in the collective this node would have started next: it fails at once.
   // Its id is used up, so a group opened later in the slot starts after it.
-  if (!why.empty()) engine->abort_unstarted(take_id(slot), why, it->second.members);
+  if (!why.empty()) {
+    const std::uint32_t next = take_id(slot);
+    engine->abort_unstarted(next, why, it->second.members);
+    engine->close_slot(slot, next, why, it->second.members);  // and its later ones, until a group opens in the slot
+  }
   // Its collectives that waited for an alltoallv's agreement never start (not answered yet).
   for (auto w = waiting_counts.begin(); w != waiting_counts.end();) {
     if (w->slot != slot) {

@@ -48,6 +48,9 @@ void Daemon::Impl::start_or_join(ClientState& c, std::uint32_t request, const pr
   auto p = prepare(c, request, m);
   if (!p) return;
   (void)claim_rank(c);
+  // Part of the session from its first collective, started or refused: when it goes, this
+  // node's part of the session ends (drop_client), and the next client joins anew.
+  c.started = true;
   if (!joined) {
     // Issue 15, finding 6: a rank whose client exited before its first collective must not
     // hang the others in the join; they wait as long as for the exchange itself.
@@ -117,7 +120,6 @@ std::uint32_t Daemon::Impl::take_id(std::uint32_t slot) {
 }
 
 void Daemon::Impl::launch(Prepared p) {
-  const bool world_session = p.slot == kWorldSlot;
   // A slot's ids must grow at the engine: its collectives wait while an alltoallv of the slot
   // agrees on its pattern. Other slots' ids are their own.
   if (agreeing(p.slot)) return waiting_counts.push_back(std::move(p));
@@ -125,11 +127,15 @@ void Daemon::Impl::launch(Prepared p) {
   ClientState& c = clients[p.client];
   const std::uint32_t id = take_id(p.slot);
   auto started = engine->start(spec_of(p, id));
-  if (!started) return reply_error(c.fd, p.request, started.error().code(), started.error().message());
+  if (!started) {
+    // The id is used up here; the peers that started it must not wait for us to its deadline.
+    const std::string why = "rank " + std::to_string(rank) + " could not start it: " + started.error().message();
+    engine->abort_unstarted(id, why, p.slot == kWorldSlot ? std::vector<Rank>{} : groups.at(p.slot).members);
+    return reply_error(c.fd, p.request, started.error().code(), started.error().message());
+  }
   p.rec.cpu_ns = cpu_now();
   exchanges[id] = std::move(p.rec);
   c.exchanges.insert(id);
-  if (world_session) c.started = true;
   if (p.run) {
     exchanges[id].waiters.push_back(p.request);  // DONE goes when it finished (collect_finished)
   } else {

@@ -71,6 +71,7 @@ void Daemon::Impl::launch_counted(Prepared p) {
   ClientState& c = clients[k.p.client];
   if (auto started = start_counts(k, gather_id, false); !started) {
     const std::string why = "rank " + std::to_string(rank) + " could not start the agreement on alltoallv counts";
+    engine->abort_unstarted(gather_id, why, k.members);
     engine->abort_unstarted(k.broadcast_id, why, k.members);
     engine->abort_unstarted(k.id, why, k.members);
     const std::uint32_t request = k.p.request;
@@ -80,7 +81,6 @@ void Daemon::Impl::launch_counted(Prepared p) {
   ExchangeRecord& rec = exchanges[k.id] = k.p.rec;
   rec.cpu_ns = cpu_now();
   c.exchanges.insert(k.id);
-  if (k.p.slot == kWorldSlot) c.started = true;
   if (k.p.run) {
     rec.waiters.push_back(k.p.request);  // RUN: DONE when the client's exchange finished
   } else {

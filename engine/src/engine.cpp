@@ -305,6 +305,14 @@ void Engine::abort_unstarted(std::uint32_t id, const std::string& reason, const 
                           reinterpret_cast<const std::uint8_t*>(reason.data()), reason.size());
 }
 
+void Engine::close_slot(std::uint32_t slot, std::uint32_t from, const std::string& reason, const std::vector<Rank>& members) {
+  ClosedSlot& c = closed_[slot];
+  c.from = from;
+  c.reason = reason;
+  c.members = members;
+  c.answered.assign(config_.peers.size(), {0, Clock::time_point{}});
+}
+
 void Engine::timers(Clock::time_point now) {
   join_timers(now);
   // Dead peers are probed: a peer that was only cut off answers once it is back, and the

@@ -8,6 +8,7 @@ namespace aapc::engine {
 void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadline, std::uint32_t owner) {
   joining_ = true;
   owner_ = owner;
+  reopen_slot(kWorldSlot);  // a new session: this node starts the cluster's collectives again
   join_deadline_ = deadline;
   join_sending_ = true;
   proposal_ = proposal;
@@ -71,7 +72,10 @@ std::optional<Result<std::uint32_t>> Engine::join_result() {
   }
   joining_ = false;
   for (auto& p : peer_proposal_) p.reset();
-  for (auto& by : aborted_by_) by[kWorldSlot].active = false;  // a new session, agreed by everyone
+  // A new session, agreed by everyone: earlier ABORTs are void. One of an id of this session
+  // stays: a peer that finished the join first may already have refused its first collective.
+  for (auto& by : aborted_by_)
+    if (later_id(agreed, by[kWorldSlot].exchange)) by[kWorldSlot].active = false;
   return Result<std::uint32_t>(agreed);
 }
 

@@ -108,7 +108,15 @@ void Engine::on_abort(const Parsed& f, Clock::time_point now) {
   Exchange* ex = find(f.h.exchange);
   if (ex != nullptr && !ex->member(src)) {  // another group's, or forged
     link_->count_drop(DropReason::kNotMember);
-  } else if (ex != nullptr && ex->running() && ex->accept_epoch(src, f.h.epoch)) {
+    return;
+  }
+  // The sender found a peer silent (Exchange::fail): remembered here too, so that our next
+  // collectives with it fail at once. Hearing from that peer again undoes it (Link::heard_from).
+  const auto silent = static_cast<Rank>(f.h.seq) - 1;
+  if (f.h.aux == static_cast<std::uint32_t>(Errc::kPeerSilent) && silent >= 0 && static_cast<std::size_t>(silent) < config_.peers.size() &&
+      silent != config_.rank && silent != src && (ex == nullptr || ex->member(silent)))
+    link_->peer_silent(silent, "rank " + std::to_string(src) + " found it silent", now);
+  if (ex != nullptr && ex->running() && ex->accept_epoch(src, f.h.epoch)) {
     // A collective called differently on some rank (a descriptor or block that differs) is
     // the callers' error on every rank, whoever found it first: the others may hear of it
     // only through this ABORT, now that eager blocks go without READY (issue 14).
@@ -173,6 +181,7 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
     link_->send_control(src, FrameType::kAck, f.h.exchange, 0, static_cast<std::uint32_t>(FrameType::kData), f.h.block_len);
     return;
   }
+  if (ex == nullptr && answer_closed(f, now)) return;
   if (ex == nullptr) {
     const bool keep = f.h.type == FrameType::kReady || f.h.type == FrameType::kSync || f.h.type == FrameType::kData;
     if (!keep || !may_keep_early(f.h.exchange)) {
@@ -197,6 +206,23 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
   } else {
     ex->on_control(f, now);
   }
+}
+
+bool Engine::answer_closed(const Parsed& f, Clock::time_point now) {
+  auto it = closed_.find(id_slot(f.h.exchange));
+  if (it == closed_.end() || later_id(it->second.from, f.h.exchange)) return false;
+  ClosedSlot& c = it->second;
+  const Rank src = f.src_rank;
+  if (!c.members.empty() && std::find(c.members.begin(), c.members.end(), src) == c.members.end()) return false;
+  auto& [id, when] = c.answered[static_cast<std::size_t>(src)];
+  if (id != f.h.exchange || now - when >= config_.rto) {
+    id = f.h.exchange;
+    when = now;
+    link_->send_control(src, FrameType::kAbort, f.h.exchange, 0, static_cast<std::uint32_t>(Errc::kAborted), 0,
+                        reinterpret_cast<const std::uint8_t*>(c.reason.data()), std::min<std::size_t>(c.reason.size(), link_->control_room()));
+  }
+  link_->count_drop(DropReason::kNotLive);
+  return true;
 }
 
 EarlyFrames& Engine::early_entry(std::uint32_t id) {

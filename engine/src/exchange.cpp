@@ -246,9 +246,12 @@ void Exchange::fail(Errc code, const std::string& message, Rank peer, Clock::tim
     std::string reason = "rank " + std::to_string(link_.rank()) + ": " + message;
     if (reason.size() > 400) reason.resize(400);
     if (reason.size() > link_.control_room()) reason.resize(link_.control_room());
+    // A peer found silent is named (its rank + 1) so that every member remembers it dead, not
+    // only those whose own exchange gave up on it (Engine::on_abort).
+    const auto silent_peer = code == Errc::kPeerSilent && peer >= 0 ? static_cast<std::uint32_t>(peer) + 1 : 0;
     for (std::size_t r = 0; r < n_; ++r)
       if (static_cast<Rank>(r) != link_.rank() && member_[r])
-        link_.send_control(static_cast<Rank>(r), FrameType::kAbort, spec_.id, 0, static_cast<std::uint32_t>(code), 0,
+        link_.send_control(static_cast<Rank>(r), FrameType::kAbort, spec_.id, silent_peer, static_cast<std::uint32_t>(code), 0,
                           reinterpret_cast<const std::uint8_t*>(reason.data()), reason.size());
   }
 }

@@ -203,6 +203,43 @@ TEST_CASE("eager DATA forged for an exchange not started yet expires; the exchan
   test::expect_ok(test::run_exchange(fabric, ring(4), 2, block, std::chrono::milliseconds(10'000)), "after the forged DATA expired");
 }
 
+TEST_CASE("a peer found silent is named in the ABORT, and every member that hears it remembers the peer dead") {
+  std::vector<std::uint32_t> named;  // ABORTs from rank 0 to rank 1 that name a silent peer
+  auto opts = test::nodes(4);
+  opts.tune = [](engine::EngineConfig& c) { c.peer_deadline = std::chrono::milliseconds(300); };
+  opts.drop = [&](int src, int dst, const engine::Header& h) {
+    if (src == 0 && dst == 1 && h.type == FrameType::kAbort && h.aux == static_cast<std::uint32_t>(Errc::kPeerSilent)) named.push_back(h.seq);
+    return false;
+  };
+  test::Fabric fabric(opts);
+  test::expect_ok(test::run_exchange(fabric, ring(4), 1, 5'000), "before");
+  fabric.unplug(3);
+  auto run = test::run_exchange(fabric, ring(4), 2, 5'000, std::chrono::milliseconds(10'000));
+  REQUIRE(run.finished);
+  fabric.settle();  // the ABORTs leave after the reports
+  CHECK(run.reports[0].state == engine::ExchangeState::kFailed);
+  if (run.reports[0].code == Errc::kPeerSilent && run.reports[0].peer == 3) {
+    REQUIRE_FALSE(named.empty());
+    CHECK(named.front() == 4);  // rank 3, + 1
+  }
+  // Rank 1 told so by rank 0 while rank 1 waits on nothing from rank 3: remembered.
+  test::Fabric quiet(test::nodes(4));
+  test::expect_ok(test::run_exchange(quiet, ring(4), 1, 5'000), "before");
+  quiet.unplug(3);
+  quiet.run_until([] { return false; }, std::chrono::milliseconds(5'500));  // longer than the peer deadline
+  CHECK_FALSE(quiet.engine(1).peer_dead(3));
+  engine::Header h;
+  h.type = FrameType::kAbort;
+  h.exchange = 2;
+  h.epoch = quiet.engine(0).epoch();
+  h.seq = 4;
+  h.aux = static_cast<std::uint32_t>(Errc::kPeerSilent);
+  quiet.inject(1, test::fabric_frame(h, 0, 1));
+  quiet.settle();
+  CHECK(quiet.engine(1).peer_dead(3));
+  CHECK_FALSE(quiet.engine(1).peer_dead(2));
+}
+
 TEST_CASE("a node without the key and nodes with it fail loudly, not silently") {
   auto opts = test::nodes(3);
   opts.tune = [&](engine::EngineConfig& c) {

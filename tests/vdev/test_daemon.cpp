@@ -550,6 +550,72 @@ TEST_CASE("when a group's client closes it and goes away, its peer's next collec
   CHECK(std::chrono::steady_clock::now() - t0 < 1s);  // not the exchange's deadline
 }
 
+TEST_CASE("after a rank's client exits, every later collective of its peers fails at once, naming it, until a new client joins") {
+  DaemonPair pair;
+  auto x = std::make_unique<Client>(Client::connect(pair.d[0]->socket));
+  Buffer sx = x->allocate(128), rx = x->allocate(128);
+  {
+    Client y = Client::connect(pair.d[1]->socket);
+    Buffer sy = y.allocate(128), ry = y.allocate(128);
+    auto [a, b] = alltoall_both(*x, sx, rx, y, sy, ry);
+    REQUIRE(a);
+    REQUIRE(b);
+  }  // rank 1's client exits
+  std::this_thread::sleep_for(100ms);
+  for (int call = 0; call < 3; ++call) {
+    INFO("call " << call);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = x->alltoall(sx, rx, 64);
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message(), Catch::Contains("the client of rank 1 went away"));
+    CHECK(std::chrono::steady_clock::now() - t0 < 1s);  // not the derived deadline (seconds)
+  }
+  // The job ends; the next one starts a new session on both ranks.
+  sx = Buffer();
+  rx = Buffer();
+  x.reset();
+  std::this_thread::sleep_for(100ms);
+  Client x2 = Client::connect(pair.d[0]->socket), y2 = Client::connect(pair.d[1]->socket);
+  Buffer s0 = x2.allocate(128), r0 = x2.allocate(128), s1 = y2.allocate(128), r1 = y2.allocate(128);
+  auto [a, b] = alltoall_both(x2, s0, r0, y2, s1, r1);
+  CHECK(a);
+  CHECK(b);
+}
+
+TEST_CASE("a first collective refused for want of a free slot fails its peers at once and leaves no half-joined session behind") {
+  DaemonPair pair([](engine::DaemonConfig& cfg) { cfg.max_exchanges = 1; });
+  // Rank 0's one slot is taken by a group barrier that rank 1 never joins.
+  auto g0 = std::make_unique<Raw>(pair.d[0]->socket);
+  Raw g1(pair.d[1]->socket);
+  const proto::GroupOpenRequest open{5, 1, {0, 1}};
+  REQUIRE(type_of(*g0->call(open)) == proto::Type::kOk);
+  REQUIRE(type_of(*g1.call(open)) == proto::Type::kOk);
+  proto::StartRequest barrier;
+  barrier.kind = proto::Kind::kBarrier;
+  barrier.group = 5;
+  REQUIRE(type_of(*g0->call(barrier)) == proto::Type::kStarted);
+  {
+    Client x = Client::connect(pair.d[0]->socket), y = Client::connect(pair.d[1]->socket);
+    Buffer sx = x.allocate(128), rx = x.allocate(128), sy = y.allocate(128), ry = y.allocate(128);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto [a, b] = alltoall_both(x, sx, rx, y, sy, ry);
+    REQUIRE_FALSE(a);
+    CHECK_THAT(a.error().message(), Catch::Contains("--max-exchanges"));
+    REQUIRE_FALSE(b);
+    CHECK_THAT(b.error().message(), Catch::Contains("rank 0 could not start it"));
+    CHECK(std::chrono::steady_clock::now() - t0 < 2s);  // not rank 1's deadline
+  }  // that job ends
+  g0.reset();  // and the barrier's client: the slot is free
+  std::this_thread::sleep_for(100ms);
+  Client x = Client::connect(pair.d[0]->socket), y = Client::connect(pair.d[1]->socket);
+  Buffer sx = x.allocate(128), rx = x.allocate(128), sy = y.allocate(128), ry = y.allocate(128);
+  for (int job = 0; job < 2; ++job) {
+    auto [a, b] = alltoall_both(x, sx, rx, y, sy, ry);
+    CHECK(a);
+    CHECK(b);
+  }
+}
+
 TEST_CASE("a group's client that exits without closing it: its peer's next collective fails at once; GROUP_OPEN is checked") {
   DaemonPair pair;
   Raw r0(pair.d[0]->socket);

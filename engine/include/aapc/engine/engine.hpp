@@ -334,6 +334,12 @@ class Engine final : private ParseContext {
   // Tells the peers that exchange `id`, which this node will never start, is off: `ranks`, or
   // every peer when empty.
   void abort_unstarted(std::uint32_t id, const std::string& reason, const std::vector<Rank>& ranks = {});
+  // This node will start no exchange of `slot` from id `from` on (its client, or its group,
+  // went away): a peer's frame for one is answered with an ABORT naming `reason`, so that the
+  // peer's collective fails at once rather than at its deadline. Only `members` are answered
+  // (empty: every peer). Until reopen_slot(slot).
+  void close_slot(std::uint32_t slot, std::uint32_t from, const std::string& reason, const std::vector<Rank>& members = {});
+  void reopen_slot(std::uint32_t slot) { closed_.erase(slot); }
   // True while `peer` is remembered as dead (an exchange found it silent, and nothing came
   // from it since): start() refuses exchanges that involve it (issue 15, finding 7).
   bool peer_dead(Rank peer) const;
@@ -407,6 +413,16 @@ class Engine final : private ParseContext {
     Clock::time_point sent{};
   };
   std::vector<EpochChallenge> epoch_challenge_;  // by peer
+  struct ClosedSlot {  // close_slot()
+    std::uint32_t from = 0;
+    std::string reason;
+    std::vector<Rank> members;
+    std::vector<std::pair<std::uint32_t, Clock::time_point>> answered;  // by peer: the last id answered, when
+  };
+  std::map<std::uint32_t, ClosedSlot> closed_;  // by slot
+  // A frame for an exchange of a closed slot, answered with an ABORT (at most one per id and
+  // peer each rto); false when its slot is open.
+  bool answer_closed(const Parsed& f, Clock::time_point now);
   // A dropped frame is of its sender's current incarnation (the epoch we know it by).
   bool alive_epoch(const Parsed& f) const;
   Exchange* find(std::uint32_t id) const;
