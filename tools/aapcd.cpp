@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   aapc::engine::DaemonConfig cfg;
   std::vector<std::string> vdevs;
   std::string pci, level = "info";
-  int rank = -1, deadline_ms = 5000;
+  int rank = -1, deadline_ms = 1500;
   std::vector<std::string> eal_args;
   app.add_option("--topology,-t", cfg.topology, "topology file (DOT) listing every machine's MAC")->required();
   app.add_option("--vdev", vdevs, "the port as a DPDK virtual device, e.g. net_af_packet0,iface=eth0 (for af_packet qdisc_bypass=0 is added, and a ring "
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
   app.add_option("--capture-snaplen", cfg.capture_snaplen, "bytes kept per captured frame (64: headers; 65535: whole frames)")->capture_default_str();
   app.add_option("--pace", cfg.pace, "pacing: auto (this machine's link rate from the topology), off, or a rate like 1Gbit")->capture_default_str();
   app.add_option("--faults", cfg.faults, "inject faults on the port, for tests: drop=0.01,dup=0.001,corrupt=...,seed=N");
-  app.add_option("--peer-deadline-ms", deadline_ms, "a peer silent this long fails the exchange")->capture_default_str();
+  app.add_option("--peer-deadline-ms", deadline_ms, "a peer silent this long (not even answering PINGs) fails the exchange and is held dead until heard from")->capture_default_str();
   add_key_options(app, cfg);
   add_cpu_options(app, cfg, eal_args);
   app.add_option("--log-level", level, "trace, debug, info, warn, error")->capture_default_str()->take_last();

@@ -8,6 +8,9 @@
 //   aapc-test-client hold                                 connect, allocate, wait for SIGUSR1, exchange
 //   aapc-test-client bad-requests                         one rank: malformed and lying requests
 //   aapc-test-client other-uid UID                        one rank: connect as UID, expect a refusal
+//   aapc-test-client calls SIZE N                         all ranks: N alltoalls, going on after errors;
+//                                                          one line each: "call I ok|error END_MS TOOK_MS [why]"
+//                                                          (END_MS: wall-clock ms since the epoch)
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -55,6 +58,20 @@ int exchange(std::size_t block, const std::string& schedule, const std::string& 
         if (recv.data()[s * block + k] != pattern(s, me, it, k))
           return fail("rank " + std::to_string(me) + ": byte " + std::to_string(k) + " from rank " + std::to_string(s) + " differs");
     if (me == 0 && it == iters - 1) std::cout << "ok " << r->schedule << " " << r->sync << " retransmissions " << r->retransmissions << "\n";
+  }
+  return 0;
+}
+
+int calls(std::size_t block, int n_calls) {
+  aapc::Client c = aapc::Client::connect();
+  const auto n = static_cast<std::size_t>(c.size());
+  aapc::Buffer send = c.allocate(n * block), recv = c.allocate(n * block);
+  for (int i = 0; i < n_calls; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = c.alltoall(send, recv, block);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    const auto end = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::cout << "call " << i << (r ? " ok " : " error ") << end << " " << took << (r ? "" : " " + r.error().message()) << std::endl;
   }
   return 0;
 }
@@ -336,6 +353,7 @@ int main(int argc, char** argv) {
     if (a.size() == 1 && a[0] == "alltoallv") return alltoallv();
     if (a.size() == 2 && a[0] == "nonblocking") return nonblocking(std::stoul(a[1]));
     if (a.size() == 1 && a[0] == "hold") return hold();
+    if (a.size() == 3 && a[0] == "calls") return calls(std::stoul(a[1]), std::stoi(a[2]));
     if (a.size() == 3 && a[0] == "group") return group(a[1], a[2]);
     if (a.size() == 1 && a[0] == "bad-requests") return bad_requests();
     if (a.size() == 2 && a[0] == "other-uid") return other_uid(static_cast<uid_t>(std::stoul(a[1])));

@@ -497,6 +497,66 @@ TEST_CASE("a daemon killed mid-exchange: errors within seconds; its restart is r
   require_all_ok(everywhere(exchange(5000, "tree")), "after the restart");
 }
 
+// What a rank whose peer's daemon died sees: the time from the kill to its first error (the
+// peer deadline, 1.5 s, counted from when some rank first waits on the dead one, then that
+// rank's ABORT) and of each later call (at once: the dead peer is remembered).
+struct KillFigures {
+  long worst_first = 0, worst_later = 0;
+};
+KillFigures kill_a_daemon_mid_exchange(const std::string& block) {
+  Cluster c("8-two-switch");
+  std::vector<Proc> procs;
+  for (const auto& m : machines())
+    if (m != "n5") procs.push_back(spawn_in(m, {kClient, "calls", block, "60"}));
+  Proc victim_client = spawn_in("n5", {kClient, "calls", block, "60"});
+  std::this_thread::sleep_for(1500ms);
+  pid_t victim = 0;
+  const nlohmann::json s = state();
+  for (const auto& d : s["daemons"])
+    if (d["machine"] == "n5") victim = d["pid"];
+  REQUIRE(victim > 0);
+  const auto killed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  ::kill(victim, SIGKILL);
+  ::kill(victim_client.pid, SIGKILL);
+  KillFigures k;
+  std::string firsts;
+  for (auto& p : procs) {
+    REQUIRE(wait_for(p, 120s));
+    const std::string out = p.output();
+    INFO(p.machine << ":\n" << out);
+    std::istringstream lines(out);
+    bool failed = false;
+    int later = 0;
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream f(line);
+      std::string call, i, what;
+      long end = 0, took = 0;
+      if (!(f >> call >> i >> what >> end >> took) || what != "error" || end < killed) continue;
+      if (!failed) {
+        failed = true;
+        k.worst_first = std::max(k.worst_first, end - killed);
+        firsts += " " + p.machine + " " + std::to_string(end - killed) + " ms: " + line.substr(0, 160) + "\n";
+      } else {
+        ++later;
+        k.worst_later = std::max(k.worst_later, took);
+      }
+    }
+    CHECK(failed);
+    CHECK(later > 10);
+  }
+  WARN(block << "-byte blocks: kill -9 to every rank's error " << k.worst_first << " ms at most; each later call " << k.worst_later
+             << " ms at most\n" << firsts);
+  return k;
+}
+
+TEST_CASE("a daemon killed with SIGKILL: every other rank's call fails within seconds, and each later call at once (default deadlines)") {
+  for (const char* block : {"65536", "1000000"}) {
+    const KillFigures k = kill_a_daemon_mid_exchange(block);
+    CHECK(k.worst_first < 4000);  // the peer deadline (1.5 s) after the first wait on the dead peer
+    CHECK(k.worst_later < 100);
+  }
+}
+
 TEST_CASE("groups: two clients per machine, each in groups of its own (halves of the tree, all in reverse), byte-exact at once") {
   Cluster cluster("8-two-switch");
   const fs::path dir = kLogs / "reduce";

@@ -28,7 +28,7 @@ struct DaemonConfig {
   int capture_snaplen = 64;
   std::string faults;                   // fault injector spec, for tests ("drop=0.01")
   std::string pace = "auto";            // "auto": the machine's link rate; "off"; or a rate
-  std::chrono::milliseconds peer_deadline{5'000};
+  std::chrono::milliseconds peer_deadline{1'500};  // EngineConfig::peer_deadline
   // A file with the cluster key (auth.hpp), the same on every node: frames carry a keyed MAC
   // and frames without a valid one are dropped. Empty: no key.
   std::string cluster_key;

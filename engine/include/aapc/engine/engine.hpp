@@ -51,11 +51,15 @@ struct EngineConfig {
   // A block, token or READY is given up on after this many tries in a row without an answer,
   // and no sooner than peer_deadline after the first of them.
   int max_retries = 40;
-  std::chrono::milliseconds peer_deadline{5'000};  // a peer silent this long fails the exchange
+  // A peer silent this long (no frame, not even an answer to 50 PINGs) fails the exchange and
+  // is remembered dead: a daemon killed mid-exchange is known to every rank within about this.
+  std::chrono::milliseconds peer_deadline{1'500};
   // The deadline of exchanges given none (Engine::default_timeout): the rate of the slowest
   // link (0: pace_bps, or 1 Gbit/s when that is 0 too), and the fixed allowance on top.
   std::uint64_t link_bps = 0;
-  std::chrono::milliseconds timeout_allowance{5'000};
+  // (With the peer deadline twice, this is how long an exchange given no deadline may make no
+  // progress: 15 s, stall_allowance.)
+  std::chrono::milliseconds timeout_allowance{12'000};
   std::chrono::milliseconds linger{15'000};     // finished exchanges still answer late frames
   // And of one group, at most this many: a benchmark of tiny blocks finishes thousands a
   // second, and each holds a few KiB (issue 14). An exchange that lingers stops once this many
