@@ -28,6 +28,21 @@ std::string socket_path(const std::string& given) {
   return kDefaultSocket;
 }
 
+// The job this process belongs to, as its launcher names it: the cluster's collectives run only
+// among the clients of one job (docs/design.md, "Jobs kept apart"). $AAPC_JOB when set, else
+// PMIx's namespace (Open MPI, and MPICH or Slurm over PMIx), else Slurm's job and step; empty
+// when none is known (the clients of one uid are then one job).
+std::string job_id() {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : "";
+  };
+  if (auto j = env("AAPC_JOB"); !j.empty()) return j;
+  if (auto j = env("PMIX_NAMESPACE"); !j.empty()) return "pmix:" + j;
+  if (auto j = env("SLURM_JOB_ID"); !j.empty()) return "slurm:" + j + "." + env("SLURM_STEP_ID");
+  return "";
+}
+
 Result<int> open_socket(const std::string& path) {
   int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (s < 0) return Error(Errc::kIo, std::string("cannot create a socket: ") + std::strerror(errno));
@@ -85,7 +100,7 @@ struct Connection {
   }
 
   Result<void> hello() {
-    auto reply = exchange_raw(proto::message(proto::HelloRequest{"aapc-client 1"}, next_request++), -1);
+    auto reply = exchange_raw(proto::message(proto::HelloRequest{"aapc-client 1", job_id()}, next_request++), -1);
     if (!reply) return reply.error();
     auto h = reply_as<proto::HelloReply>(*reply, "HELLO");
     if (!h) return h.error();

@@ -120,7 +120,7 @@ std::optional<std::string> Daemon::Impl::claim_rank(ClientState& c) {
     return "rank " + std::to_string(rank) + " on " + topo.machine(rank).name + " is in use by pid " + std::to_string(holder.pid) + " (uid " +
            std::to_string(holder.uid) + "): one client per machine runs the cluster's collectives; wait for it to finish, or run in a group (Client::open_group)";
   if (holder.client != c.fd) spdlog::info("client pid {} holds rank {} for collectives", c.pid, rank);
-  holder = {c.fd, c.pid, c.uid};
+  holder = {c.fd, c.pid, c.uid, c.job};
   return std::nullopt;
 }
 

@@ -177,7 +177,7 @@ void Daemon::Impl::drop_client(int fd) {
     // would have started next. The next session agrees on its ids anew.
     // Peers whose clients go on calling get each later collective refused at once, not at
     // its deadline, until this node's next session.
-    engine->abort_unstarted(next_id, reason);
+    engine->abort_unstarted(next_id, reason, {}, true);
     engine->close_slot(kWorldSlot, next_id, reason);
     next_id = next_id_of(next_id);
     joined = false;

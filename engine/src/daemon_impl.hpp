@@ -45,6 +45,7 @@ struct ClientState {
   std::uint32_t next_buffer = 1;
   bool started = false;  // has run exchanges: part of the cluster's current session
   bool greeted = false;  // has said HELLO; until then it is closed after cfg.hello_timeout
+  std::string job;       // HELLO's: the job it belongs to (empty: not known)
   Clock::time_point connected{};
   std::map<std::uint32_t, Mapping> buffers;
   std::set<std::uint32_t> exchanges;  // running or finished, not yet collected
@@ -68,6 +69,7 @@ struct RankHolder {
   int client = -1;  // fd of the holder; -1 while the rank is free
   pid_t pid = 0;
   uid_t uid = 0;
+  std::string job;
   bool held_by_other_than(int fd) const { return client >= 0 && client != fd; }
 };
 

@@ -25,7 +25,9 @@ void Daemon::Impl::open_port() {
     }
     spdlog::info("frames are tagged with {} under the cluster key", cipher_name(key->cipher));
   } else {
-    spdlog::warn("no cluster key (--cluster-key): frames are not authenticated, and any host on the segment can forge them");
+    spdlog::warn("NO CLUSTER KEY (--cluster-key): frames are not authenticated, and any host on the segment can forge data into "
+                 "every job; make one with `head -c 32 /dev/urandom > /etc/aapc/cluster.key && chmod 600 /etc/aapc/cluster.key`, copy "
+                 "it to every node and give it to every aapcd");
   }
   nic::eal_init(cfg.eal);
   nic::PortOptions po;

@@ -33,7 +33,10 @@ std::optional<std::string> sealed(int fd) {
 
 }  // namespace
 
-void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::HelloRequest&) { hello(c, request); }
+void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::HelloRequest& m) {
+  if (!c.started) c.job = m.job;  // a client in the session stays in its job
+  hello(c, request);
+}
 void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::FreeRequest& m) { free_buffer(c, request, m); }
 void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::StartRequest& m) { start_or_join(c, request, m); }
 void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::WaitRequest& m) { wait(c, request, m); }

@@ -55,7 +55,7 @@ void Daemon::Impl::start_or_join(ClientState& c, std::uint32_t request, const pr
     // Issue 15, finding 6: a rank whose client exited before its first collective must not
     // hang the others in the join; they wait as long as for the exchange itself.
     const ExchangeSpec spec = spec_of(*p, 0);
-    if (!engine->joining()) engine->start_join(next_id, p->timeout_ms != 0 ? spec.timeout : engine->default_timeout(spec), holder.uid);
+    if (!engine->joining()) engine->start_join(next_id, p->timeout_ms != 0 ? spec.timeout : engine->default_timeout(spec), {holder.uid, job_tag(holder.job)});
     waiting_join.push_back(std::move(*p));
     return;
   }

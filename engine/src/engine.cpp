@@ -113,6 +113,13 @@ std::chrono::milliseconds default_timeout(const ExchangeSpec& spec, const Engine
   return derived_timeout(spec.bottleneck_load * wire, rate, stall_allowance(config));
 }
 
+std::uint32_t job_tag(const std::string& job) {
+  if (job.empty()) return 0;
+  std::uint32_t h = 2166136261U;
+  for (unsigned char ch : job) h = (h ^ ch) * 16777619U;
+  return h == 0 ? 1 : h;
+}
+
 std::chrono::milliseconds stall_allowance(const EngineConfig& config) { return config.timeout_allowance + 2 * config.peer_deadline; }
 
 std::uint64_t paced_burst(std::uint64_t smallest_buffer_bytes, std::size_t streams, std::uint64_t bottleneck_load, std::uint64_t frame_bytes) {
@@ -147,7 +154,7 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   last_started_.resize(kSlots);
   newest_lingering_.resize(kSlots);
   peer_proposal_.resize(n);
-  peer_owner_.assign(n, 0);
+  peer_owner_.assign(n, {});
   join_acked_.assign(n, true);
   ethertype = config_.ethertype;
   my_mac = config_.peers[static_cast<std::size_t>(config_.rank)];
@@ -298,10 +305,10 @@ void Engine::announce() {
     if (static_cast<Rank>(r) != config_.rank) link_->send_control(static_cast<Rank>(r), FrameType::kPing, 0, 0, 0);
 }
 
-void Engine::abort_unstarted(std::uint32_t id, const std::string& reason, const std::vector<Rank>& ranks) {
+void Engine::abort_unstarted(std::uint32_t id, const std::string& reason, const std::vector<Rank>& ranks, bool ends_session) {
   for (std::size_t r = 0; r < config_.peers.size(); ++r)
     if (static_cast<Rank>(r) != config_.rank && (ranks.empty() || std::find(ranks.begin(), ranks.end(), static_cast<Rank>(r)) != ranks.end()))
-      link_->send_control(static_cast<Rank>(r), FrameType::kAbort, id, 0, static_cast<std::uint32_t>(Errc::kAborted), 0,
+      link_->send_control(static_cast<Rank>(r), FrameType::kAbort, id, ends_session ? kAbortEndsSession : 0, static_cast<std::uint32_t>(Errc::kAborted), 0,
                           reinterpret_cast<const std::uint8_t*>(reason.data()), reason.size());
 }
 

@@ -5,7 +5,7 @@
 
 namespace aapc::engine {
 
-void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadline, std::uint32_t owner) {
+void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadline, JoinOwner owner) {
   joining_ = true;
   owner_ = owner;
   reopen_slot(kWorldSlot);  // a new session: this node starts the cluster's collectives again
@@ -26,15 +26,36 @@ void Engine::join_timers(Clock::time_point now) {
   for (std::size_t r = 0; r < config_.peers.size(); ++r) {
     if (join_acked_[r]) continue;
     all = false;
-    link_->send_control(static_cast<Rank>(r), FrameType::kJoin, 0, proposal_, owner_);
+    link_->send_control(static_cast<Rank>(r), FrameType::kJoin, owner_.job, proposal_, owner_.uid);
   }
   join_sending_ = !all;
   join_retry_ = now + join_rto_;
   join_rto_ = std::min(join_rto_ * 2, config_.rto_max);
 }
 
+// A peer that proposed for another owner fails the join at once, before we wait for anyone.
+std::optional<Error> Engine::join_owner_mismatch() {
+  for (std::size_t r = 0; r < config_.peers.size(); ++r) {
+    if (static_cast<Rank>(r) == config_.rank || !peer_proposal_[r] || peer_owner_[r] == owner_) continue;
+    const JoinOwner theirs = peer_owner_[r];
+    // Their proposals are spent: the next join waits for new ones (the peers' next clients).
+    for (std::size_t q = 0; q < peer_proposal_.size(); ++q)
+      if (peer_owner_[q] != owner_) peer_proposal_[q].reset();
+    const std::string whose = theirs.uid != owner_.uid ? "another user (uid " + std::to_string(theirs.uid) + "; this one's is uid " + std::to_string(owner_.uid) + ")"
+                                                       : "another job of uid " + std::to_string(theirs.uid) + " (its $AAPC_JOB or launcher's job differs)";
+    return Error(Errc::kBusy, "rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) + ") runs the collectives of " + whose +
+                                  ": a machine's rank is held by the first client that starts a collective there, until it exits; wait for "
+                                  "that job, or run in a group (Client::open_group)");
+  }
+  return std::nullopt;
+}
+
 std::optional<Result<std::uint32_t>> Engine::join_result() {
   if (!joining_) return std::nullopt;
+  if (auto mismatch = join_owner_mismatch()) {
+    joining_ = false;
+    return Result<std::uint32_t>(*mismatch);
+  }
   std::uint32_t agreed = proposal_;
   for (std::size_t r = 0; r < config_.peers.size(); ++r) {
     if (static_cast<Rank>(r) == config_.rank) continue;
@@ -56,17 +77,6 @@ std::optional<Result<std::uint32_t>> Engine::join_result() {
                                                                "has not called it yet)"));
       }
       return std::nullopt;
-    }
-    if (peer_owner_[r] != owner_) {
-      // Their proposals are spent: the next join waits for new ones (the peers' next clients).
-      for (std::size_t q = 0; q < peer_proposal_.size(); ++q)
-        if (peer_owner_[q] != owner_) peer_proposal_[q].reset();
-      joining_ = false;
-      return Result<std::uint32_t>(Error(Errc::kBusy, "rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) +
-                                                          ") runs the collectives of another user (uid " + std::to_string(peer_owner_[r]) +
-                                                          "; this one's is uid " + std::to_string(owner_) +
-                                                          "): a machine's rank is held by the first client that starts a collective "
-                                                          "there, until it exits; wait for that job, or run in a group (Client::open_group)"));
     }
     if (later_id(*peer_proposal_[r], agreed)) agreed = *peer_proposal_[r];  // the session's slot only
   }

@@ -128,6 +128,10 @@ void Engine::on_abort(const Parsed& f, Clock::time_point now) {
     // An exchange this node has not started yet, which the peer will never start
     // (abort_unstarted): starting exactly that id fails at once, for a peer deadline.
     aborted_by_[static_cast<std::size_t>(src)][id_slot(f.h.exchange)] = {f.h.exchange, now, reason, true};
+    // The peer's session is over (its client went): a proposal it made for the cluster's ids
+    // is void, and the next join waits for its next one.
+    if (id_slot(f.h.exchange) == kWorldSlot && f.h.aux == static_cast<std::uint32_t>(Errc::kAborted) && f.h.seq == kAbortEndsSession)
+      peer_proposal_[static_cast<std::size_t>(src)].reset();
   } else {
     link_->count_drop(DropReason::kNotLive);
   }
@@ -156,7 +160,7 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
   if (f.h.type == FrameType::kAck && f.h.aux == static_cast<std::uint32_t>(FrameType::kPing)) return;
   if (f.h.type == FrameType::kJoin) {
     peer_proposal_[static_cast<std::size_t>(src)] = f.h.seq;
-    peer_owner_[static_cast<std::size_t>(src)] = f.h.aux;
+    peer_owner_[static_cast<std::size_t>(src)] = {f.h.aux, f.h.exchange};
     link_->send_control(src, FrameType::kAck, 0, f.h.seq, static_cast<std::uint32_t>(FrameType::kJoin));
     return;
   }

@@ -96,9 +96,16 @@ void get_blocks(Reader& r, std::vector<Block>& blocks, std::uint32_t count) {
 
 }  // namespace
 
-void encode(Writer& w, const HelloRequest& m) { w.str(m.client); }
+void encode(Writer& w, const HelloRequest& m) {
+  w.str(m.client);
+  if (!m.job.empty()) w.str(m.job);
+}
 bool decode(Reader& r, HelloRequest& m) {
   m.client = r.str(kMaxName);
+  if (r.ok() && !r.at_end()) {
+    m.job = r.str(kMaxName);
+    if (m.job.empty()) return false;  // sent only when not empty
+  }
   return r.done();
 }
 

@@ -145,6 +145,10 @@ inline std::optional<Header> header_of(const std::vector<std::uint8_t>& msg) {
 struct HelloRequest {
   static constexpr Type kType = Type::kHello;
   std::string client;  // who is asking, for the log
+  // The job the client belongs to (Client::job_id: $AAPC_JOB, the launcher's job), so that the
+  // cluster's collectives run only among one job's clients. Sent only when not empty, after
+  // the name: a HELLO without it is one of protocol version 2's first kind.
+  std::string job;
   friend bool operator==(const HelloRequest&, const HelloRequest&) = default;
 };
 

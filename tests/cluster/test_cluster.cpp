@@ -557,6 +557,28 @@ TEST_CASE("a daemon killed with SIGKILL: every other rank's call fails within se
   }
 }
 
+TEST_CASE("another user who takes one machine's rank first: root's job fails on every rank naming that uid, and no block is swapped") {
+  Cluster c("8-two-switch", "--allow-uid 65534");
+  // The other user's collective on n3, a second before root's job.
+  Proc intruder = spawn_in("n3", {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", kClient, "exchange", "4096", "auto", "auto", "1"});
+  std::this_thread::sleep_for(1s);
+  std::vector<Proc> procs;
+  for (const auto& m : machines()) procs.push_back(spawn_in(m, exchange(4096, "auto", "auto", 1)));
+  for (auto& p : procs) {
+    REQUIRE(wait_for(p, 60s));
+    const std::string out = p.output();
+    INFO(p.machine << ": " << out);
+    CHECK(p.status != 0);  // never "ok" with another user's bytes
+    CHECK(out.find(p.machine == "n3" ? "in use by pid" : "uid 65534") != std::string::npos);
+  }
+  REQUIRE(wait_for(intruder, 60s));
+  INFO(intruder.output());
+  CHECK(intruder.status != 0);
+  CHECK(intruder.output().find("uid 0") != std::string::npos);
+  // Once the intruder is gone, root's job runs.
+  require_all_ok(everywhere(exchange(4096, "auto", "auto", 2)), "root's job after the other user left");
+}
+
 TEST_CASE("groups: two clients per machine, each in groups of its own (halves of the tree, all in reverse), byte-exact at once") {
   Cluster cluster("8-two-switch");
   const fs::path dir = kLogs / "reduce";

@@ -30,7 +30,7 @@ std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
   grouped.recvs.resize(2);
   grouped.group = 5;
   return {
-      {"hello", message(HelloRequest{"aapc-client 1"}, 1)},
+      {"hello", message(HelloRequest{"aapc-client 1", ""}, 1)},
       {"register", message(RegisterRequest{1 << 16}, 2)},
       {"free", message(FreeRequest{1}, 3)},
       {"start-alltoall", message(alltoall, 4)},

@@ -246,7 +246,7 @@ TEST_CASE("a registered buffer's memory file cannot shrink or grow under aapcd")
   LocalDaemon d;
   Raw raw(d.socket);
   REQUIRE(raw.fd >= 0);
-  REQUIRE(raw.call(proto::HelloRequest{"test"}));
+  REQUIRE(raw.call(proto::HelloRequest{"test", ""}));
 
   // Sealable and not yet sealed: aapcd seals it, and the client can no longer shrink it.
   int fd = memfd(8192, MFD_ALLOW_SEALING);
@@ -774,7 +774,7 @@ TEST_CASE("send and receive blocks in the same memory are refused") {
   LocalDaemon d;
   // Two buffers of one memory file are one memory.
   Raw raw(d.socket);
-  REQUIRE(raw.call(proto::HelloRequest{"test"}));
+  REQUIRE(raw.call(proto::HelloRequest{"test", ""}));
   int fd = memfd(128, MFD_ALLOW_SEALING);
   auto b1 = registered(raw.call(proto::RegisterRequest{128}, fd));
   auto b2 = registered(raw.call(proto::RegisterRequest{128}, fd));
@@ -1084,7 +1084,7 @@ TEST_CASE("a group closed while a collective of it waits for its alltoallv's agr
   // agreement, and closes the group.
   DaemonPair pair;
   Raw x(pair.d[0]->socket);
-  REQUIRE(x.call(proto::HelloRequest{"test"}));
+  REQUIRE(x.call(proto::HelloRequest{"test", ""}));
   REQUIRE(type_of(*x.call(proto::GroupOpenRequest{5, 1, {0, 1}})) == proto::Type::kOk);
   const int s = memfd(128, MFD_ALLOW_SEALING), r = memfd(128, MFD_ALLOW_SEALING);
   auto sb = registered(x.call(proto::RegisterRequest{128}, s));

@@ -119,9 +119,9 @@ TEST_CASE("an ABORT or a token from a rank outside an exchange's members is drop
   CHECK(drops(fabric.engine(2), DropReason::kNotMember) >= 2);
 }
 
-TEST_CASE("the session's join fails on every rank, naming the other user, when one machine's rank runs another user's collectives") {
+TEST_CASE("the session's join fails on every rank, naming the other user or job, when one machine's rank runs another's collectives") {
   test::Fabric fabric(test::nodes(4));
-  auto join = [&](const std::array<std::uint32_t, 4>& owners) {
+  auto join = [&](const std::array<engine::JoinOwner, 4>& owners) {
     for (int r = 0; r < 4; ++r) fabric.engine(r).start_join(1, std::chrono::milliseconds(5'000), owners[static_cast<std::size_t>(r)]);
     std::vector<std::optional<Result<std::uint32_t>>> got(4);
     fabric.run_until(
@@ -136,7 +136,8 @@ TEST_CASE("the session's join fails on every rank, naming the other user, when o
         std::chrono::milliseconds(10'000));
     return got;
   };
-  auto got = join({0, 0, 0, 1000});
+  const engine::JoinOwner root{0, 0}, user{1000, 0}, other_job{0, engine::job_tag("job 2")};
+  auto got = join({root, root, root, user});
   for (int r = 0; r < 4; ++r) {
     INFO("rank " << r);
     REQUIRE(got[static_cast<std::size_t>(r)]);
@@ -144,8 +145,16 @@ TEST_CASE("the session's join fails on every rank, naming the other user, when o
     CHECK(got[static_cast<std::size_t>(r)]->error().code() == Errc::kBusy);
     CHECK_THAT(got[static_cast<std::size_t>(r)]->error().message(), Catch::Contains(r == 3 ? "uid 0" : "uid 1000"));
   }
-  // Once that user is gone, the job joins.
-  got = join({0, 0, 0, 0});
+  // Another job of the same user: refused too, naming it a job.
+  got = join({root, other_job, root, root});
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    REQUIRE(got[static_cast<std::size_t>(r)]);
+    REQUIRE_FALSE(*got[static_cast<std::size_t>(r)]);
+    CHECK_THAT(got[static_cast<std::size_t>(r)]->error().message(), Catch::Contains("another job of uid 0"));
+  }
+  // Once they are gone, the job joins.
+  got = join({root, root, root, root});
   for (int r = 0; r < 4; ++r) {
     INFO("rank " << r);
     REQUIRE(got[static_cast<std::size_t>(r)]);

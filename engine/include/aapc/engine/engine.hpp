@@ -306,6 +306,15 @@ nic::FrameHook integrity_hook(const FrameKey* key);
 // every sent byte besides the copy into the frame moves to that lcore.
 nic::FrameHook seal_hook(const FrameKey* key);
 
+// Whose collectives a session runs (Engine::start_join): a uid, and a tag of its job (job_tag;
+// 0: not known). A JOIN carries them in its aux and exchange fields.
+struct JoinOwner {
+  std::uint32_t uid = 0, job = 0;
+  friend bool operator==(const JoinOwner&, const JoinOwner&) = default;
+};
+// A 32-bit tag of a job's name (FNV-1a; 0 only for the empty name).
+std::uint32_t job_tag(const std::string& job);
+
 class Engine final : private ParseContext {
  public:
   Engine(nic::Port& port, EngineConfig config);
@@ -337,7 +346,10 @@ class Engine final : private ParseContext {
   std::chrono::milliseconds default_timeout(const ExchangeSpec& spec) const { return engine::default_timeout(spec, config_, chunk_); }
   // Tells the peers that exchange `id`, which this node will never start, is off: `ranks`, or
   // every peer when empty.
-  void abort_unstarted(std::uint32_t id, const std::string& reason, const std::vector<Rank>& ranks = {});
+  // `ends_session`: this node's part of the cluster's session is over (its client went away),
+  // so a JOIN proposal it made is void at the peers (the ABORT's seq says so: kAbortEndsSession).
+  void abort_unstarted(std::uint32_t id, const std::string& reason, const std::vector<Rank>& ranks = {}, bool ends_session = false);
+  static constexpr std::uint32_t kAbortEndsSession = 1;
   // This node will start no exchange of `slot` from id `from` on (its client, or its group,
   // went away): a peer's frame for one is answered with an ABORT naming `reason`, so that the
   // peer's collective fails at once rather than at its deadline. Only `members` are answered
@@ -357,11 +369,11 @@ class Engine final : private ParseContext {
   // earlier exchanges can never be taken for later ones. A peer whose daemon answers but
   // proposes nothing (no client there called the collective) fails the join after `deadline`
   // (0: never; the daemon gives the first waiting exchange's, default_timeout()).
-  // `owner` says whose collectives the session runs (the daemon gives its client's uid): every
-  // engine must propose the same, or the join fails naming the rank and its owner, before any
-  // block leaves. Another user's client that took one machine's rank first must not swap
-  // blocks with a job on the others (docs/design.md, "Jobs kept apart").
-  void start_join(std::uint32_t proposal, std::chrono::milliseconds deadline = std::chrono::milliseconds(0), std::uint32_t owner = 0);
+  // `owner` says whose collectives the session runs (the daemon gives its client's uid and job):
+  // every engine must propose the same, or the join fails naming the rank and its owner, before
+  // any block leaves. Another user's client, or another job's, that took one machine's rank
+  // first must not swap blocks with a job on the others (docs/design.md, "Jobs kept apart").
+  void start_join(std::uint32_t proposal, std::chrono::milliseconds deadline = std::chrono::milliseconds(0), JoinOwner owner = {});
   bool joining() const { return joining_; }
   // The agreed id once every peer's proposal is in; an error when a peer stays silent.
   std::optional<Result<std::uint32_t>> join_result();
@@ -446,12 +458,13 @@ class Engine final : private ParseContext {
   Clock::time_point join_since_{}, join_retry_{};
   std::chrono::microseconds join_rto_{};
   std::chrono::milliseconds join_deadline_{0};
-  std::uint32_t owner_ = 0;
+  JoinOwner owner_;
   std::vector<std::optional<std::uint32_t>> peer_proposal_;  // since our last join completed
-  std::vector<std::uint32_t> peer_owner_;                     // with each proposal
+  std::vector<JoinOwner> peer_owner_;                         // with each proposal
   std::vector<bool> join_acked_;
   bool join_sending_ = false;  // our JOIN still travels to someone
   void join_timers(Clock::time_point now);
+  std::optional<Error> join_owner_mismatch();  // start_join's `owner`
   struct AbortedBy {  // a peer's latest ABORT
     std::uint32_t exchange = 0;
     Clock::time_point when{};
