@@ -169,6 +169,14 @@ struct Cluster {
   ~Cluster() { sh(kEmu + " down"); }
 };
 
+// The pid of `machine`'s aapcd, from aapc-emu's state.
+pid_t daemon_pid(const std::string& machine) {
+  const nlohmann::json s = state();
+  for (const auto& d : s["daemons"])
+    if (d["machine"] == machine) return d["pid"];
+  return 0;
+}
+
 // `aapc status` of the first machine's daemon.
 Sh status_of_first() { return sh("AAPC_SOCKET=" + socket_of(machines().front()) + " " + kTools + "/aapc status"); }
 
@@ -470,10 +478,7 @@ TEST_CASE("a daemon killed mid-exchange: errors within seconds; its restart is r
   std::vector<Proc> procs;
   for (const auto& m : machines()) procs.push_back(spawn_in(m, exchange(4'000'000, "tree", "auto", 100)));
   std::this_thread::sleep_for(1500ms);
-  pid_t victim = 0;
-  const nlohmann::json s = state();
-  for (const auto& d : s["daemons"])
-    if (d["machine"] == "n5") victim = d["pid"];
+  const pid_t victim = daemon_pid("n5");
   REQUIRE(victim > 0);
   ::kill(victim, SIGKILL);
   const auto t0 = std::chrono::steady_clock::now();
@@ -510,10 +515,7 @@ KillFigures kill_a_daemon_mid_exchange(const std::string& block) {
     if (m != "n5") procs.push_back(spawn_in(m, {kClient, "calls", block, "60"}));
   Proc victim_client = spawn_in("n5", {kClient, "calls", block, "60"});
   std::this_thread::sleep_for(1500ms);
-  pid_t victim = 0;
-  const nlohmann::json s = state();
-  for (const auto& d : s["daemons"])
-    if (d["machine"] == "n5") victim = d["pid"];
+  const pid_t victim = daemon_pid("n5");
   REQUIRE(victim > 0);
   const auto killed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   ::kill(victim, SIGKILL);

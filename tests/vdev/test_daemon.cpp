@@ -327,6 +327,17 @@ std::pair<Result<Stats>, Result<Stats>> alltoall_both(Client& x, Buffer& sx, Buf
   return {mine, other};
 }
 
+// New clients on both daemons of `pair` run `times` alltoalls: each must succeed on both ranks.
+void fresh_clients_exchange(DaemonPair& pair, int times = 1) {
+  Client x = Client::connect(pair.d[0]->socket), y = Client::connect(pair.d[1]->socket);
+  Buffer sx = x.allocate(128), rx = x.allocate(128), sy = y.allocate(128), ry = y.allocate(128);
+  for (int i = 0; i < times; ++i) {
+    auto [a, b] = alltoall_both(x, sx, rx, y, sy, ry);
+    CHECK(a);
+    CHECK(b);
+  }
+}
+
 TEST_CASE("while one client holds the rank, another's collectives are refused at once") {
   DaemonPair pair;
   auto a = std::make_unique<Client>(Client::connect(pair.d[0]->socket));
@@ -575,11 +586,7 @@ TEST_CASE("after a rank's client exits, every later collective of its peers fail
   rx = Buffer();
   x.reset();
   std::this_thread::sleep_for(100ms);
-  Client x2 = Client::connect(pair.d[0]->socket), y2 = Client::connect(pair.d[1]->socket);
-  Buffer s0 = x2.allocate(128), r0 = x2.allocate(128), s1 = y2.allocate(128), r1 = y2.allocate(128);
-  auto [a, b] = alltoall_both(x2, s0, r0, y2, s1, r1);
-  CHECK(a);
-  CHECK(b);
+  fresh_clients_exchange(pair);
 }
 
 TEST_CASE("a first collective refused for want of a free slot fails its peers at once and leaves no half-joined session behind") {
@@ -607,13 +614,7 @@ TEST_CASE("a first collective refused for want of a free slot fails its peers at
   }  // that job ends
   g0.reset();  // and the barrier's client: the slot is free
   std::this_thread::sleep_for(100ms);
-  Client x = Client::connect(pair.d[0]->socket), y = Client::connect(pair.d[1]->socket);
-  Buffer sx = x.allocate(128), rx = x.allocate(128), sy = y.allocate(128), ry = y.allocate(128);
-  for (int job = 0; job < 2; ++job) {
-    auto [a, b] = alltoall_both(x, sx, rx, y, sy, ry);
-    CHECK(a);
-    CHECK(b);
-  }
+  fresh_clients_exchange(pair, 2);
 }
 
 TEST_CASE("a group's client that exits without closing it: its peer's next collective fails at once; GROUP_OPEN is checked") {
@@ -1121,11 +1122,7 @@ TEST_CASE("a group closed while a collective of it waits for its alltoallv's agr
   // The agreement's gather fails (rank 1 never took part) after its deadline; the daemon still
   // serves, and the barrier is never started.
   std::this_thread::sleep_for(2500ms);
-  Client w0 = Client::connect(pair.d[0]->socket), w1 = Client::connect(pair.d[1]->socket);
-  Buffer s0 = w0.allocate(128), r0 = w0.allocate(128), s1 = w1.allocate(128), r1 = w1.allocate(128);
-  auto [a, b] = alltoall_both(w0, s0, r0, w1, s1, r1);
-  CHECK(a);
-  CHECK(b);
+  fresh_clients_exchange(pair);
 }
 
 // libaapc-mpi's progress thread starts and waits for exchanges on a connection while the
