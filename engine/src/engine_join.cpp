@@ -8,6 +8,7 @@ namespace aapc::engine {
 void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadline, JoinOwner owner) {
   joining_ = true;
   owner_ = owner;
+  join_failed_.reset();
   reopen_slot(kWorldSlot);  // a new session: this node starts the cluster's collectives again
   join_deadline_ = deadline;
   join_sending_ = true;
@@ -52,9 +53,10 @@ std::optional<Error> Engine::join_owner_mismatch() {
 
 std::optional<Result<std::uint32_t>> Engine::join_result() {
   if (!joining_) return std::nullopt;
-  if (auto mismatch = join_owner_mismatch()) {
+  if (!join_failed_) join_failed_ = join_owner_mismatch();
+  if (join_failed_) {
     joining_ = false;
-    return Result<std::uint32_t>(*mismatch);
+    return Result<std::uint32_t>(*std::exchange(join_failed_, std::nullopt));
   }
   std::uint32_t agreed = proposal_;
   for (std::size_t r = 0; r < config_.peers.size(); ++r) {

@@ -566,13 +566,19 @@ TEST_CASE("another user who takes one machine's rank first: root's job fails on 
   std::this_thread::sleep_for(1s);
   std::vector<Proc> procs;
   for (const auto& m : machines()) procs.push_back(spawn_in(m, exchange(4096, "auto", "auto", 1)));
+  // Every rank fails, never "ok" with another user's bytes. Those that met the intruder's JOIN
+  // name its uid; the failure ends their clients, and a rank that joins later learns that
+  // their clients went away (or, when it joined after they left, that they did not call).
+  int named = 0;
   for (auto& p : procs) {
     REQUIRE(wait_for(p, 60s));
     const std::string out = p.output();
     INFO(p.machine << ": " << out);
-    CHECK(p.status != 0);  // never "ok" with another user's bytes
-    CHECK(out.find(p.machine == "n3" ? "in use by pid" : "uid 65534") != std::string::npos);
+    CHECK(p.status != 0);
+    CHECK(out.find("ok ") == std::string::npos);
+    named += out.find("uid 65534") != std::string::npos ? 1 : 0;
   }
+  CHECK(named >= 1);
   REQUIRE(wait_for(intruder, 60s));
   INFO(intruder.output());
   CHECK(intruder.status != 0);
