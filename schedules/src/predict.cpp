@@ -22,9 +22,6 @@ namespace {
 // header and up to MTU - 30 bytes of a block.
 constexpr std::uint64_t kEthHeaderBytes = 14;
 constexpr std::uint64_t kDataHeaderBytes = 30;
-// A token (SYNC): the Ethernet header, the 44-byte control header and at most 64 bytes of the
-// exchange's descriptor.
-constexpr std::uint64_t kTokenFrameBytes = 14 + 44 + 64;
 
 std::size_t idx(std::int64_t x) { return static_cast<std::size_t>(x); }
 
@@ -37,6 +34,7 @@ class WireModel {
     if (t.mtu() <= static_cast<int>(kDataHeaderBytes)) throw std::invalid_argument("predict: the MTU leaves no room for a block's bytes");
     const std::size_t nodes = t.nodes().size();
     parent_.assign(nodes, -1);
+    up_rate_.assign(nodes, 0.0);
     depth_.assign(nodes, 0);
     token_sum_.assign(nodes, 0.0);
     frame_sum_.assign(nodes, 0.0);
@@ -45,6 +43,7 @@ class WireModel {
       if (link < 0) continue;
       const int up = t.links()[idx(link)].other(node);
       parent_[idx(node)] = up;
+      up_rate_[idx(node)] = rate(link);
       depth_[idx(node)] = depth_[idx(up)] + 1;
       token_sum_[idx(node)] = token_sum_[idx(up)] + o.hand_over.per_link_s + o.hand_over.frames_ahead * frame_s(link) + token_s(link);
       frame_sum_[idx(node)] = frame_sum_[idx(up)] + o.hand_over.per_link_s + frame_s(link);
@@ -58,6 +57,23 @@ class WireModel {
   }
   double machine_rate(Rank r) const { return rate(t_.machine(r).links.front()); }
   double rate(int link) const { return static_cast<double>(t_.links()[idx(link)].rate_bps); }
+  // The slowest link from a to b: a block crosses its path no faster (the sender paces at its
+  // own link's rate; a switch queues what a slower link behind it cannot take yet).
+  double path_rate(Rank a, Rank b) const {
+    int u = t_.machine_node(a), v = t_.machine_node(b);
+    double slowest = machine_rate(a);
+    const auto climb = [&](int& node) {
+      slowest = std::min(slowest, up_rate_[idx(node)]);
+      node = parent_[idx(node)];
+    };
+    while (depth_[idx(u)] > depth_[idx(v)]) climb(u);
+    while (depth_[idx(v)] > depth_[idx(u)]) climb(v);
+    while (u != v) {
+      climb(u);
+      climb(v);
+    }
+    return slowest;
+  }
   int links_between(Rank a, Rank b) const {
     const int u = t_.machine_node(a), v = t_.machine_node(b);
     return depth_[idx(u)] + depth_[idx(v)] - 2 * depth_[idx(meet(u, v))];
@@ -80,7 +96,9 @@ class WireModel {
   double frame_s(int link) const {
     return 8.0 * static_cast<double>(static_cast<std::uint64_t>(t_.mtu()) + kEthHeaderBytes + o_.wire_extra_bytes) / rate(link);
   }
-  double token_s(int link) const { return 8.0 * static_cast<double>(kTokenFrameBytes + o_.wire_extra_bytes) / rate(link); }
+  double token_s(int link) const {
+    return o_.hand_over.token_bytes == 0 ? 0.0 : 8.0 * static_cast<double>(o_.hand_over.token_bytes + o_.wire_extra_bytes) / rate(link);
+  }
   int meet(int u, int v) const {
     while (depth_[idx(u)] > depth_[idx(v)]) u = parent_[idx(u)];
     while (depth_[idx(v)] > depth_[idx(u)]) v = parent_[idx(v)];
@@ -100,6 +118,7 @@ class WireModel {
   const Topology& t_;
   const PredictOptions& o_;
   std::vector<int> parent_, depth_;
+  std::vector<double> up_rate_;                // each node's link towards node 0
   std::vector<double> token_sum_, frame_sum_;  // from node 0 down to each node
 };
 
@@ -249,12 +268,17 @@ class PlanWalk {
     const auto& steps = s_.combine[idx(c)];
     return r < steps.size() ? o_.block_bytes * steps[r].send.size() : o_.block_bytes;
   }
-  // The round's blocks interleaved at the node's link rate, or at their paced rate.
+  // The round's blocks interleaved at the node's link rate, or at their paced rate, and each no
+  // faster than the slowest link on its path.
   double duration(Rank c, std::size_t r, const Round& round) const {
     if (round.sends.empty()) return 0.0;
     double rate = wire_.machine_rate(c);
     if (s_.block_rate_bps > 0) rate = std::min(rate, static_cast<double>(round.sends.size()) * static_cast<double>(s_.block_rate_bps));
-    return static_cast<double>(round.sends.size()) * wire_.block_bits(send_bytes(c, r)) / rate;
+    const double bits = wire_.block_bits(send_bytes(c, r));
+    double longest = static_cast<double>(round.sends.size()) * bits / rate;
+    for (const Send& send : round.sends)
+      if (send.dst != c) longest = std::max(longest, bits / wire_.path_rate(c, send.dst));
+    return longest;
   }
 
   void start_round(Rank c, std::size_t r) {
@@ -372,7 +396,7 @@ class PhaseWalk {
     path.add({PathStep::Kind::kDelivery, m.src, m.dst, -1, -1, end_[idx(g)], totals_.last_s});
     for (;;) {
       m = message_of(g);
-      const double start = end_[idx(g)] - duration(m.src);
+      const double start = end_[idx(g)] - duration(m);
       path.add({PathStep::Kind::kRound, m.src, -1, -1, phase_of(g), start, end_[idx(g)]});
       const std::int64_t pred = pred_[idx(g)];
       if (pred < 0) {
@@ -399,7 +423,7 @@ class PhaseWalk {
     double leaves = 0.0;
   };
 
-  double duration(Rank c) const { return block_bits_ / wire_.machine_rate(c); }
+  double duration(const Message& m) const { return block_bits_ / wire_.path_rate(m.src, m.dst); }
   int phase_of(std::int64_t id) const {
     return static_cast<int>(std::upper_bound(phase_offset_.begin(), phase_offset_.end(), id) - phase_offset_.begin() - 1);
   }
@@ -427,7 +451,7 @@ class PhaseWalk {
         pred = 2 * u.msg + 1;
       }
     }
-    const double end = start + duration(c);
+    const double end = start + duration(m);
     const double arrival = end + wire_.delivery(c, m.dst);
     const double leaves = token_leaves(o_.hand_over, start, end, arrival);
     for (int e : path_) {
@@ -477,7 +501,12 @@ Prediction predict(const Topology& topology, const Schedule& schedule, const Pre
 }
 
 Prediction predict(const Topology& topology, const AlgorithmSpec& algorithm, const SyncSpec& sync, const PredictOptions& options) {
-  if (algorithm.algorithm != Algorithm::kTree || (sync.kind != SyncKind::kNone && sync.kind != SyncKind::kSenderAll))
+  // Tokens that leave on arrival can leave a node out of its rounds' order (a later block may
+  // arrive sooner), and then a token the planner dropped as implied is not shorter than its
+  // chain: those are walked over the plan.
+  const bool from_phases = algorithm.algorithm == Algorithm::kTree && options.hand_over.leaves == TokenLeaves::kDrained &&
+                           (sync.kind == SyncKind::kNone || sync.kind == SyncKind::kSenderAll);
+  if (!from_phases)
     return predict(topology, plan_sync(topology, make_schedule(topology, algorithm), sync), options);
   const WireModel wire(topology, options);
   const std::vector<Phase> phases = tree_phases(TreeModel(topology));

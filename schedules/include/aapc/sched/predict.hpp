@@ -5,7 +5,8 @@
 // A round starts when its node's previous round has sent its last frame, when every token it
 // waits for has arrived, and when every receiver of its blocks has said READY (docs/design.md,
 // "One exchange"). It takes its blocks' bytes on the wire at the node's link rate (or, for a
-// paced schedule, at its blocks' paced rate). The exchange ends when the last block has
+// paced schedule, at its blocks' paced rate), each block no faster than the slowest link on its
+// path. The exchange ends when the last block has
 // arrived whole. For contention-free phases (Faraj/Yuan section 4) with tokens (Faraj/Yuan/
 // Patarasuk section 5) this is exact up to the hand-over terms: no two blocks share a link at
 // once, so a block's time on the wire is its bytes over the rate. Where blocks overlap on a link
@@ -35,6 +36,9 @@ enum class TokenLeaves : std::uint8_t {
 struct HandOver {
   double per_link_s = 0.0;       // each link the token crosses: cable and PHY, fixed
   double frames_ahead = 1.0;     // full frames the token may queue behind at each link it crosses
+  // The token's own frame, serialised at each link it crosses: the Ethernet header, the 44-byte
+  // control header and at most 64 bytes of the exchange's descriptor (before the wire's extra).
+  std::uint32_t token_bytes = 14 + 44 + 64;
   double per_switch_s = 0.5e-6;  // each switch it crosses: the switch's forwarding latency
   double per_nic_s = 1e-6;       // each NIC it crosses: the emitter's and the waiter's
   double engine_s = 0.31e-6;     // the two engines: build, parse and act on the token
@@ -97,8 +101,9 @@ struct Prediction {
 Prediction predict(const Topology& topology, const Schedule& schedule, const PredictOptions& options);
 
 // The prediction of `algorithm` with `sync` on `topology`. The tree's phases with sender-based
-// tokens on every phase, or none, are predicted from the phases alone, in memory linear in the
-// messages (4,096 machines in a few hundred megabytes); the others are planned first.
+// tokens on every phase that leave when their round drained, or with no tokens, are predicted
+// from the phases alone, in memory linear in the messages (4,096 machines in a few hundred
+// megabytes); the others are planned first.
 Prediction predict(const Topology& topology, const AlgorithmSpec& algorithm, const SyncSpec& sync, const PredictOptions& options);
 
 }  // namespace aapc::sched
