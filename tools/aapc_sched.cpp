@@ -182,18 +182,15 @@ void print_combine(const Topology& t, const Schedule& s) {
   }
 }
 
-Json combine_json(const Topology& t, const Schedule& s) {
-  Json nodes = Json::array();
-  for (Rank i = 0; i < s.machines; ++i) {
-    Json steps = Json::array();
-    for (const CombineStep& step : s.combine[static_cast<std::size_t>(i)]) {
-      Json pieces = Json::array();
-      for (const CombinePiece& piece : step.send) pieces.push_back(Json::array({t.machine(piece.origin).name, t.machine(piece.dest).name}));
-      steps.push_back({{"to", t.machine(step.to).name}, {"from", t.machine(step.from).name}, {"send", pieces}});
-    }
-    nodes.push_back({{"machine", t.machine(i).name}, {"steps", steps}});
+// One node's steps of a combining schedule, as `show --format json` lists them.
+Json combine_node_json(const Topology& t, const Schedule& s, Rank i) {
+  Json steps = Json::array();
+  for (const CombineStep& step : s.combine[static_cast<std::size_t>(i)]) {
+    Json pieces = Json::array();
+    for (const CombinePiece& piece : step.send) pieces.push_back(Json::array({t.machine(piece.origin).name, t.machine(piece.dest).name}));
+    steps.push_back({{"to", t.machine(step.to).name}, {"from", t.machine(step.from).name}, {"send", pieces}});
   }
-  return nodes;
+  return {{"machine", t.machine(i).name}, {"steps", steps}};
 }
 
 void print_sync_stats(const Schedule& s) {
@@ -207,56 +204,102 @@ void print_sync_stats(const Schedule& s) {
   if (st.dummy_messages > 0) std::cout << "  dummy messages: " << st.dummy_messages << "\n";
 }
 
-Json schedule_json(const Topology& t, const Schedule& s, std::int64_t load) {
-  Json j;
-  j["algorithm"] = s.algorithm;
-  Json machines = Json::array();
-  for (Rank r = 0; r < t.machine_count(); ++r) machines.push_back(t.machine(r).name);
-  j["machines"] = machines;
-  j["load"] = load;
-  Json phases = Json::array();
-  for (const auto& phase : s.phases) {
-    Json ph = Json::array();
-    for (const Message& m : phase) ph.push_back(Json::array({t.machine(m.src).name, t.machine(m.dst).name}));
-    phases.push_back(ph);
+// Writes one JSON object member by member, each element of a large array as nlohmann's dump(2)
+// would write it inside the whole document: the bytes are those of the document, but only one
+// phase or program is ever held (a plan of 1,024 machines is hundreds of megabytes of JSON).
+class JsonStream {
+ public:
+  explicit JsonStream(std::ostream& out) : out_(out) { out_ << "{"; }
+  void field(const std::string& key, const Json& value) {
+    open(key);
+    put(value, 1);
   }
-  j["phases"] = phases;
-  j["packet_level"] = s.packet_level;
-  j["contention_free"] = s.contention_free;
-  if (s.block_rate_bps > 0) j["block_rate_bps"] = s.block_rate_bps;  // paced schedules only: the others' JSON is unchanged
-  j["sync"] = s.sync.name();
-  if (s.combining()) j["combine"] = combine_json(t, s);
+  template <typename Each>
+  void array(const std::string& key, std::size_t count, Each each) {
+    open(key);
+    if (count == 0) {
+      out_ << "[]";
+      return;
+    }
+    out_ << "[";
+    for (std::size_t i = 0; i < count; ++i) {
+      out_ << (i > 0 ? "," : "") << "\n    ";
+      put(each(i), 2);
+    }
+    out_ << "\n  ]";
+  }
+  void close() { out_ << "\n}\n"; }
+
+ private:
+  void open(const std::string& key) {
+    out_ << (first_ ? "" : ",") << "\n  " << Json(key).dump() << ": ";
+    first_ = false;
+  }
+  // A string's own line breaks are escaped in JSON: every raw one is the layout's.
+  void put(const Json& value, int depth) {
+    const std::string pad(static_cast<std::size_t>(2 * depth), ' ');
+    const std::string text = value.dump(2);
+    std::size_t from = 0;
+    for (std::size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', from)) {
+      out_.write(text.data() + from, static_cast<std::streamsize>(nl + 1 - from));
+      out_ << pad;
+      from = nl + 1;
+    }
+    out_.write(text.data() + from, static_cast<std::streamsize>(text.size() - from));
+  }
+
+  std::ostream& out_;
+  bool first_ = true;
+};
+
+Json program_json(const Topology& t, const Program& prog) {
+  Json rounds = Json::array();
+  for (const Round& round : prog.rounds) {
+    Json sends = Json::array();
+    for (const Send& send : round.sends) sends.push_back(Json::array({t.machine(send.dst).name, send.phase}));
+    rounds.push_back({{"sends", sends}, {"dummy", round.dummy}, {"waits", round.waits}, {"emits", round.emits}});
+  }
+  Json on_receive = Json::object();
+  for (const auto& [src, ids] : prog.on_receive) on_receive[t.machine(src).name] = ids;
+  return {{"machine", t.machine(prog.rank).name}, {"rounds", rounds}, {"on_receive", on_receive}};
+}
+
+Json sync_json(const Topology& t, const Sync& sy) {
+  Json x = {{"id", sy.id}, {"from", t.machine(sy.from).name}, {"to", t.machine(sy.to).name}, {"to_round", sy.to_round}};
+  if (sy.trigger == SyncTrigger::kAfterSend) {
+    x["after_send_round"] = sy.from_round;
+  } else {
+    x["after_receive_from"] = t.machine(sy.after_src).name;
+  }
+  return x;
+}
+
+// The plan as JSON on `out`, streamed (JsonStream).
+void stream_schedule_json(std::ostream& out, const Topology& t, const Schedule& s, std::int64_t load) {
+  const auto count = [](const auto& v) { return v.size(); };
+  JsonStream j(out);
+  j.field("algorithm", s.algorithm);
+  j.array("machines", static_cast<std::size_t>(t.machine_count()), [&](std::size_t r) { return Json(t.machine(static_cast<Rank>(r)).name); });
+  j.field("load", load);
+  j.array("phases", count(s.phases), [&](std::size_t p) {
+    Json ph = Json::array();
+    for (const Message& m : s.phases[p]) ph.push_back(Json::array({t.machine(m.src).name, t.machine(m.dst).name}));
+    return ph;
+  });
+  j.field("packet_level", s.packet_level);
+  j.field("contention_free", s.contention_free);
+  if (s.block_rate_bps > 0) j.field("block_rate_bps", s.block_rate_bps);  // paced schedules only: the others' JSON is unchanged
+  j.field("sync", s.sync.name());
+  if (s.combining()) j.array("combine", static_cast<std::size_t>(s.machines), [&](std::size_t i) { return combine_node_json(t, s, static_cast<Rank>(i)); });
   if (s.sync.kind != SyncKind::kNone) {
     const SyncStats& st = s.sync_stats;
-    j["sync_stats"] = {{"contending_pairs", st.contending_pairs}, {"consecutive_pairs", st.consecutive_pairs}, {"tokens", st.tokens},
-                       {"local_waits", st.local_waits},           {"barriers", st.barriers},                   {"barrier_tokens", st.barrier_tokens},
-                       {"dummy_messages", st.dummy_messages}};
-    Json programs = Json::array();
-    for (const Program& prog : s.programs) {
-      Json rounds = Json::array();
-      for (const Round& round : prog.rounds) {
-        Json sends = Json::array();
-        for (const Send& send : round.sends) sends.push_back(Json::array({t.machine(send.dst).name, send.phase}));
-        rounds.push_back({{"sends", sends}, {"dummy", round.dummy}, {"waits", round.waits}, {"emits", round.emits}});
-      }
-      Json on_receive = Json::object();
-      for (const auto& [src, ids] : prog.on_receive) on_receive[t.machine(src).name] = ids;
-      programs.push_back({{"machine", t.machine(prog.rank).name}, {"rounds", rounds}, {"on_receive", on_receive}});
-    }
-    j["programs"] = programs;
-    Json syncs = Json::array();
-    for (const Sync& sy : s.syncs) {
-      Json x = {{"id", sy.id}, {"from", t.machine(sy.from).name}, {"to", t.machine(sy.to).name}, {"to_round", sy.to_round}};
-      if (sy.trigger == SyncTrigger::kAfterSend) {
-        x["after_send_round"] = sy.from_round;
-      } else {
-        x["after_receive_from"] = t.machine(sy.after_src).name;
-      }
-      syncs.push_back(x);
-    }
-    j["syncs"] = syncs;
+    j.field("sync_stats", {{"contending_pairs", st.contending_pairs}, {"consecutive_pairs", st.consecutive_pairs}, {"tokens", st.tokens},
+                           {"local_waits", st.local_waits},           {"barriers", st.barriers},                   {"barrier_tokens", st.barrier_tokens},
+                           {"dummy_messages", st.dummy_messages}});
+    j.array("programs", count(s.programs), [&](std::size_t i) { return program_json(t, s.programs[i]); });
+    j.array("syncs", count(s.syncs), [&](std::size_t i) { return sync_json(t, s.syncs[i]); });
   }
-  return j;
+  j.close();
 }
 
 int cmd_show(const std::string& path, const std::string& algo, const std::string& sync, const std::string& format, bool programs) {
@@ -264,7 +307,7 @@ int cmd_show(const std::string& path, const std::string& algo, const std::string
   Schedule s = build(t, algo, sync);
   TreeModel model(t);
   if (format == "json") {
-    std::cout << schedule_json(t, s, model.load()).dump(2) << "\n";
+    stream_schedule_json(std::cout, t, s, model.load());
     return 0;
   }
   std::cout << s.algorithm << " on " << t.source() << ": " << t.machine_count() << " machines, " << s.phases.size()
