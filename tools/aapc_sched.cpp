@@ -445,6 +445,7 @@ struct PredictArgs {
   std::string size = "64K", rate, per_link = "0", per_switch = "0.5us", per_nic = "1us", engine = "0.31us", lead = "0", leaves = "drained";
   double frames_ahead = 1.0;
   std::uint32_t wire_extra = 24, token_bytes = HandOver{}.token_bytes;
+  double link_share = 1.0;
   bool json = false, path = false;
 };
 
@@ -454,12 +455,13 @@ PredictOptions predict_options(const PredictArgs& a) {
   if (!block || *block == 0) throw CLI::ValidationError("--size", "'" + a.size + "' is not a block size like 64K (at least one byte)");
   o.block_bytes = *block;
   o.wire_extra_bytes = a.wire_extra;
+  o.link_share = a.link_share;
   HandOver& h = o.hand_over;
   h.per_link_s = parse_duration("--per-link", a.per_link);
   h.per_switch_s = parse_duration("--per-switch", a.per_switch);
   h.per_nic_s = parse_duration("--per-nic", a.per_nic);
   h.engine_s = parse_duration("--engine", a.engine);
-  h.lead_s = parse_duration("--token-lead", a.lead);
+  h.lead_s = a.lead == "engine" ? 0.0 : parse_duration("--token-lead", a.lead);
   h.frames_ahead = a.frames_ahead;
   h.token_bytes = a.token_bytes;
   h.leaves = a.leaves == "arrived" ? TokenLeaves::kArrived : TokenLeaves::kDrained;
@@ -476,6 +478,7 @@ Json prediction_json(const Topology& t, const Choice& c, const PredictOptions& o
   j["sync"] = c.sync.name();
   j["block_bytes"] = o.block_bytes;
   j["wire_extra_bytes"] = o.wire_extra_bytes;
+  j["link_share"] = o.link_share;
   j["hand_over"] = {{"per_link_s", h.per_link_s}, {"frames_ahead", h.frames_ahead}, {"token_bytes", h.token_bytes}, {"per_switch_s", h.per_switch_s}, {"per_nic_s", h.per_nic_s},
                     {"engine_s", h.engine_s},     {"lead_s", h.lead_s},             {"leaves", h.leaves == TokenLeaves::kArrived ? "arrived" : "drained"}};
   j["time_s"] = p.time_s;
@@ -538,7 +541,7 @@ void print_path(const Topology& t, const Prediction& p) {
 }
 
 int cmd_predict(const std::string& path, const std::string& algo, const std::string& sync, const PredictArgs& args) {
-  const PredictOptions o = predict_options(args);
+  PredictOptions o = predict_options(args);
   if (algo != "auto") algorithm_option(algo);
   if (!sync.empty()) sync_option(sync);
   Topology t = load_topology(path);
@@ -547,7 +550,10 @@ int cmd_predict(const std::string& path, const std::string& algo, const std::str
     if (!bps || *bps == 0) throw CLI::ValidationError("--rate", "'" + args.rate + "' is not a rate like 100Gbit");
     t = Topology::from_spec(read_dot(to_dot(t, *bps), t.source()));
   }
-  const Choice c = choose(TreeModel(t), sync.empty() ? algo : algo + "+" + sync, o.block_bytes);
+  const TreeModel model(t);
+  const Choice c = choose(model, sync.empty() ? algo : algo + "+" + sync, o.block_bytes);
+  // The engine's lead: one switch buffer over the phases (of the tree, the load), at machine 0's rate.
+  if (args.lead == "engine") o.hand_over.lead_s = engine_token_lead_s(t, static_cast<std::size_t>(model.load()), t.links()[static_cast<std::size_t>(t.machine(0).links.front())].rate_bps);
   const Prediction p = predict(t, c.algorithm, c.sync, o);
   if (args.json) {
     std::cout << prediction_json(t, c, o, p).dump(2) << "\n";
@@ -580,7 +586,13 @@ CLI::App* add_predict(CLI::App& app, std::string& topo, std::string& algo, std::
   p->add_option("--per-switch", a.per_switch, "hand-over: each switch a token or a block's last frame crosses")->capture_default_str();
   p->add_option("--per-nic", a.per_nic, "hand-over: each NIC crossed (two per token and per block)")->capture_default_str();
   p->add_option("--engine", a.engine, "hand-over: the two engines' part of a token (aapc-engine-bench --handover)")->capture_default_str();
-  p->add_option("--token-lead", a.lead, "sender-based tokens leave this long before their round's event")->capture_default_str();
+  p->add_option("--token-lead", a.lead,
+                "sender-based tokens leave this long before their round's event; engine: as aapc's engine, one switch buffer "
+                "spread over the phases (matters only on small clusters)")
+      ->capture_default_str();
+  p->add_option("--link-share", a.link_share, "the share of each link's rate the senders carry (1 on hardware; the emulator: see docs/scale.md)")
+      ->check(CLI::Range(0.01, 1.0))
+      ->capture_default_str();
   p->add_option("--token-leaves", a.leaves, "drained: when the round's last frame has left the sender (aapc); arrived: when its blocks arrived")
       ->check(CLI::IsMember({"drained", "arrived"}))
       ->capture_default_str();

@@ -32,6 +32,7 @@ class WireModel {
   WireModel(const Topology& t, const PredictOptions& o) : t_(t), o_(o) {
     if (o.block_bytes == 0) throw std::invalid_argument("predict: the block size must be at least one byte");
     if (t.mtu() <= static_cast<int>(kDataHeaderBytes)) throw std::invalid_argument("predict: the MTU leaves no room for a block's bytes");
+    if (!(o.link_share > 0.0 && o.link_share <= 1.0)) throw std::invalid_argument("predict: the share of a link's rate must be in (0, 1]");
     const std::size_t nodes = t.nodes().size();
     parent_.assign(nodes, -1);
     up_rate_.assign(nodes, 0.0);
@@ -56,7 +57,7 @@ class WireModel {
     return 8.0 * static_cast<double>(bytes + frames * (kEthHeaderBytes + kDataHeaderBytes + o_.wire_extra_bytes));
   }
   double machine_rate(Rank r) const { return rate(t_.machine(r).links.front()); }
-  double rate(int link) const { return static_cast<double>(t_.links()[idx(link)].rate_bps); }
+  double rate(int link) const { return o_.link_share * static_cast<double>(t_.links()[idx(link)].rate_bps); }
   // The slowest link from a to b: a block crosses its path no faster (the sender paces at its
   // own link's rate; a switch queues what a slower link behind it cannot take yet).
   double path_rate(Rank a, Rank b) const {
@@ -79,10 +80,13 @@ class WireModel {
     return depth_[idx(u)] + depth_[idx(v)] - 2 * depth_[idx(meet(u, v))];
   }
   // A token from a to b: from its event to the waiting round's start. Nothing for a local one.
-  double hand_over(Rank a, Rank b) const {
+  // A sender-based token (`after_own_frames`) leaves right behind its round's last frame, whose
+  // time is the round's: it waits for frames ahead of it only from the first switch on.
+  double hand_over(Rank a, Rank b, bool after_own_frames) const {
     if (a == b) return 0.0;
     const HandOver& h = o_.hand_over;
-    return h.engine_s + 2.0 * h.per_nic_s + crossed_switches(a, b) * h.per_switch_s + along(token_sum_, a, b);
+    const double own = after_own_frames ? h.frames_ahead * frame_s(t_.machine(a).links.front()) : 0.0;
+    return h.engine_s + 2.0 * h.per_nic_s + crossed_switches(a, b) * h.per_switch_s + along(token_sum_, a, b) - own;
   }
   // A block's last frame, from leaving a's NIC to its arrival at b: a frame's store and forward
   // on every link after a's own.
@@ -286,7 +290,7 @@ class PlanWalk {
     const std::size_t g = at(c, r);
     double start = 0.0;
     for (const Send& send : round.sends)
-      if (!round.dummy) start = std::max(start, wire_.hand_over(send.dst, c));
+      if (!round.dummy) start = std::max(start, wire_.hand_over(send.dst, c, false));
     if (r > 0 && end_[g - 1] >= start) {
       start = end_[g - 1];
       pred_[g] = kLocal;
@@ -304,7 +308,7 @@ class PlanWalk {
       if (!round.dummy) arrived = std::max(arrived, deliver(c, g, send.dst));
     for (std::uint32_t id : round.emits) {
       const Sync& sync = s_.syncs[id];
-      sync_ready_[id] = token_leaves(o_.hand_over, start, end_[g], arrived) + wire_.hand_over(c, sync.to);
+      sync_ready_[id] = token_leaves(o_.hand_over, start, end_[g], arrived) + wire_.hand_over(c, sync.to, true);
       sync_emitter_[id] = g;
       release(sync.to, sync.to_round);
     }
@@ -326,7 +330,7 @@ class PlanWalk {
     if (const auto* ids = s_.programs[idx(d)].emits_on_receive(c)) {
       for (std::uint32_t id : *ids) {
         const Sync& sync = s_.syncs[id];
-        sync_ready_[id] = arrival + wire_.hand_over(d, sync.to);
+        sync_ready_[id] = arrival + wire_.hand_over(d, sync.to, false);
         sync_emitter_[id] = g;
         release(sync.to, sync.to_round);
       }
@@ -435,7 +439,7 @@ class PhaseWalk {
   // pred_: -1 READY, 2 x id for the node's previous block, 2 x id + 1 for a token of block id.
   void message(std::int64_t id, const Message& m) {
     const Rank c = m.src;
-    double start = wire_.hand_over(m.dst, c);
+    double start = wire_.hand_over(m.dst, c, false);
     std::int64_t pred = -1;
     if (node_last_[idx(c)] >= 0 && node_end_[idx(c)] >= start) {
       start = node_end_[idx(c)];
@@ -445,7 +449,7 @@ class PhaseWalk {
     for (int e : path_) {
       const EdgeUser& u = edge_[idx(e)];
       if (!tokens_ || u.msg < 0 || u.src == c) continue;
-      const double ready = u.leaves + wire_.hand_over(u.src, c);
+      const double ready = u.leaves + wire_.hand_over(u.src, c, true);
       if (ready > start) {
         start = ready;
         pred = 2 * u.msg + 1;
@@ -486,6 +490,12 @@ class PhaseWalk {
 };
 
 }  // namespace
+
+double engine_token_lead_s(const Topology& topology, std::size_t phases, std::uint64_t pace_bps) {
+  if (phases == 0 || pace_bps == 0) return 0.0;
+  const std::uint64_t buffer = smallest_switch_buffer(topology);
+  return 8.0 * static_cast<double>(buffer) / static_cast<double>(phases) / static_cast<double>(pace_bps);
+}
 
 Prediction predict(const Topology& topology, const Schedule& schedule, const PredictOptions& options) {
   if (schedule.machines != topology.machine_count() || schedule.programs.size() != idx(topology.machine_count()))

@@ -35,7 +35,9 @@ enum class TokenLeaves : std::uint8_t {
 // Each term is named so that it can be measured on its own (docs/scale.md, "Calibration").
 struct HandOver {
   double per_link_s = 0.0;       // each link the token crosses: cable and PHY, fixed
-  double frames_ahead = 1.0;     // full frames the token may queue behind at each link it crosses
+  // Full frames the token queues behind at each link it crosses; a sender-based token's first
+  // link holds its own round's last frame, which the round's time already counts.
+  double frames_ahead = 1.0;
   // The token's own frame, serialised at each link it crosses: the Ethernet header, the 44-byte
   // control header and at most 64 bytes of the exchange's descriptor (before the wire's extra).
   std::uint32_t token_bytes = 14 + 44 + 64;
@@ -52,6 +54,9 @@ struct PredictOptions {
   // and inter-frame gap (24) on real Ethernet; 0 in the emulator, whose tbf shapers count only
   // the header and payload.
   std::uint32_t wire_extra_bytes = 24;
+  // The share of each link's rate that the senders carry: 1 where a NIC paces in hardware; less
+  // where a sender's pacing loses time to late wake-ups (the emulator on a busy host).
+  double link_share = 1.0;
   HandOver hand_over;
   // Keep the critical path's steps in Prediction::path (a few bytes per round on it).
   bool keep_path = true;
@@ -76,7 +81,7 @@ struct PathStep {
 
 struct Prediction {
   double time_s = 0.0;        // the exchange: the larger of path_s and link_bound_s
-  double limit_s = 0.0;       // Faraj/Yuan section 3's bound (TreeModel::best_time_s)
+  double limit_s = 0.0;       // Faraj/Yuan section 3's bound (TreeModel::best_time_s), at the full rates
   double path_s = 0.0;        // the critical path's length in time
   double link_bound_s = 0.0;  // the busiest directed link: its blocks' bytes on the wire over its rate
   int link_bound_edge = -1;   // that directed edge
@@ -94,6 +99,11 @@ struct Prediction {
   bool streamed = false;
   double fraction() const { return time_s > 0.0 ? limit_s / time_s : 0.0; }
 };
+
+// The lead that aapc's engine gives sender-based tokens on a tree of `topology` whose machines
+// pace at `pace_bps`: one smallest switch buffer spread over the schedule's `phases` (the
+// engine's token_slack), which lets the phases of a small cluster overlap a little.
+double engine_token_lead_s(const Topology& topology, std::size_t phases, std::uint64_t pace_bps);
 
 // The prediction over a planned schedule (plan_sync's result, or make_schedule's for a schedule
 // without tokens). Throws std::invalid_argument when the plan does not fit the topology or its
