@@ -578,7 +578,8 @@ CLI::App* add_predict(CLI::App& app, std::string& topo, std::string& algo, std::
   p->add_option("--algo,-a", algo, algo_help + "; or auto (what aapc runs for this block size)")->capture_default_str();
   p->add_option("--sync,-s", sync, sync_help + "; default: the schedule's own (the tree: sender-all)");
   p->add_option("--per-link", a.per_link, "hand-over: fixed time per link a token crosses (cable, PHY)")->capture_default_str();
-  p->add_option("--frames-ahead", a.frames_ahead, "hand-over: full frames a token queues behind at each link it crosses")
+  p->add_option("--frames-ahead", a.frames_ahead, "hand-over: full frames a token queues behind at each link it crosses (a sender-based token's first link "
+                "holds its round's last frame, which the round's time counts)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   p->add_option("--token-bytes", a.token_bytes, "hand-over: the token's frame, serialised at each link it crosses (0: not counted)")
