@@ -220,3 +220,35 @@ TEST_CASE("a block of no bytes or a plan for another cluster is refused") {
   const Schedule other = make_schedule(single_switch_topology(4), *AlgorithmSpec::parse("pairwise"));
   CHECK_THROWS_WITH(predict(t, other, PredictOptions{}), Catch::Contains("4 machines"));
 }
+
+TEST_CASE("a share of the links' rate stretches the data by its inverse") {
+  const Topology t = load_topology(aapc::test::topology_path("12-three-level"));
+  PredictOptions o = free_hand_over(64 * 1024);
+  const Prediction full = predict(t, *AlgorithmSpec::parse("tree"), *SyncSpec::parse("sender-all"), o);
+  o.link_share = 0.5;
+  const Prediction half = predict(t, *AlgorithmSpec::parse("tree"), *SyncSpec::parse("sender-all"), o);
+  CHECK(half.data_s == Approx(2.0 * full.data_s).epsilon(1e-12));
+  CHECK(half.limit_s == full.limit_s);  // the limit stays that of the full rates
+  o.link_share = 0.0;
+  CHECK_THROWS_WITH(predict(t, *AlgorithmSpec::parse("tree"), *SyncSpec::parse("sender-all"), o), Catch::Contains("share"));
+}
+
+TEST_CASE("the engine's token lead is one smallest switch buffer spread over the phases") {
+  // 8-two-switch: switch ports of 64 KiB (the default), 16 phases, 100 Mbit/s.
+  const Topology t = load_topology(aapc::test::topology_path("8-two-switch"));
+  CHECK(engine_token_lead_s(t, 16, 100'000'000) == Approx(65536.0 * 8.0 / 16.0 / 1e8).epsilon(1e-12));
+  CHECK(engine_token_lead_s(t, 0, 100'000'000) == 0.0);
+}
+
+TEST_CASE("a sender-based token waits for frames ahead only past its own link") {
+  // On one switch every token crosses two links: its emitter's, where the frame ahead is the
+  // round's own last one, and the waiter's, where one more frame ahead costs a frame time.
+  const Topology t = single_switch_topology(6, 1'000'000'000ULL);
+  PredictOptions o = free_hand_over(16 * 1024);
+  const Prediction none = predict(t, *AlgorithmSpec::parse("tree"), *SyncSpec::parse("sender-all"), o);
+  o.hand_over.frames_ahead = 1.0;
+  const Prediction one = predict(t, *AlgorithmSpec::parse("tree"), *SyncSpec::parse("sender-all"), o);
+  REQUIRE(one.path_tokens > 0);
+  const double frame_s = (1500.0 + 14.0 + 24.0) * 8.0 / 1e9;
+  CHECK(one.hand_over_s - none.hand_over_s == Approx(static_cast<double>(one.path_tokens) * frame_s).epsilon(1e-9));
+}

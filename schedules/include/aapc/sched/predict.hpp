@@ -32,7 +32,8 @@ enum class TokenLeaves : std::uint8_t {
 
 // What it costs to hand a link over: the time from the event a token reports (a round's last
 // frame leaving its sender, a block complete at its receiver) to the waiting round's start.
-// Each term is named so that it can be measured on its own (docs/scale.md, "Calibration").
+// Each term is named so that it can be measured on its own (docs/scale.md, "Predicting an
+// exchange from its plan": where each default comes from, and the emulator's).
 struct HandOver {
   double per_link_s = 0.0;       // each link the token crosses: cable and PHY, fixed
   // Full frames the token queues behind at each link it crosses; a sender-based token's first
