@@ -33,6 +33,9 @@ class WireModel {
     if (o.block_bytes == 0) throw std::invalid_argument("predict: the block size must be at least one byte");
     if (t.mtu() <= static_cast<int>(kDataHeaderBytes)) throw std::invalid_argument("predict: the MTU leaves no room for a block's bytes");
     if (!(o.link_share > 0.0 && o.link_share <= 1.0)) throw std::invalid_argument("predict: the share of a link's rate must be in (0, 1]");
+    const HandOver& h = o.hand_over;
+    for (double term : {h.per_link_s, h.frames_ahead, h.per_switch_s, h.per_nic_s, h.engine_s, h.lead_s})
+      if (!(term >= 0.0 && std::isfinite(term))) throw std::invalid_argument("predict: every hand-over term must be finite and at least 0");
     const std::size_t nodes = t.nodes().size();
     parent_.assign(nodes, -1);
     up_rate_.assign(nodes, 0.0);

@@ -212,11 +212,14 @@ TEST_CASE("a plan whose tokens wait for each other is refused") {
   CHECK_THROWS_WITH(predict(t, s, PredictOptions{}), Catch::Contains("deadlock"));
 }
 
-TEST_CASE("a block of no bytes or a plan for another cluster is refused") {
+TEST_CASE("a block of no bytes, a negative hand-over term or a plan for another cluster is refused") {
   const Topology t = load_topology(aapc::test::topology_path("8-two-switch"));
   PredictOptions o;
   o.block_bytes = 0;
   CHECK_THROWS_WITH(predict(t, *AlgorithmSpec::parse("tree"), *SyncSpec::parse("sender-all"), o), Catch::Contains("block size"));
+  o.block_bytes = 1024;
+  o.hand_over.per_nic_s = -1e-6;
+  CHECK_THROWS_WITH(predict(t, *AlgorithmSpec::parse("tree"), *SyncSpec::parse("sender-all"), o), Catch::Contains("at least 0"));
   const Schedule other = make_schedule(single_switch_topology(4), *AlgorithmSpec::parse("pairwise"));
   CHECK_THROWS_WITH(predict(t, other, PredictOptions{}), Catch::Contains("4 machines"));
 }
