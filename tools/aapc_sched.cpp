@@ -442,7 +442,7 @@ std::string percent(double part, double whole) {
 
 // What `aapc-sched predict` was asked, as typed (checked in predict_options()).
 struct PredictArgs {
-  std::string size = "64K", rate, per_link = "0", per_switch = "0.5us", per_nic = "1us", engine = "0.31us", lead = "0", leaves = "drained";
+  std::string size = "64K", rate, per_link = "0", per_switch = "0.5us", per_nic = "1us", engine = "0.2us", lead = "0", leaves = "drained";
   double frames_ahead = 1.0;
   std::uint32_t wire_extra = 24, token_bytes = HandOver{}.token_bytes;
   double link_share = 1.0;
