@@ -8,9 +8,9 @@ src=$2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # the MPI baselines, as singletons
 failed=0
 for t in "$tools"/aapc "$tools"/aapc-bench "$tools"/aapc-emu "$tools"/aapc-sched "$tools"/aapc-trace "$tools"/aapcd \
-  "$tools"/aapc-engine-bench "$tools"/aapc-sched-bench "$tools"/mpi-alltoall-openmpi "$tools"/mpi-alltoall-mpich \
+  "$tools"/aapc-engine-bench "$tools"/aapc-sched-bench "$tools"/aapc-simgrid-check "$tools"/mpi-alltoall-openmpi "$tools"/mpi-alltoall-mpich \
   "$src"/tools/run-tests "$src"/tools/run-demo "$src"/tools/setup; do
-  case $t in *mpi-alltoall-*) [ -x "$t" ] || continue ;; esac  # built where that MPI is installed
+  case $t in *mpi-alltoall-* | *aapc-simgrid-check) [ -x "$t" ] || continue ;; esac  # built where that MPI (SimGrid) is installed
   out=$(timeout 30 "$t" --help 2>&1)
   rc=$?
   if [ $rc -ne 0 ] || [ -z "$out" ]; then

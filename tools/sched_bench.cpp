@@ -10,9 +10,12 @@
 #include <iomanip>
 #include <iostream>
 
+#include <sys/resource.h>
+
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/alltomany.hpp"
 #include "aapc/sched/generate.hpp"
+#include "aapc/sched/predict.hpp"
 #include "aapc/sched/sync.hpp"
 #include "aapc/sched/verify.hpp"
 
@@ -44,6 +47,39 @@ void row(const std::string& what, int n, double seconds, double base, const std:
             << seconds << " s" << std::setw(9) << std::setprecision(1) << seconds / base << "x   " << extra;
   if (target > 0) std::cout << (seconds <= target ? "   [target < " : "   [MISSED target < ") << target << " s]";
   std::cout << "\n";
+}
+
+// Peak resident memory of this process so far, in MB (Linux reports kilobytes).
+double peak_mb() {
+  rusage use{};
+  getrusage(RUSAGE_SELF, &use);
+  return static_cast<double>(use.ru_maxrss) / 1024.0;
+}
+
+// `aapc-sched predict` on two-level trees of 64-4,096 machines (leaves of sqrt(n)): the target is
+// 4,096 machines in under 10 s and 2 GB. Run last: the peak memory is the process's so far.
+void bench_predict(int repeat) {
+  std::cout << "\npredict, two-level tree at 100 Gbit/s, 64 KiB blocks (peak memory of the process so far)\n";
+  for (const char* algo : {"tree", "paced-shuffle"}) {
+    double base = 0;
+    for (int leaves : {8, 16, 32, 64}) {
+      RandomTreeOptions o;
+      o.machines = leaves * leaves;
+      o.switches = leaves + 1;
+      o.shape = TreeShape::kTwoLevel;
+      o.rate_bps = 100'000'000'000ULL;
+      std::mt19937_64 rng(1);
+      const Topology t = random_tree(o, rng);
+      const AlgorithmSpec spec = *AlgorithmSpec::parse(algo);
+      const SyncSpec sync = *SyncSpec::parse(spec.algorithm == Algorithm::kTree ? "sender-all" : "none");
+      Prediction p;
+      const double secs = best_of(repeat, [&] { p = predict(t, spec, sync, PredictOptions{}); });
+      if (base == 0) base = secs;
+      std::ostringstream extra;
+      extra << std::setprecision(3) << 100.0 * p.fraction() << "% of the limit; peak " << std::setprecision(4) << peak_mb() << " MB";
+      row(std::string("predict ") + algo, o.machines, secs, base, extra.str(), o.machines == 4096 ? 10.0 : 0);
+    }
+  }
 }
 
 }  // namespace
@@ -116,5 +152,6 @@ int main(int argc, char** argv) {
     if (base == 0) base = secs;
     row("cgm d=64", n, secs, base, std::to_string(perms) + " permutations", n == 1024 ? 0.1 : 0);
   }
+  bench_predict(repeat);
   return 0;
 }

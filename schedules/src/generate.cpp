@@ -33,13 +33,16 @@ TopologySpec random_tree_spec(const RandomTreeOptions& options, std::mt19937_64&
       case TreeShape::kRandom: parent = uniform(rng, 0, i - 1); break;
       case TreeShape::kChain: parent = i - 1; break;
       case TreeShape::kStar:
-      case TreeShape::kOneSwitch: parent = 0; break;
+      case TreeShape::kOneSwitch:
+      case TreeShape::kTwoLevel: parent = 0; break;
     }
     link("s" + std::to_string(parent), "s" + std::to_string(i));
   }
   for (int r = 0; r < options.machines; ++r) {
     int sw = 0;
-    if (options.shape != TreeShape::kOneSwitch) {
+    if (options.shape == TreeShape::kTwoLevel) {
+      sw = s == 1 ? 0 : 1 + static_cast<int>(static_cast<std::int64_t>(r) * (s - 1) / options.machines);
+    } else if (options.shape != TreeShape::kOneSwitch) {
       // Without empty switches, the first s machines go one per switch.
       sw = (!options.leave_switches_empty && r < s) ? r : uniform(rng, 0, s - 1);
     }

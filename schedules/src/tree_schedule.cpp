@@ -76,7 +76,7 @@ class TreeBuilder {
   void step4_later_to_earlier();
   void step5_subtree_locals();
   void step6_earlier_to_later();
-  Schedule finish();
+  std::vector<Phase> finish();
 
  private:
   std::int64_t size(int i) const { return static_cast<std::int64_t>(sizes_[static_cast<std::size_t>(i)]); }
@@ -223,23 +223,17 @@ void TreeBuilder::step6_earlier_to_later() {
     for (int j = i + 1; j < k_; ++j) broadcast(i, j);
 }
 
-Schedule TreeBuilder::finish() {
+std::vector<Phase> TreeBuilder::finish() {
   for (auto& phase : phases_)
     std::sort(phase.begin(), phase.end(), [](const Message& a, const Message& b) { return a.src < b.src; });
-  Schedule sched;
-  sched.algorithm = "tree";
-  sched.machines = n_;
-  sched.contention_free = true;
-  sched.phases = std::move(phases_);
-  sched.programs = programs_from_phases(n_, sched.phases);
-  return sched;
+  return std::move(phases_);
 }
 
 }  // namespace
 
 // Figure 4, Steps 1 to 6, in the paper's order: each step reads the global messages the
 // earlier ones placed.
-Schedule tree_schedule(const TreeModel& model) {
+std::vector<Phase> tree_phases(const TreeModel& model) {
   TreeBuilder b(model);
   b.step1_t0_to_others();
   b.step2_others_to_t0();
@@ -248,6 +242,16 @@ Schedule tree_schedule(const TreeModel& model) {
   b.step5_subtree_locals();
   b.step6_earlier_to_later();
   return b.finish();
+}
+
+Schedule tree_schedule(const TreeModel& model) {
+  Schedule sched;
+  sched.algorithm = "tree";
+  sched.machines = model.machines();
+  sched.contention_free = true;
+  sched.phases = tree_phases(model);
+  sched.programs = programs_from_phases(sched.machines, sched.phases);
+  return sched;
 }
 
 }  // namespace aapc::sched

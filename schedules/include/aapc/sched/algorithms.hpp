@@ -79,6 +79,9 @@ Schedule paced_shuffle_schedule(const TreeModel& model, double share = kPacedSha
 
 // Faraj/Yuan section 4: contention-free phases, exactly load() of them.
 Schedule tree_schedule(const TreeModel& model);
+// The same phases without the programs (what the predictor needs at thousands of machines,
+// where the programs' rounds would take gigabytes).
+std::vector<Phase> tree_phases(const TreeModel& model);
 
 // The rotate pattern of section 4.3 (Table 1/2 of the two papers) for T_i -> T_j: the
 // sender and receiver index at each of the |Mi| x |Mj| phases. `receivers` is the fixed

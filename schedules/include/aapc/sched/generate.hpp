@@ -14,6 +14,8 @@ enum class TreeShape : std::uint8_t {
   kChain,      // switches in a line
   kStar,       // one switch in the middle
   kOneSwitch,  // a single switch (other switches, if any, hang off it without machines)
+  kTwoLevel,   // s0 a root without machines, s1.. leaves under it holding the machines in rank
+               // order, as evenly as they divide (a two-level fat tree; the scale tables' trees)
 };
 
 struct RandomTreeOptions {
