@@ -8,7 +8,7 @@ namespace aapc::engine {
 void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadline, JoinOwner owner) {
   joining_ = true;
   owner_ = owner;
-  join_failed_.reset();
+  join_left_.assign(config_.peers.size(), false);
   reopen_slot(kWorldSlot);  // a new session: this node starts the cluster's collectives again
   join_deadline_ = deadline;
   join_sending_ = true;
@@ -53,34 +53,42 @@ std::optional<Error> Engine::join_owner_mismatch() {
 
 std::optional<Result<std::uint32_t>> Engine::join_result() {
   if (!joining_) return std::nullopt;
-  if (!join_failed_) join_failed_ = join_owner_mismatch();
-  if (join_failed_) {
+  if (auto mismatch = join_owner_mismatch()) {
     joining_ = false;
-    return Result<std::uint32_t>(*std::exchange(join_failed_, std::nullopt));
+    return Result<std::uint32_t>(*mismatch);
   }
+  // A peer that does not even acknowledge our JOIN is down; one that acknowledges waits for its
+  // own clients (a collective: we wait too), up to the deadline (issue 15, finding 6: a rank
+  // whose client exited before its first collective hung the others). At the deadline the one
+  // named is a peer that never called, before one whose client went away meanwhile (that
+  // client failed for a reason of its own, often the absent one).
+  const auto waited = Clock::now() - join_since_;
   std::uint32_t agreed = proposal_;
+  int absent = -1, left = -1;
   for (std::size_t r = 0; r < config_.peers.size(); ++r) {
     if (static_cast<Rank>(r) == config_.rank) continue;
-    if (!peer_proposal_[r]) {
-      // A peer that does not even acknowledge our JOIN is down; one that acknowledges waits
-      // for its own clients (a collective: we wait too), up to the deadline (issue 15,
-      // finding 6: a rank whose client exited before its first collective hung the others).
-      const auto waited = Clock::now() - join_since_;
-      if (!join_acked_[r] && waited > config_.peer_deadline) {
-        joining_ = false;
-        return Result<std::uint32_t>(Error(Errc::kPeerSilent, "peer rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) +
-                                                                  ") did not answer while the cluster agreed on the next exchange"));
-      }
-      if (join_acked_[r] && join_deadline_.count() > 0 && waited > join_deadline_) {
-        joining_ = false;
-        return Result<std::uint32_t>(Error(Errc::kTimeout, "rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) +
-                                                               ") did not call the collective within " + std::to_string(join_deadline_.count()) +
-                                                               " ms: its daemon answers, but no client there started one (it exited, or "
-                                                               "has not called it yet)"));
-      }
-      return std::nullopt;
+    if (peer_proposal_[r]) {
+      if (later_id(*peer_proposal_[r], agreed)) agreed = *peer_proposal_[r];  // the session's slot only
+      continue;
     }
-    if (later_id(*peer_proposal_[r], agreed)) agreed = *peer_proposal_[r];  // the session's slot only
+    if (!join_acked_[r] && waited > config_.peer_deadline) {
+      joining_ = false;
+      return Result<std::uint32_t>(Error(Errc::kPeerSilent, "peer rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) +
+                                                                ") did not answer while the cluster agreed on the next exchange"));
+    }
+    int& first = join_left_[r] ? left : absent;
+    if (first < 0) first = static_cast<int>(r);
+  }
+  if (absent >= 0 || left >= 0) {
+    if (join_deadline_.count() <= 0 || waited <= join_deadline_) return std::nullopt;
+    joining_ = false;
+    const auto r = static_cast<std::size_t>(absent >= 0 ? absent : left);
+    const std::string who = "rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) + ")";
+    if (absent < 0)
+      return Result<std::uint32_t>(Error(Errc::kPeerAborted, who + ": its client went away while the cluster agreed on the next exchange"));
+    return Result<std::uint32_t>(Error(Errc::kTimeout, who + " did not call the collective within " + std::to_string(join_deadline_.count()) +
+                                                           " ms: its daemon answers, but no client there started one (it exited, or has not "
+                                                           "called it yet)"));
   }
   joining_ = false;
   for (auto& p : peer_proposal_) p.reset();

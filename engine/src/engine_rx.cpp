@@ -130,10 +130,9 @@ void Engine::on_abort(const Parsed& f, Clock::time_point now) {
     aborted_by_[static_cast<std::size_t>(src)][id_slot(f.h.exchange)] = {f.h.exchange, now, reason, true};
     // The peer's session is over (its client went): a proposal it made for the cluster's ids
     // is void, and the next join waits for its next one.
-    // A join in progress then fails at once rather than wait for it to its deadline.
     if (id_slot(f.h.exchange) == kWorldSlot && f.h.aux == static_cast<std::uint32_t>(Errc::kAborted) && f.h.seq == kAbortEndsSession) {
       peer_proposal_[static_cast<std::size_t>(src)].reset();
-      if (joining_) join_failed_ = Error(Errc::kPeerAborted, reason + " (while the cluster agreed on the next exchange)");
+      if (joining_) join_left_[static_cast<std::size_t>(src)] = true;
     }
   } else {
     link_->count_drop(DropReason::kNotLive);

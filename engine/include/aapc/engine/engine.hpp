@@ -459,7 +459,7 @@ class Engine final : private ParseContext {
   std::chrono::microseconds join_rto_{};
   std::chrono::milliseconds join_deadline_{0};
   JoinOwner owner_;
-  std::optional<Error> join_failed_;  // a peer's session ended while we joined (its ABORT said so)
+  std::vector<bool> join_left_;  // by peer: its session ended while we joined (its ABORT said so)
   std::vector<std::optional<std::uint32_t>> peer_proposal_;  // since our last join completed
   std::vector<JoinOwner> peer_owner_;                         // with each proposal
   std::vector<bool> join_acked_;
