@@ -174,9 +174,7 @@ void IoLcore::run() {
     bool busy = false;
     for (Rx& rx : rx_) busy = poll_rx(rx) || busy;
     for (Tx& tx : tx_) busy = poll_tx(tx) || busy;
-    loops_.fetch_add(1, std::memory_order_relaxed);
     if (busy) {
-      busy_.fetch_add(1, std::memory_order_relaxed);
       idle = 0;
     } else if (++idle > 4096) {
       // Long idle (no exchange runs): yield the core now and then rather than spin on it.

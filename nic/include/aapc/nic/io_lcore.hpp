@@ -109,9 +109,6 @@ class IoLcore {
   // received but not taken, and joins the thread. Idempotent.
   void stop();
 
-  // Bursts that found work, and all bursts: how busy the lcore was (for benchmarks).
-  std::uint64_t busy_loops() const { return busy_.load(std::memory_order_relaxed); }
-  std::uint64_t loops() const { return loops_.load(std::memory_order_relaxed); }
 
  private:
   struct Rx {
@@ -135,7 +132,6 @@ class IoLcore {
   std::vector<Tx> tx_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<std::uint64_t> busy_{0}, loops_{0};
 };
 
 }  // namespace aapc::nic

@@ -85,8 +85,6 @@ class Trace {
   Rank reference() const { return caps_.front().node; }
   // Exchange ids seen in every capture (collectives involve every node), in order.
   const std::vector<std::uint32_t>& exchanges() const { return exchanges_; }
-  // Exchange ids seen in some captures only (left out of the analyses).
-  const std::vector<std::uint32_t>& partial_exchanges() const { return partial_; }
   std::vector<std::string> warnings;
 
  private:
@@ -94,7 +92,7 @@ class Trace {
   sched::Topology topo_;
   std::vector<Capture> caps_;
   std::vector<ClockEstimate> clocks_;
-  std::vector<std::uint32_t> exchanges_, partial_;
+  std::vector<std::uint32_t> exchanges_, partial_;  // partial_: in some captures only, left out (warnings says so)
 };
 
 // --- summary ------------------------------------------------------------------------------
