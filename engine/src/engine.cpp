@@ -263,6 +263,7 @@ Result<void> Engine::start(ExchangeSpec spec) {
   if (auto why = combine_problem(spec, config_.rank)) return invalid(*why);
 
   const auto now = Clock::now();
+  const std::vector<bool> member = member_mask(spec, n);  // once: a find per rank would cost n x members
   for (std::size_t r = 0; r < n; ++r) {
     const auto& d = link_->dead(static_cast<Rank>(r));
     const bool involved = spec.send[r].len > 0 || spec.recv[r].len > 0 ||
@@ -271,8 +272,7 @@ Result<void> Engine::start(ExchangeSpec spec) {
       return Error(Errc::kPeerSilent, "exchange " + std::to_string(spec.id) + ": peer rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) +
                                           ") has not been heard from since it was found silent " +
                                           std::to_string(duration_cast<milliseconds>(now - d.since).count()) + " ms ago (" + d.why + ")");
-    const bool member = spec.members.empty() || std::find(spec.members.begin(), spec.members.end(), static_cast<Rank>(r)) != spec.members.end();
-    if (!member) continue;  // another group's ABORT of this id says nothing about ours
+    if (!member[r]) continue;  // another group's ABORT of this id says nothing about ours
     auto by = aborted_by_[r].find(id_slot(spec.id));
     const AbortedBy& ab = by != aborted_by_[r].end() ? by->second : AbortedBy{};
     if (ab.active && now - ab.when < config_.peer_deadline && ab.exchange == spec.id)

@@ -14,9 +14,7 @@ using std::chrono::nanoseconds;
 Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
     : link_(link), spec_(std::move(spec)), n_(link.config().peers.size()), start_(now), next_keepalive_(now) {
   const std::uint32_t chunk = link_.chunk();
-  member_.assign(n_, spec_.members.empty());
-  for (Rank r : spec_.members)
-    if (r >= 0 && static_cast<std::size_t>(r) < n_) member_[static_cast<std::size_t>(r)] = true;
+  member_ = member_mask(spec_, n_);
   out_of_.assign(n_, -1);
   in_.resize(n_);
   epoch_.assign(n_, 0);

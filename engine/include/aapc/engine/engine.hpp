@@ -197,6 +197,14 @@ struct ExchangeSpec {
   std::uint64_t combine_block = 0;
 };
 
+// By rank of a cluster of `n`: whether it takes part in `spec` (ExchangeSpec::members).
+inline std::vector<bool> member_mask(const ExchangeSpec& spec, std::size_t n) {
+  std::vector<bool> member(n, spec.members.empty());
+  for (Rank m : spec.members)
+    if (m >= 0 && static_cast<std::size_t>(m) < n) member[static_cast<std::size_t>(m)] = true;
+  return member;
+}
+
 // A paced exchange's catch-up burst (ExchangeSpec::paced_burst_bytes) for a node sending
 // `streams` blocks, against the `bottleneck_load` blocks that cross the busiest link: that share
 // of the smallest switch buffer, and at least two frames of `frame_bytes` so that a node woken a
