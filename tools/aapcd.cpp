@@ -90,8 +90,12 @@ int main(int argc, char** argv) {
   int rank = -1, deadline_ms = 1500;
   std::vector<std::string> eal_args;
   app.add_option("--topology,-t", cfg.topology, "topology file (DOT) listing every machine's MAC")->required();
-  app.add_option("--vdev", vdevs, "the port as a DPDK virtual device, e.g. net_af_packet0,iface=eth0 (for af_packet qdisc_bypass=0 is added, and a ring "
+  app.add_option("--vdev", vdevs, "the port as a DPDK virtual device, e.g. net_af_packet0,iface=eth0, or an interface name alone, which is --iface (for af_packet qdisc_bypass=0 is added, and a ring "
                  "sized for the topology's MTU unless framesz, blocksz or framecnt are given)");
+  app.add_option("--iface", cfg.iface, "the port as a kernel interface, e.g. eth1, opened through --iface-driver");
+  app.add_option("--iface-driver", cfg.iface_driver, "auto (AF_XDP where the interface takes it, else af_packet), af_xdp or af_packet")
+      ->check(CLI::IsMember({"auto", "af_xdp", "af_packet"}))
+      ->capture_default_str();
   app.add_option("--pci", pci, "the port as a PCI address bound to a DPDK driver, e.g. 0000:03:00.0");
   app.add_option("--rank", rank, "this node's rank (default: the machine whose MAC is the port's)");
   app.add_option("--socket", cfg.socket_path, "control socket (its directory is made 0750)")->capture_default_str();
@@ -115,15 +119,21 @@ int main(int argc, char** argv) {
 
   spdlog::set_level(spdlog::level::from_str(level));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] aapcd %l: %v");
-  if (vdevs.empty() == pci.empty()) {
-    std::cerr << "aapcd: name the port with exactly one of --vdev or --pci\n";
+  // A bare interface name given as the device (AAPC_PORT=eth1 in the systemd unit's
+  // environment) is --iface: AF_XDP where it can be.
+  if (vdevs.size() == 1 && vdevs.front().find_first_of(",=:") == std::string::npos && vdevs.front().rfind("net_", 0) != 0 && cfg.iface.empty()) {
+    cfg.iface = vdevs.front();
+    vdevs.clear();
+  }
+  if (static_cast<int>(!vdevs.empty()) + static_cast<int>(!pci.empty()) + static_cast<int>(!cfg.iface.empty()) != 1) {
+    std::cerr << "aapcd: name the port with exactly one of --iface (a kernel interface), --vdev or --pci\n";
     return 2;
   }
   if (!vdevs.empty()) {
     cfg.device = vdevs.front();
     if (cfg.device.rfind("net_af_packet", 0) == 0 && cfg.device.find("qdisc_bypass") == std::string::npos)
       cfg.device += ",qdisc_bypass=0";  // go through the kernel's qdisc, where the emulation shapes the link
-  } else {
+  } else if (!pci.empty()) {
     cfg.device = pci;
     cfg.eal.no_pci = false;
     cfg.eal.extra.push_back("--allow=" + pci);

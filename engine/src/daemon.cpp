@@ -154,6 +154,7 @@ int Daemon::run(const std::atomic<bool>& stop) {
     bool busy = m.engine->poll();
     m.collect_finished();
     const auto now = Clock::now();
+    m.sample_rates(now, !m.engine->quiet());
     if (m.engine->quiet()) {
       idle = 0;
       m.service(5);  // nothing to send: wait for a client or a frame (without a port fd, polled every 5 ms)

@@ -197,6 +197,17 @@ struct Daemon::Impl {
   int rank_of_port() const;
   nic::Port& decorate_port();
   // With cfg.io_cores: the port given to the engine is served by I/O lcores.
+  void open_iface(const nic::PortOptions& po);
+  // The highest rate the port sent and received at over a window of kRateWindow while
+  // exchanges ran (`aapc status`: what this node reached; a port that cannot fill its link
+  // shows here below the link's rate).
+  static constexpr std::chrono::milliseconds kRateWindow{50};
+  struct PortRates {
+    Clock::time_point start{};
+    std::uint64_t sent = 0, received = 0;
+    double peak_send_bps = 0, peak_receive_bps = 0;
+  } rates;
+  void sample_rates(Clock::time_point now, bool running);
   nic::Port& offload_port(nic::Port& port);
   void start_io_lcores();
   void choose_pace();

@@ -34,7 +34,11 @@ void Daemon::Impl::open_port() {
   po.device = cfg.device;
   po.mtu = topo.mtu();
   if (cfg.rank) po.mac = nic::MacAddr(topo.machine(*cfg.rank).mac.bytes);
-  eth = nic::EthPort::open(po);
+  if (cfg.iface.empty()) {
+    eth = nic::EthPort::open(po);
+  } else {
+    open_iface(po);
+  }
   rank = rank_of_port();
   nic::Port& port = offload_port(decorate_port());
   choose_pace();
@@ -55,6 +59,18 @@ void Daemon::Impl::open_port() {
   engine->on_peer_restart = [](Rank peer) { spdlog::warn("peer rank {} restarted: running exchanges with it failed", peer); };
   start_io_lcores();
   engine->announce();
+}
+
+// --iface: AF_XDP, or af_packet where AF_XDP cannot open the interface (said loudly: it caps
+// what one node sends; docs/design.md, "Fast links").
+void Daemon::Impl::open_iface(const nic::PortOptions& po) {
+  const auto driver = nic::parse_iface_driver(cfg.iface_driver);
+  if (!driver) fail("--iface-driver " + cfg.iface_driver + ": not auto, af_xdp or af_packet");
+  auto opened = nic::open_iface(cfg.iface, *driver, po);
+  eth = std::move(opened.port);
+  cfg.device = opened.device;
+  if (!opened.passed_over.empty())
+    spdlog::warn("interface {}: AF_XDP could not open it, so af_packet carries it (about 2 Gbit/s a core): {}", cfg.iface, opened.passed_over);
 }
 
 // The engine learns from its port whether received frames come checked: the lcores serve the

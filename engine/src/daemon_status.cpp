@@ -29,6 +29,9 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
       {"mac", topo.machine(rank).mac.str()},
       {"topology", topo.source()},
       {"port", cfg.device},
+      {"port_driver", eth->driver()},
+      // The highest send and receive rates over 50 ms while exchanges ran, frame bytes.
+      {"port_peak", {{"send_bps", static_cast<std::uint64_t>(rates.peak_send_bps)}, {"receive_bps", static_cast<std::uint64_t>(rates.peak_receive_bps)}}},
       {"epoch", engine->epoch()},
       {"pace_bps", pace_bps},
       // Frames tagged with the cluster key, and its cipher; null: unauthenticated.
@@ -55,6 +58,27 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
   };
   if (capture) j["capture"] = {{"path", cfg.capture_path}, {"frames", capture->frames_captured()}};
   proto::send_message(c.fd, proto::message(proto::StatusReply{j.dump(2)}, request));
+}
+
+void Daemon::Impl::sample_rates(Clock::time_point now, bool running) {
+  const EngineCounters& k = engine->counters();
+  if (!running) {
+    rates.start = {};
+    return;
+  }
+  if (rates.start == Clock::time_point{}) {
+    rates.start = now;
+    rates.sent = k.bytes_sent;
+    rates.received = k.bytes_received;
+    return;
+  }
+  const double s = std::chrono::duration<double>(now - rates.start).count();
+  if (now - rates.start < kRateWindow) return;
+  rates.peak_send_bps = std::max(rates.peak_send_bps, static_cast<double>(k.bytes_sent - rates.sent) * 8 / s);
+  rates.peak_receive_bps = std::max(rates.peak_receive_bps, static_cast<double>(k.bytes_received - rates.received) * 8 / s);
+  rates.start = now;
+  rates.sent = k.bytes_sent;
+  rates.received = k.bytes_received;
 }
 
 }  // namespace aapc::engine

@@ -7,13 +7,18 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <net/if.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <set>
@@ -22,6 +27,9 @@
 #include "aapc/nic/eal.hpp"
 
 namespace aapc::nic {
+
+extern const unsigned char kAapcXdpObject[];  // nic/bpf/aapc_xdp.c, compiled (aapc_xdp_object.cpp)
+extern const std::size_t kAapcXdpObject_size;
 
 std::string mac_string(const MacAddr& mac) {
   char buf[18];
@@ -38,8 +46,9 @@ namespace {
 // "net_af_packet0,iface=veth0" -> "net_af_packet0"
 std::string device_name(const std::string& device) { return device.substr(0, device.find(',')); }
 
-// The AF_PACKET sockets of this process (DPDK's af_packet driver opens one per queue pair).
-std::set<int> packet_sockets() {
+// The sockets of this process of address family `domain`: AF_PACKET (DPDK's af_packet driver
+// opens one per queue pair), AF_XDP (net_af_xdp, one per queue).
+std::set<int> sockets_of(int domain) {
   std::set<int> out;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
@@ -49,11 +58,20 @@ std::set<int> packet_sockets() {
     } catch (const std::exception&) {
       continue;
     }
-    int domain = 0;
-    socklen_t len = sizeof domain;
-    if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_PACKET) out.insert(fd);
+    int have = 0;
+    socklen_t len = sizeof have;
+    if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &have, &len) == 0 && have == domain) out.insert(fd);
   }
   return out;
+}
+
+// The one socket in `now` that is not in `before`, or the only one there is; else -1.
+int fresh_socket(const std::set<int>& before, const std::set<int>& now) {
+  std::set<int> fresh;
+  std::set_difference(now.begin(), now.end(), before.begin(), before.end(), std::inserter(fresh, fresh.end()));
+  if (fresh.size() == 1) return *fresh.begin();
+  if (fresh.empty() && now.size() == 1) return *now.begin();
+  return -1;
 }
 
 // The MTU of kernel interface `iface`, or -1 when it cannot be read (no such interface: the
@@ -150,7 +168,7 @@ std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   const std::string device = with_memif_buffers(with_af_packet_ring(options.device, options.mtu, static_cast<unsigned>(::getpagesize())), options.mtu);
   std::string name = device_name(device);
   if (is_af_packet(device)) check_af_packet(device, name, options.mtu);
-  const std::set<int> sockets_before = packet_sockets();
+  const std::set<int> packet_before = sockets_of(AF_PACKET), xdp_before = sockets_of(AF_XDP);
   std::uint16_t port = 0;
   if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) {
     int rc = rte_dev_probe(device.c_str());
@@ -169,6 +187,7 @@ std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   rte_eth_dev_info info{};
   if (int rc = rte_eth_dev_info_get(port, &info); rc != 0) fail(name, "reading device info", rc);
 
+  p->driver_ = info.driver_name;
   p->pool_ = make_pool(device, port, options.mtu, options.pool_size);
   p->zero_copy_tx_ = zero_copy_driver(info.driver_name, info.tx_offload_capa);
   rte_eth_conf conf{};
@@ -192,19 +211,113 @@ std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   rte_eth_macaddr_get(port, &addr);
   std::copy(std::begin(addr.addr_bytes), std::end(addr.addr_bytes), p->mac_.begin());
   if (options.mac) p->mac_ = *options.mac;  // devices that cannot change MAC still send ours
-  // net_af_packet with one queue pair: its socket is the one this port opened (or the only one
-  // there is, when the EAL probed it). Its mmap'ed receive ring makes poll(2) report POLLIN
-  // while a frame waits for the driver, so an idle daemon can sleep until one arrives.
-  if (std::string(info.driver_name) == "net_af_packet") {
-    std::set<int> now = packet_sockets(), fresh;
-    std::set_difference(now.begin(), now.end(), sockets_before.begin(), sockets_before.end(), std::inserter(fresh, fresh.end()));
-    if (fresh.size() == 1) {
-      p->wait_fd_ = *fresh.begin();
-    } else if (fresh.empty() && now.size() == 1) {
-      p->wait_fd_ = *now.begin();
+  // net_af_packet and net_af_xdp with one queue pair: the socket this port opened (or the
+  // only one there is, when the EAL probed it). af_packet's mmap'ed receive ring, and an
+  // AF_XDP socket's receive ring, make poll(2) report POLLIN while a frame waits for the
+  // driver, so an idle daemon can sleep until one arrives.
+  const std::string driver = info.driver_name;
+  if (driver == "net_af_packet") p->wait_fd_ = fresh_socket(packet_before, sockets_of(AF_PACKET));
+  if (driver == "net_af_xdp") p->wait_fd_ = fresh_socket(xdp_before, sockets_of(AF_XDP));
+  return p;
+}
+
+std::optional<IfaceDriver> parse_iface_driver(const std::string& name) {
+  for (IfaceDriver d : {IfaceDriver::kAuto, IfaceDriver::kAfXdp, IfaceDriver::kAfPacket})
+    if (name == iface_driver_name(d)) return d;
+  return std::nullopt;
+}
+
+const char* iface_driver_name(IfaceDriver driver) {
+  switch (driver) {
+    case IfaceDriver::kAfXdp:
+      return "af_xdp";
+    case IfaceDriver::kAfPacket:
+      return "af_packet";
+    case IfaceDriver::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+std::string iface_device(const std::string& iface, IfaceDriver driver) {
+  // busy_budget=0: no preferred busy polling, which costs a system call on every receive
+  // poll of an idle port; the engine polls often enough.
+  if (driver == IfaceDriver::kAfXdp) return "net_af_xdp0,iface=" + iface + ",start_queue=0,queue_count=1,busy_budget=0";
+  return "net_af_packet0,iface=" + iface;
+}
+
+namespace {
+
+// Our XDP program (nic/bpf/aapc_xdp.c) in a memory file, named by a path the driver can open
+// while the file is held.
+class XdpProgramFile {
+ public:
+  XdpProgramFile() : fd_(::memfd_create("aapc_xdp.o", MFD_CLOEXEC)) {
+    if (fd_ < 0 || ::write(fd_, kAapcXdpObject, kAapcXdpObject_size) != static_cast<ssize_t>(kAapcXdpObject_size))
+      throw NicError(std::string("cannot hold the XDP program in a memory file: ") + std::strerror(errno));
+  }
+  ~XdpProgramFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  XdpProgramFile(const XdpProgramFile&) = delete;
+  XdpProgramFile& operator=(const XdpProgramFile&) = delete;
+  std::string path() const { return "/proc/self/fd/" + std::to_string(fd_); }
+
+ private:
+  int fd_;
+};
+
+// Removes a virtual device that was probed but could not be opened, so that nothing of it
+// (an XDP program on the interface, a socket) stays behind.
+void remove_failed(const std::string& device) {
+  const std::string name = device_name(device);
+  std::uint16_t port = 0;
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port) == 0) {
+    rte_eth_dev_stop(port);
+    rte_eth_dev_close(port);
+  }
+  rte_eal_hotplug_remove("vdev", name.c_str());
+}
+
+// An XDP program of ours that a daemon killed before it could remove it left on `iface`: the
+// driver attaches its program only where none is (and would fall back to af_packet).
+// Programs of others are left alone.
+void remove_stale_program(const std::string& iface) {
+  const int ifindex = static_cast<int>(::if_nametoindex(iface.c_str()));
+  __u32 id = 0;
+  if (ifindex == 0 || bpf_xdp_query_id(ifindex, 0, &id) != 0 || id == 0) return;
+  const int fd = bpf_prog_get_fd_by_id(id);
+  if (fd < 0) return;
+  bpf_prog_info info{};
+  __u32 len = sizeof info;
+  const bool ours = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && std::string(info.name) == "aapc_xdp";
+  ::close(fd);
+  if (ours) bpf_xdp_detach(ifindex, 0, nullptr);
+}
+
+}  // namespace
+
+IfacePort open_iface(const std::string& iface, IfaceDriver driver, PortOptions options) {
+  if (iface.empty() || iface.size() >= IFNAMSIZ || iface.find_first_of(",= ") != std::string::npos)
+    throw NicError("interface '" + iface + "' is not an interface name");
+  std::string passed_over;
+  if (driver != IfaceDriver::kAfPacket) {
+    const std::string device = iface_device(iface, IfaceDriver::kAfXdp);
+    try {
+      // Ours, not libxdp's default program: that one would take every frame of the queue,
+      // IP included, away from the kernel.
+      const XdpProgramFile program;
+      remove_stale_program(iface);
+      options.device = device + ",xdp_prog=" + program.path();
+      return {EthPort::open(options), device, IfaceDriver::kAfXdp, {}};
+    } catch (const NicError& e) {
+      remove_failed(options.device);
+      if (driver == IfaceDriver::kAfXdp) throw;
+      passed_over = e.what();
     }
   }
-  return p;
+  options.device = iface_device(iface, IfaceDriver::kAfPacket);
+  return {EthPort::open(options), options.device, IfaceDriver::kAfPacket, passed_over};
 }
 
 EthPort::~EthPort() {

@@ -19,6 +19,10 @@ namespace aapc::engine {
 struct DaemonConfig {
   std::string topology;                 // topology file (or a shipped name)
   std::string device;                   // ethdev: "net_af_packet0,iface=eth0", "0000:03:00.0", ...
+  // Instead of device: a kernel interface, opened through iface_driver (nic::IfaceDriver's
+  // names: "auto" is AF_XDP, else af_packet; "af_xdp"; "af_packet").
+  std::string iface;
+  std::string iface_driver = "auto";
   std::optional<int> rank;              // default: the rank whose MAC is the port's
   std::string socket_path = "/run/aapc/aapcd.sock";
   unsigned socket_mode = 0660;          // the directory is made 0750

@@ -60,6 +60,7 @@ class EthPort final : public Port {
   bool zero_copy_tx() const override { return zero_copy_tx_; }
   bool directions_apart() const override { return true; }  // one rx queue, one tx queue
   std::uint16_t port_id() const { return port_id_; }
+  const std::string& driver() const { return driver_; }  // "net_af_xdp", "net_ice", ...
 
   // Statistics as the device counts them.
   struct DeviceStats {
@@ -71,12 +72,35 @@ class EthPort final : public Port {
   EthPort() = default;
   std::uint16_t port_id_ = 0;
   std::string name_;
+  std::string driver_;
   rte_mempool* pool_ = nullptr;
   MacAddr mac_{};
   int mtu_ = 1500;
   int wait_fd_ = -1;
   bool zero_copy_tx_ = false;
 };
+
+// How a kernel interface (aapcd --iface) is reached: AF_XDP (net_af_xdp: the kernel hands
+// frames to a ring in our memory, no socket buffer on the way) where it can be, else
+// net_af_packet. docs/design.md, "Fast links", says why AF_XDP comes first.
+enum class IfaceDriver { kAuto, kAfXdp, kAfPacket };
+std::optional<IfaceDriver> parse_iface_driver(const std::string& name);  // auto, af_xdp, af_packet
+const char* iface_driver_name(IfaceDriver driver);
+
+// The DPDK device string that opens kernel interface `iface` through `driver` (not kAuto).
+std::string iface_device(const std::string& iface, IfaceDriver driver);
+
+struct IfacePort {
+  std::unique_ptr<EthPort> port;
+  std::string device;       // the device string that opened it
+  IfaceDriver driver;       // kAfXdp or kAfPacket
+  std::string passed_over;  // kAuto fell back to af_packet: why AF_XDP could not open it
+};
+
+// Opens kernel interface `iface` (options.device is ignored). kAuto: AF_XDP, and net_af_packet
+// where AF_XDP cannot open it (no driver or no XDP for the interface, an MTU beyond AF_XDP's
+// page-sized frames). Throws NicError when no driver asked for can open it.
+IfacePort open_iface(const std::string& iface, IfaceDriver driver, PortOptions options);
 
 // A memif device string whose buffers hold a whole frame of the MTU (bsize added unless
 // given). Frames chained over memif's default 2,048-byte buffers arrived broken at MTU 9000
