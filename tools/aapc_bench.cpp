@@ -53,6 +53,7 @@ Sweep plan_sweep(const Args& a) {
   s.n = topo.machine_count();
   s.multi_switch = !topo.single_switch();
   s.ppn = a.ppn;
+  s.port = a.port;
   // Machine-level sizes: with K ranks per machine, each pair of machines carries K^2 blocks.
   s.sizes = parse_sizes(a.sizes);
   for (auto& b : s.sizes) b *= static_cast<std::uint64_t>(a.ppn) * static_cast<std::uint64_t>(a.ppn);
@@ -177,6 +178,9 @@ int main(int argc, char** argv) {
   app.add_option("--ppn", a.ppn, "ranks per machine of the MPI jobs; sizes are per rank, aapc's own schedules run blocks of ppn^2 x size")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  app.add_option("--port", a.port, "how the emulated cluster's daemons open their interface: auto (AF_XDP where it can, else af_packet), af_xdp, af_packet")
+      ->check(CLI::IsMember({"auto", "af_xdp", "af_packet"}))
+      ->capture_default_str();
   app.add_flag("--aapc-mpi", a.aapc_mpi, "also run each MPI's job with libaapc-mpi.so preloaded (label MPI+aapc)");
   app.add_option("--out,-o", a.out, "directory for results.{txt,csv,json} and throughput.{png,svg} (default bench/<topology>)");
   app.add_flag("--existing", a.existing, "measure on daemons already running: start this on every node at once (rank 0 reports)");

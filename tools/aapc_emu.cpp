@@ -2,7 +2,9 @@
 //
 // One network namespace per machine (aapc-<machine>), one bridge per switch (aapcb<i>), a
 // veth pair per link, tbf on both ends of every link with the topology's rate and the
-// switch's buffer. Every name it makes starts with "aapc"; `down` removes exactly those, also
+// switch's buffer. What a machine sends is shaped where it arrives, through an IFB device
+// (aapci<rank>), since AF_XDP's transmit skips the machine's own qdisc; where the kernel has
+// no IFB, on the machine's end, and the daemons use af_packet. Every name it makes starts with "aapc"; `down` removes exactly those, also
 // after a crash, and nothing else.
 //
 //   aapc-emu up TOPO | down | status
@@ -12,7 +14,8 @@
 //                                    (daemons on every machine, an MPI job with libaapc-mpi.so)
 //   aapc-emu start | stop            (daemons on the cluster that is up)
 //
-// The daemons authenticate their frames with a key made for the cluster (--no-key: none).
+// The daemons authenticate their frames with a key made for the cluster (--no-key: none),
+// and open their machine's interface through AF_XDP where they can (--port).
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <nlohmann/json.hpp>
@@ -47,7 +50,7 @@ namespace {
 
 const fs::path kStateDir = aapc::tools::kEmuStateDir;
 const fs::path kStateFile = aapc::tools::kEmuStateFile;
-const std::regex kOurLink("^aapc(b|p|m|l)[0-9]+[ab]?$");  // every interface name we make
+const std::regex kOurLink("^aapc(b|p|m|l|i)[0-9]+[ab]?$");  // every interface name we make
 const std::string kNetnsPrefix = aapc::tools::emu_netns("");
 
 struct Failure : std::runtime_error {
@@ -224,21 +227,55 @@ Json cmd_up(const std::string& topo_arg, const std::string& subnet) {
 
 // A machine's end of a cable: host interface `dev` moved into the machine's namespace as
 // aapc0, with the machine's MAC and address, the topology's MTU, and the NIC's queue shaped.
-void machine_end(const Topology& t, const aapc::sched::Node& m, const std::string& dev, const std::string& ip, std::uint64_t bps) {
+// A machine's own link, the direction it sends: its NIC queue at the link's rate.
+constexpr std::uint64_t kNicQueue = 256 * 1024;
+
+// Whether this kernel has IFB devices (and tc's ingress redirect to them), so that a
+// machine's sends can be shaped past its namespace (shape_sends).
+bool ifb_available() {
+  const std::string probe = "aapci999999";
+  if (run({"ip", "link", "add", probe, "type", "ifb"}).status != 0) return false;
+  run({"ip", "link", "del", probe});
+  return true;
+}
+
+// Shapes what a machine sends where its frames arrive, at `dev` (the other end of its link,
+// in `netns`, "" for the host): AF_XDP's transmit passes no qdisc of the sender's, so its
+// NIC queue is emulated by an IFB device that dev's ingress redirects every frame through.
+void shape_sends(const std::string& netns, const std::string& dev, const std::string& ifb, std::uint64_t bps, int mtu) {
+  std::vector<std::string> in;
+  if (!netns.empty()) in = {"ip", "netns", "exec", netns};
+  auto there = [&](std::vector<std::string> argv) {
+    argv.insert(argv.begin(), in.begin(), in.end());
+    must(argv);
+  };
+  there({"ip", "link", "add", ifb, "type", "ifb"});
+  no_ipv6(netns, ifb);
+  there({"ip", "link", "set", ifb, "mtu", std::to_string(mtu), "up"});
+  shape(netns, ifb, bps, kNicQueue, mtu);
+  there({"tc", "qdisc", "replace", "dev", dev, "ingress"});
+  there({"tc", "filter", "add", "dev", dev, "parent", "ffff:", "protocol", "all", "u32", "match", "u32", "0", "0", "action", "mirred", "egress",
+         "redirect", "dev", ifb});
+}
+
+void machine_end(const Topology& t, const aapc::sched::Node& m, const std::string& dev, const std::string& ip, std::uint64_t bps, bool ifb) {
   const std::string ns = netns_of(m.name);
   must({"ip", "link", "set", dev, "netns", ns});
   must({"ip", "netns", "exec", ns, "ip", "link", "set", dev, "name", "aapc0"});
   no_ipv6(ns, "aapc0");
   must({"ip", "netns", "exec", ns, "ip", "link", "set", "aapc0", "address", m.mac.str(), "mtu", std::to_string(t.mtu()), "up"});
   must({"ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/16", "dev", "aapc0"});
-  shape(ns, "aapc0", bps, 256 * 1024, t.mtu());  // the machine's NIC queue
+  if (!ifb) shape(ns, "aapc0", bps, kNicQueue, t.mtu());  // the machine's NIC queue (else where its frames arrive)
 }
 
 Json build_cluster(const Topology& t, const std::string& subnet) {
   Json state;
   fs::create_directories(kStateDir);
   ::chmod(kStateDir.c_str(), 0755);
-  state = {{"topology", fs::absolute(t.source()).string()}, {"machines", Json::array()}, {"daemons", Json::array()}};
+  // Where a machine's sends are shaped: "ifb" where they arrive (any port, AF_XDP included),
+  // else "machine" (its own qdisc, which only af_packet passes).
+  const bool ifb = ifb_available();
+  state = {{"topology", fs::absolute(t.source()).string()}, {"machines", Json::array()}, {"daemons", Json::array()}, {"send_shaping", ifb ? "ifb" : "machine"}};
   // Write the state first: a crash half-way still leaves `down` a record.
   auto save = [&] { std::ofstream(kStateFile) << state.dump(2); };
   save();
@@ -290,15 +327,21 @@ Json build_cluster(const Topology& t, const std::string& subnet) {
       const auto& m = t.node(mnode);
       const std::string inner = "aapcm" + std::to_string(m.rank), outer = "aapcp" + std::to_string(m.rank);
       must({"ip", "link", "add", inner, "type", "veth", "peer", "name", outer});
-      machine_end(t, m, inner, state["machines"][static_cast<std::size_t>(m.rank)]["ip"], link.rate_bps);
+      machine_end(t, m, inner, state["machines"][static_cast<std::size_t>(m.rank)]["ip"], link.rate_bps, ifb);
+      const std::string ifb_of_m = "aapci" + std::to_string(m.rank);
       if (t.node(other).kind == NodeKind::kSwitch) {
         no_ipv6("", outer);
         must({"ip", "link", "set", outer, "master", bridge(other), "mtu", mtu, "up"});
         shape("", outer, link.rate_bps, buffer_of(other), t.mtu());  // the switch's output port
+        if (ifb) shape_sends("", outer, ifb_of_m, link.rate_bps, t.mtu());
       } else {
         // Two machines cabled to each other.
         const auto& peer = t.node(other);
-        machine_end(t, peer, outer, state["machines"][static_cast<std::size_t>(peer.rank)]["ip"], link.rate_bps);
+        machine_end(t, peer, outer, state["machines"][static_cast<std::size_t>(peer.rank)]["ip"], link.rate_bps, ifb);
+        if (ifb) {
+          shape_sends(netns_of(peer.name), "aapc0", ifb_of_m, link.rate_bps, t.mtu());
+          shape_sends(netns_of(m.name), "aapc0", "aapci" + std::to_string(peer.rank), link.rate_bps, t.mtu());
+        }
       }
     } else {
       std::string ea = "aapcl" + std::to_string(l) + "a", eb = "aapcl" + std::to_string(l) + "b";
@@ -385,6 +428,7 @@ struct RunOptions {
   std::string topology, faults, capture_dir, daemon_args, subnet = "10.77";
   bool keep = false;
   bool no_key = false;  // daemons without a cluster key: frames unauthenticated
+  std::string port = "auto";  // aapcd --iface-driver: auto (AF_XDP, else af_packet), af_xdp, af_packet
   int timeout_s = 600;
 };
 
@@ -410,6 +454,19 @@ std::vector<std::string> key_args(const RunOptions& o) {
   return {"--cluster-key", key.string()};
 }
 
+// The daemon's port: its machine's interface through --port where the
+// cluster shapes sends past the machine (state "send_shaping": "ifb"); else af_packet through
+// the machine's qdisc, which AF_XDP's transmit would skip.
+std::vector<std::string> port_args(const Json& state, const RunOptions& o) {
+  if (state.value("send_shaping", std::string("machine")) == "ifb") {
+    return {"--iface", "aapc0", "--iface-driver", o.port};
+  }
+  if (o.port == "af_xdp")
+    throw Failure("--port af_xdp: this kernel has no IFB devices, so what AF_XDP sends (which skips the machine's own qdisc) could not be "
+                  "shaped to the link's rate; use --port af_packet or auto");
+  return {"--vdev", "net_af_packet0,iface=aapc0"};
+}
+
 // Starts aapcd in every machine's namespace whose daemon is not running, and waits until
 // each answers on its socket.
 void start_daemons(Json& state, const RunOptions& o, const char* argv0) {
@@ -418,7 +475,10 @@ void start_daemons(Json& state, const RunOptions& o, const char* argv0) {
   Json daemons = Json::array();
   for (const auto& d : state["daemons"]) {
     pid_t pid = d.value("pid", 0);
-    if (running(pid)) daemons.push_back(d);
+    if (!running(pid)) continue;
+    if (const std::string port = d.value("port", std::string("auto")); port != o.port)
+      throw Failure("the daemons run with --port " + port + ", not " + o.port + "; `aapc-emu stop` them first");
+    daemons.push_back(d);
   }
   for (const auto& m : state["machines"]) {
     std::string name = m["name"];
@@ -428,8 +488,9 @@ void start_daemons(Json& state, const RunOptions& o, const char* argv0) {
     fs::path dir = kStateDir / name;
     fs::create_directories(dir);
     std::string socket = socket_of(name);
-    std::vector<std::string> argv = {"ip", "netns", "exec", m["netns"], aapcd.string(), "--topology", topo_path, "--vdev",
-                                     "net_af_packet0,iface=aapc0", "--socket", socket, "--log-level", "warn"};
+    std::vector<std::string> argv = {"ip", "netns", "exec", m["netns"], aapcd.string(), "--topology", topo_path, "--socket", socket, "--log-level", "warn"};
+    const auto port = port_args(state, o);
+    argv.insert(argv.end(), port.begin(), port.end());
     const auto key = key_args(o);
     argv.insert(argv.end(), key.begin(), key.end());
     if (!o.faults.empty()) argv.insert(argv.end(), {"--faults", o.faults});
@@ -440,7 +501,7 @@ void start_daemons(Json& state, const RunOptions& o, const char* argv0) {
     std::istringstream extra(o.daemon_args);
     for (std::string a; extra >> a;) argv.push_back(a);
     pid_t pid = aapc::tools::spawn(argv, {(dir / "aapcd.log").string(), {}, true});
-    daemons.push_back({{"machine", name}, {"pid", pid}, {"socket", socket}, {"log", (dir / "aapcd.log").string()}});
+    daemons.push_back({{"machine", name}, {"pid", pid}, {"socket", socket}, {"log", (dir / "aapcd.log").string()}, {"port", o.port}});
   }
   state["daemons"] = daemons;
   std::ofstream(kStateFile) << state.dump(2);
@@ -637,7 +698,8 @@ int cmd_mpirun(const RunOptions& o, const MpiOptions& m, const std::vector<std::
 
 int main(int argc, char** argv) {
   CLI::App app{"aapc-emu: an emulated Ethernet switched cluster on this box, from a topology file.\n"
-               "Machines are network namespaces (aapc-<name>), switches are bridges (aapcb<i>), links are veth pairs shaped by tbf."};
+               "Machines are network namespaces (aapc-<name>), switches are bridges (aapcb<i>), links are veth pairs shaped by tbf.\n"
+               "The daemons open their interface through AF_XDP (af_packet where it cannot; --port)."};
   app.require_subcommand(1);
   app.add_flag("--verbose,-v", verbose, "print every command run");
   std::string topo, machine, subnet = "10.77";
@@ -651,6 +713,8 @@ int main(int argc, char** argv) {
   ex->add_option("MACHINE", machine, "machine name")->required();
   ex->add_option("CMD", cmd, "command")->required();
   RunOptions ro;
+  const std::string kPortHelp = "how each daemon opens its machine's interface: auto (AF_XDP where it can, else af_packet), af_xdp or af_packet";
+  const auto kPorts = CLI::IsMember({"auto", "af_xdp", "af_packet"});
   const std::string kNoKeyHelp = "run the daemons without a cluster key (frames unauthenticated; by default the cluster gets a key of its own)";
   auto* runc = app.add_subcommand("run", "bring up TOPO (unless up), start aapcd on every machine, run CMD on every machine, report, tear down");
   runc->add_option("TOPO", ro.topology, "topology file or shipped name")->required();
@@ -660,6 +724,7 @@ int main(int argc, char** argv) {
   runc->add_option("--capture-dir", ro.capture_dir, "every daemon writes DIR/<machine>.pcap");
   runc->add_option("--daemon-args", ro.daemon_args, "further aapcd arguments");
   runc->add_flag("--no-key", ro.no_key, kNoKeyHelp);
+  runc->add_option("--port", ro.port, kPortHelp)->check(kPorts)->capture_default_str();
   runc->add_option("--timeout", ro.timeout_s, "seconds the command may take")->capture_default_str();
   runc->add_option("--subnet", ro.subnet, "first two octets of the machines' IPv4 addresses")->capture_default_str();
   auto* startc = app.add_subcommand("start", "start aapcd on every machine of the cluster that is up (those not running)");
@@ -667,6 +732,7 @@ int main(int argc, char** argv) {
   startc->add_option("--capture-dir", ro.capture_dir, "every daemon writes DIR/<machine>.pcap");
   startc->add_option("--daemon-args", ro.daemon_args, "further aapcd arguments");
   startc->add_flag("--no-key", ro.no_key, kNoKeyHelp);
+  startc->add_option("--port", ro.port, kPortHelp)->check(kPorts)->capture_default_str();
   app.add_subcommand("stop", "stop the daemons (the cluster stays up)");
   MpiOptions mo;
   auto* mpic = app.add_subcommand("mpirun", "bring up TOPO (unless up), start aapcd on every machine, run an MPI program on the cluster with "
@@ -681,6 +747,7 @@ int main(int argc, char** argv) {
   mpic->add_flag("--keep", ro.keep, "leave the cluster up afterwards");
   mpic->add_option("--daemon-args", ro.daemon_args, "further aapcd arguments");
   mpic->add_flag("--no-key", ro.no_key, kNoKeyHelp);
+  mpic->add_option("--port", ro.port, kPortHelp)->check(kPorts)->capture_default_str();
   mpic->add_option("--timeout", ro.timeout_s, "seconds the job may take")->capture_default_str();
   mpic->add_option("--subnet", ro.subnet, "first two octets of the machines' IPv4 addresses")->capture_default_str();
   app.positionals_at_end();

@@ -41,6 +41,7 @@ struct Args {
   // MPI jobs with this many ranks per machine. Sizes stay per rank for MPI; aapc's own
   // schedules run the machine-level equivalent, blocks of ppn^2 x size (issue 13).
   int ppn = 1;
+  std::string port = "auto";  // aapc-emu's --port: how the daemons open their interface
   bool aapc_mpi = false;  // also each MPI with libaapc-mpi.so preloaded ("openmpi+aapc")
 };
 
@@ -90,6 +91,7 @@ struct Sweep {
   double job_budget_s = 120, least_tx = 0;
   std::string points_arg;  // SIZE:ITERS per point, SIZE per rank (the MPI program's)
   int ppn = 1;
+  std::string port = "auto";  // Args::port
 };
 
 // The emulated cluster (emu_session.cpp): aapc-emu up on construction, down when destroyed

@@ -28,7 +28,7 @@ void EmuSession::down() {
 // cluster's namespaces are torn down, which the kernel finishes in the background) the first
 // configuration measured 30% below the same one a minute later at 1 KiB.
 void EmuSession::warm_up() const {
-  run_collect(emu_ + " run " + shell_quote(sweep_.topo_file.string()) + " --keep -- " + shell_quote((sweep_.tools / "aapc-bench").string()) +
+  run_collect(emu_ + " run " + shell_quote(sweep_.topo_file.string()) + " --keep --port " + sweep_.port + " -- " + shell_quote((sweep_.tools / "aapc-bench").string()) +
                   " --measure --schedule auto --sync auto --point-seconds 1 --max-iters 20 --sizes 4K 64K",
               [](const Json&) {});
 }
@@ -37,7 +37,7 @@ Run EmuSession::run_aapc(const Args& a, const std::function<void(const Json&)>& 
   std::string sizes_arg;  // machine-level sizes (ppn^2 x the per-rank ones)
   for (const auto b : sweep_.sizes) sizes_arg += " " + std::to_string(b);
   std::ostringstream cmd;
-  cmd << emu_ << " run " << shell_quote(sweep_.topo_file.string()) << " --keep --timeout "
+  cmd << emu_ << " run " << shell_quote(sweep_.topo_file.string()) << " --keep --port " << sweep_.port << " --timeout "
       << static_cast<int>(sweep_.job_budget_s * static_cast<double>(sweep_.configs.size())) << " -- "
       << shell_quote((sweep_.tools / "aapc-bench").string()) << " --measure --point-seconds " << a.point_seconds << " --max-iters " << a.max_iters
       << (a.check ? " --check" : "") << " --sizes" << sizes_arg << " --configs";

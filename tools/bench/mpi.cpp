@@ -84,7 +84,7 @@ std::vector<Json> MpiLauncher::run(const MpiVariant& v, const Args& a, const std
   // With the library, the daemons run beside the job (aapc-emu start/stop), and the library
   // must say that MPI_COMM_WORLD went through aapc: a job that fell back measures the MPI.
   const std::string emu = shell_quote((sweep_.tools / "aapc-emu").string());
-  if (v.preload) run_collect(emu + " start", [](const Json&) {});
+  if (v.preload) run_collect(emu + " start --port " + sweep_.port, [](const Json&) {});
   auto r = run_collect(command(v, a), [&](Json p) {
     label(p);
     on_point(p);
