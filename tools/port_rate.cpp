@@ -1,0 +1,249 @@
+// aapc-engine-bench --port-rate: how fast one node's port sends and receives, per kind of port
+// for a kernel interface (af_packet, AF_XDP), measured side by side on a pair of network
+// namespaces joined by one unshaped veth pair. One process sends frames of the MTU as fast as
+// its port takes them, one core; another, on the other core, receives them. The figures are
+// what a node can put on a link at most, whatever the schedule (docs/design.md, "Fast links").
+#include "port_rate.hpp"
+
+#include <rte_ether.h>
+#include <rte_mbuf.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <thread>
+
+#include "aapc/nic/eal.hpp"
+#include "aapc/nic/eth_port.hpp"
+#include "common/procutil.hpp"
+
+namespace aapc::port_rate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+const std::string kTx = "aapc-rate-tx", kRx = "aapc-rate-rx";  // aapc-emu down removes these too
+constexpr std::uint16_t kBurst = 32;
+constexpr std::uint16_t kEtherType = 0x88b6;  // IEEE local experimental 2 (aapc frames are 0x88b5)
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::unique_ptr<nic::EthPort> open_node_port(const std::string& driver, int mtu, int cpu) {
+  nic::EalOptions eal;
+  eal.program = "aapc-port-rate";
+  eal.file_prefix = "aapc-rate-" + std::to_string(::getpid());
+  eal.pin_main = cpu;
+  nic::eal_init(eal);
+  nic::PortOptions po;
+  po.mtu = mtu;
+  const auto kind = nic::parse_iface_driver(driver);
+  if (!kind || *kind == nic::IfaceDriver::kAuto) throw std::runtime_error("--driver " + driver + ": af_xdp or af_packet");
+  return nic::open_iface("aapc0", *kind, po).port;
+}
+
+// The sender: frames of the MTU, for `seconds`, as fast as the port takes them.
+nlohmann::json send(nic::EthPort& port, int mtu, double seconds) {
+  const auto frame = static_cast<std::uint32_t>(mtu) + RTE_ETHER_HDR_LEN;
+  std::array<rte_mbuf*, kBurst> burst{};
+  std::uint64_t frames = 0, refused = 0;
+  const auto start = Clock::now();
+  double elapsed = 0;
+  while ((elapsed = seconds_since(start)) < seconds) {
+    if (rte_pktmbuf_alloc_bulk(port.pool(), burst.data(), kBurst) != 0) continue;  // the driver still holds them
+    for (rte_mbuf* m : burst) {
+      auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+      std::fill(std::begin(eth->dst_addr.addr_bytes), std::end(eth->dst_addr.addr_bytes), 0xff);
+      const nic::MacAddr mac = port.mac();
+      std::copy(mac.begin(), mac.end(), eth->src_addr.addr_bytes);
+      eth->ether_type = rte_cpu_to_be_16(kEtherType);
+      m->data_len = static_cast<std::uint16_t>(frame);
+      m->pkt_len = frame;
+    }
+    const std::uint16_t sent = port.tx_burst(burst.data(), kBurst);
+    frames += sent;
+    refused += kBurst - sent;
+    for (std::uint16_t i = sent; i < kBurst; ++i) rte_pktmbuf_free(burst[i]);
+  }
+  return {{"frames", frames}, {"bytes", frames * frame}, {"seconds", elapsed}, {"refused", refused}};
+}
+
+// The receiver: every frame until none came for half a second after the first, or the
+// deadline. The time is from the first frame to the last.
+nlohmann::json receive(nic::EthPort& port, double deadline_s) {
+  std::array<rte_mbuf*, kBurst> burst{};
+  std::uint64_t frames = 0, bytes = 0;
+  const auto start = Clock::now();
+  Clock::time_point first{}, last{};
+  while (seconds_since(start) < deadline_s && (frames == 0 || seconds_since(last) < 0.5)) {
+    const std::uint16_t n = port.rx_burst(burst.data(), kBurst);
+    if (n == 0) continue;
+    last = Clock::now();
+    if (frames == 0) first = last;
+    frames += n;
+    for (std::uint16_t i = 0; i < n; ++i) {
+      bytes += burst[i]->pkt_len;
+      rte_pktmbuf_free(burst[i]);
+    }
+  }
+  return {{"frames", frames}, {"bytes", bytes}, {"seconds", std::chrono::duration<double>(last - first).count()}};
+}
+
+void must(const std::vector<std::string>& argv) {
+  const auto out = tools::run(argv);
+  if (out.status != 0) {
+    std::string cmd;
+    for (const auto& a : argv) cmd += a + " ";
+    throw std::runtime_error("`" + cmd + "` failed: " + out.text);
+  }
+}
+
+// The two namespaces and their cable; removed when this goes out of scope, also on failure.
+struct Namespaces {
+  explicit Namespaces(int mtu) {
+    remove();
+    must({"ip", "netns", "add", kTx});
+    must({"ip", "netns", "add", kRx});
+    must({"ip", "-n", kTx, "link", "add", "aapc0", "type", "veth", "peer", "name", "aapc0", "netns", kRx});
+    for (const auto& ns : {kTx, kRx}) {
+      tools::run({"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.aapc0.disable_ipv6=1"});
+      must({"ip", "-n", ns, "link", "set", "aapc0", "mtu", std::to_string(mtu), "up"});
+    }
+  }
+  ~Namespaces() { remove(); }
+  Namespaces(const Namespaces&) = delete;
+  Namespaces& operator=(const Namespaces&) = delete;
+  static void remove() {
+    for (const auto& ns : {kTx, kRx}) tools::run({"ip", "netns", "del", ns});
+  }
+};
+
+nlohmann::json last_json_line(const std::string& text) {
+  std::istringstream in(text);
+  nlohmann::json found;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line.front() == '{') found = nlohmann::json::parse(line, nullptr, false);
+  if (found.is_discarded() || found.is_null()) throw std::runtime_error("no figures from a node; its output:\n" + text);
+  return found;
+}
+
+struct Trial {
+  double send_bps = 0, send_fps = 0, recv_bps = 0, recv_fps = 0, lost = 0;
+};
+
+// One trial of `driver`: the receiver first, ready before the sender starts.
+Trial trial(const std::string& self, const std::string& driver, int mtu, double seconds) {
+  const fs::path dir = fs::temp_directory_path() / ("aapc-port-rate-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path ready = dir / "ready", log = dir / "rx.log";
+  fs::remove(ready);
+  const std::string secs = std::to_string(seconds);
+  const pid_t rx = tools::spawn({"ip", "netns", "exec", kRx, self, "--port-rate-node", "rx", "--port-rate-driver", driver, "--mtu", std::to_string(mtu),
+                                 "--port-rate-seconds", secs, "--port-rate-ready", ready.string()},
+                                {log.string(), {}, false});
+  const auto wait_from = Clock::now();
+  while (!fs::exists(ready)) {
+    int status = 0;
+    if (::waitpid(rx, &status, WNOHANG) == rx || seconds_since(wait_from) > 30) {
+      ::kill(rx, SIGKILL);
+      throw std::runtime_error("the receiver (" + driver + ") did not open its port; its log:\n" + tools::run({"cat", log.string()}).text);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const auto tx = tools::run({"ip", "netns", "exec", kTx, self, "--port-rate-node", "tx", "--port-rate-driver", driver, "--mtu", std::to_string(mtu),
+                              "--port-rate-seconds", secs});
+  int status = 0;
+  ::waitpid(rx, &status, 0);
+  std::ifstream in(log);
+  const std::string rx_text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fs::remove_all(dir);
+  if (tx.status != 0) throw std::runtime_error("the sender (" + driver + ") failed:\n" + tx.text);
+  const auto s = last_json_line(tx.text), r = last_json_line(rx_text);
+  Trial t;
+  const double ss = s["seconds"].get<double>(), rs = std::max(r["seconds"].get<double>(), 1e-9);
+  t.send_bps = s["bytes"].get<double>() * 8 / ss;
+  t.send_fps = s["frames"].get<double>() / ss;
+  t.recv_bps = r["bytes"].get<double>() * 8 / rs;
+  t.recv_fps = r["frames"].get<double>() / rs;
+  const double sent = s["frames"].get<double>();
+  t.lost = sent > 0 ? 1.0 - r["frames"].get<double>() / sent : 0;
+  return t;
+}
+
+// Median and spread of one figure over the trials.
+std::string figure(std::vector<double> v, double scale, int precision) {
+  std::sort(v.begin(), v.end());
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(precision) << v[v.size() / 2] / scale << " (" << v.front() / scale << "-" << v.back() / scale << ")";
+  return o.str();
+}
+
+}  // namespace
+
+int node(const NodeOptions& o) {
+  try {
+    const bool tx = o.role == "tx";
+    auto port = open_node_port(o.driver, o.mtu, tx ? 0 : 1);
+    nlohmann::json out;
+    if (tx) {
+      out = send(*port, o.mtu, o.seconds);
+    } else {
+      std::ofstream(o.ready) << "ready\n";
+      out = receive(*port, o.seconds + 10);
+    }
+    out["driver"] = port->driver();
+    std::cout << out.dump() << std::endl;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "aapc-engine-bench --port-rate-node " << o.role << ": " << e.what() << "\n";
+    return 1;
+  }
+}
+
+int bench(const std::string& self, int mtu, double seconds, int repeat, const std::vector<std::string>& drivers) {
+  if (::geteuid() != 0) throw std::runtime_error("--port-rate needs root: it makes two network namespaces and a veth pair");
+  Namespaces spaces(mtu);
+  std::cout << "port rate: frames of MTU " << mtu << " from one namespace to another over one veth pair, unshaped, " << seconds << " s a trial, "
+            << repeat << " trials per port kind, interleaved; medians (min-max)\n";
+  std::map<std::string, std::vector<Trial>> trials;
+  for (int r = 0; r < repeat; ++r)
+    for (const auto& d : drivers) {
+      trials[d].push_back(trial(self, d, mtu, seconds));
+      std::cerr << "  " << d << " trial " << r + 1 << "/" << repeat << " done\n";
+    }
+  std::cout << std::left << std::setw(11) << "port" << std::setw(22) << "send Gbit/s" << std::setw(22) << "send Mframes/s" << std::setw(22)
+            << "receive Gbit/s" << std::setw(22) << "receive Mframes/s" << "lost %\n";
+  std::map<std::string, double> median_send;
+  for (const auto& d : drivers) {
+    std::vector<double> sb, sf, rb, rf, lost;
+    for (const auto& t : trials[d]) {
+      sb.push_back(t.send_bps);
+      sf.push_back(t.send_fps);
+      rb.push_back(t.recv_bps);
+      rf.push_back(t.recv_fps);
+      lost.push_back(t.lost * 100);
+    }
+    std::cout << std::left << std::setw(11) << d << std::setw(22) << figure(sb, 1e9, 2) << std::setw(22) << figure(sf, 1e6, 3) << std::setw(22)
+              << figure(rb, 1e9, 2) << std::setw(22) << figure(rf, 1e6, 3) << figure(lost, 1, 1) << "\n";
+    std::sort(sb.begin(), sb.end());
+    median_send[d] = sb[sb.size() / 2];
+  }
+  if (median_send.count("af_xdp") != 0 && median_send.count("af_packet") != 0 && median_send["af_packet"] > 0)
+    std::cout << "af_xdp sends " << std::fixed << std::setprecision(2) << median_send["af_xdp"] / median_send["af_packet"]
+              << "x what af_packet sends (medians)\n";
+  return 0;
+}
+
+}  // namespace aapc::port_rate
