@@ -6,8 +6,8 @@
 #include <csignal>
 #include <iostream>
 
-#include "aapc/engine/daemon.hpp"
-#include "aapc/engine/engine.hpp"
+#include "aapc/core/engine.hpp"
+#include "aapc/daemon/daemon.hpp"
 
 namespace {
 std::atomic<bool> g_stop{false};

@@ -13,8 +13,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "aapc/proto/protocol.hpp"
 #include "aapc/sched/spec.hpp"
-#include "protocol.hpp"
 
 namespace aapc {
 

@@ -1,4 +1,4 @@
-#include "aapc/engine/engine.hpp"
+#include "aapc/core/engine.hpp"
 
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
@@ -12,10 +12,10 @@
 #include <immintrin.h>
 #endif
 
-#include "crc.hpp"
+#include "aapc/wire/crc.hpp"
+#include "aapc/wire/serial.hpp"
 #include "exchange.hpp"
 #include "link.hpp"
-#include "serial.hpp"
 
 namespace aapc::engine {
 namespace {

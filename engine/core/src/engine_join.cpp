@@ -1,7 +1,7 @@
 // Agreeing on the next exchange id at the start of a session (Engine::start_join).
-#include "aapc/engine/engine.hpp"
+#include "aapc/core/engine.hpp"
+#include "aapc/wire/serial.hpp"
 #include "link.hpp"
-#include "serial.hpp"
 
 namespace aapc::engine {
 

@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <span>
 
-#include "aapc/engine/engine.hpp"
-#include "crc.hpp"
+#include "aapc/core/engine.hpp"
+#include "aapc/wire/crc.hpp"
+#include "aapc/wire/serial.hpp"
 #include "exchange.hpp"
 #include "link.hpp"
-#include "serial.hpp"
 
 namespace aapc::engine {
 namespace {

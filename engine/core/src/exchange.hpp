@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "aapc/engine/engine.hpp"
+#include "aapc/core/engine.hpp"
 #include "link.hpp"
 
 namespace aapc::engine {

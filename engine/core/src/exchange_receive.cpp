@@ -1,7 +1,7 @@
 // What an exchange receives: data into the posted block, NACKs, and its control frames.
 #include "exchange.hpp"
 
-#include "crc.hpp"
+#include "aapc/wire/crc.hpp"
 
 namespace aapc::engine {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "aapc/nic/extmem.hpp"
-#include "crc.hpp"
+#include "aapc/wire/crc.hpp"
 
 namespace aapc::engine {
 

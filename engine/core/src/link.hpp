@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "aapc/engine/engine.hpp"
+#include "aapc/core/engine.hpp"
 
 struct rte_mbuf;
 

@@ -1,4 +1,4 @@
-#include "aapc/engine/daemon.hpp"
+#include "aapc/daemon/daemon.hpp"
 
 #include <poll.h>
 #include <sys/epoll.h>

@@ -23,18 +23,18 @@
 #include <string>
 #include <vector>
 
-#include "aapc/engine/daemon.hpp"
-#include "aapc/engine/engine.hpp"
+#include "aapc/core/engine.hpp"
+#include "aapc/daemon/daemon.hpp"
 #include "aapc/nic/capture.hpp"
 #include "aapc/nic/eth_port.hpp"
 #include "aapc/nic/fault.hpp"
+#include "aapc/proto/protocol.hpp"
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/alltomany.hpp"
 #include "aapc/sched/topology.hpp"
 #include "aapc/sched/tree.hpp"
+#include "aapc/wire/serial.hpp"
 #include "mapping.hpp"
-#include "serial.hpp"
-#include "protocol.hpp"
 
 namespace aapc::engine {
 

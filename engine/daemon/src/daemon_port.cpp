@@ -2,8 +2,8 @@
 // pace, and the engine over them.
 #include <spdlog/spdlog.h>
 
-#include "aapc/engine/auth.hpp"
 #include "aapc/sched/dot.hpp"
+#include "aapc/wire/auth.hpp"
 #include "daemon_impl.hpp"
 
 namespace aapc::engine {

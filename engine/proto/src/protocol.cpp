@@ -1,4 +1,4 @@
-#include "protocol.hpp"
+#include "aapc/proto/protocol.hpp"
 
 #include <sys/socket.h>
 #include <sys/uio.h>

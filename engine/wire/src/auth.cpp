@@ -1,4 +1,4 @@
-#include "aapc/engine/auth.hpp"
+#include "aapc/wire/auth.hpp"
 
 #include <fcntl.h>
 #include <sodium.h>

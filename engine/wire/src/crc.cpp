@@ -14,8 +14,8 @@
 #include <cstring>
 #include <vector>
 
-#include "aapc/engine/wire.hpp"
-#include "crc.hpp"
+#include "aapc/wire/crc.hpp"
+#include "aapc/wire/wire.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -1,4 +1,4 @@
-#include "aapc/engine/descriptor.hpp"
+#include "aapc/wire/descriptor.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -1,11 +1,11 @@
-#include "aapc/engine/wire.hpp"
+#include "aapc/wire/wire.hpp"
 
 #include <sodium.h>
 
 #include <cstring>
 
-#include "aapc/engine/descriptor.hpp"
-#include "crc.hpp"
+#include "aapc/wire/crc.hpp"
+#include "aapc/wire/descriptor.hpp"
 
 namespace aapc::engine {
 namespace {

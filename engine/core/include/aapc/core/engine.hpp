@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "aapc/engine/descriptor.hpp"
-#include "aapc/engine/wire.hpp"
 #include "aapc/nic/io_lcore.hpp"
 #include "aapc/nic/port.hpp"
 #include "aapc/result.hpp"
 #include "aapc/sched/schedule.hpp"
+#include "aapc/wire/descriptor.hpp"
+#include "aapc/wire/wire.hpp"
 
 namespace aapc::nic {
 class ExternalRegion;

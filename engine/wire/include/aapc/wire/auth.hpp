@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "aapc/engine/wire.hpp"
 #include "aapc/result.hpp"
+#include "aapc/wire/wire.hpp"
 
 namespace aapc::engine {
 
