@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "aapc/wire/crc.hpp"
-#include "aapc/wire/wire.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

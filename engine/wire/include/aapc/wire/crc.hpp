@@ -1,4 +1,4 @@
-// CRC32C of the wire format (not installed): crc32c() is in wire.hpp; this adds the copy.
+// CRC32C of the wire format: crc32c(), and the copy that computes it on the way.
 #pragma once
 
 #include <cstddef>
@@ -7,6 +7,9 @@
 #include <string_view>
 
 namespace aapc::engine {
+
+// CRC32C (Castagnoli), hardware-accelerated where the CPU has SSE4.2.
+std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t len);
 
 // The side of a copy that walks through a block, frame after frame: the send block that
 // frames are built from (kSource), the receive block that payloads are placed into

@@ -78,6 +78,8 @@
 #include <string_view>
 #include <utility>
 
+#include "aapc/wire/crc.hpp"  // crc32c()
+
 namespace aapc::engine {
 
 using Rank = int;
@@ -338,8 +340,5 @@ Captured peek_captured(std::span<const std::uint8_t> captured, std::size_t wire_
 // NACK payload: range `index` = (first missing frame, number of frames).
 void put_nack_range(std::uint8_t* payload, std::uint32_t index, std::uint32_t first, std::uint32_t count);
 std::pair<std::uint32_t, std::uint32_t> nack_range(std::span<const std::uint8_t> payload, std::uint32_t index);
-
-// CRC32C (Castagnoli), hardware-accelerated where the CPU has SSE4.2.
-std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t len);
 
 }  // namespace aapc::engine
