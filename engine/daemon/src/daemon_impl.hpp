@@ -1,4 +1,4 @@
-// The daemon's insides (private to engine/): the state Daemon::Impl keeps and its parts, one
+// The daemon's insides (private to engine/daemon/): the state Daemon::Impl keeps and its parts, one
 // file per concern:
 //   daemon.cpp           the public Daemon, the service loop, finished exchanges
 //   daemon_port.cpp      the port, its decorators (faults, capture), the engine and its pacing

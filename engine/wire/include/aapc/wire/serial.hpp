@@ -1,4 +1,5 @@
-// Helpers shared by the engine's sources (not installed).
+// Epochs and exchange ids, compared as serial numbers: the executor, the daemon and the
+// protocol's tests share them (not installed).
 #pragma once
 
 #include <chrono>
