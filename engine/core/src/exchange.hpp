@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "aapc/core/engine.hpp"
+#include "aapc/core/types.hpp"
 #include "link.hpp"
 
 namespace aapc::engine {

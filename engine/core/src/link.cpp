@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "aapc/core/engine.hpp"  // seal_hook()
 #include "aapc/nic/extmem.hpp"
 #include "aapc/wire/crc.hpp"
 

@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "aapc/core/engine.hpp"
+#include "aapc/core/types.hpp"
+#include "aapc/nic/port.hpp"
 
 struct rte_mbuf;
 
