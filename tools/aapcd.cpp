@@ -6,8 +6,8 @@
 #include <csignal>
 #include <iostream>
 
-#include "aapc/engine/daemon.hpp"
-#include "aapc/engine/engine.hpp"
+#include "aapc/core/engine.hpp"
+#include "aapc/daemon/daemon.hpp"
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -34,7 +34,7 @@ void add_cpu_options(CLI::App& app, aapc::engine::DaemonConfig& cfg, std::vector
   app.add_option("--eal-memory-mb", cfg.eal.memory_mb, "EAL memory without hugepages")->capture_default_str();
 }
 
-// The cluster key and the AEAD of this node's tags (engine/auth.hpp, wire.hpp).
+// The cluster key and the AEAD of this node's tags (aapc/wire/auth.hpp, wire.hpp).
 // What one client or uid may hold of the daemon (daemon_quotas.cpp); root and ours are limited
 // per client only.
 void add_quota_options(CLI::App& app, aapc::engine::DaemonConfig& cfg) {

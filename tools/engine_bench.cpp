@@ -30,7 +30,7 @@
 #include <sstream>
 #include <thread>
 
-#include "aapc/engine/engine.hpp"
+#include "aapc/core/engine.hpp"
 #include "aapc/nic/capture.hpp"
 #include "aapc/nic/eal.hpp"
 #include "aapc/nic/eth_port.hpp"
@@ -38,7 +38,7 @@
 #include "aapc/nic/fault.hpp"
 #include "aapc/nic/io_lcore.hpp"
 #include "aapc/sched/algorithms.hpp"
-#include "crc.hpp"
+#include "aapc/wire/crc.hpp"
 #include "pattern.h"
 #include "port_rate.hpp"
 

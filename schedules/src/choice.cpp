@@ -182,7 +182,7 @@ Schedule barrier_schedule(int machines, int radix) {
   if (radix < 2) throw std::invalid_argument("barrier radix must be at least 2");
   radix = radix_within(machines, radix);
   Schedule s;
-  // The radix is in the name, which the ranks compare at the start (engine/descriptor.hpp):
+  // The radix is in the name, which the ranks compare at the start (aapc/wire/descriptor.hpp):
   // daemons started with different --barrier-radix fail at once, naming it, where they timed
   // out after 15 s "still waiting for rank 4: a token".
   s.algorithm = "barrier:" + std::to_string(radix);

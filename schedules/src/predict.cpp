@@ -17,7 +17,7 @@
 namespace aapc::sched {
 namespace {
 
-// What aapc puts in a frame (engine/include/aapc/engine/wire.hpp; schedules/ includes no
+// What aapc puts in a frame (engine/wire/include/aapc/wire/wire.hpp; schedules/ includes no
 // engine header, so the sizes are repeated here): the Ethernet header, then a 30-byte data
 // header and up to MTU - 30 bytes of a block.
 constexpr std::uint64_t kEthHeaderBytes = 14;

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "aapc/client.hpp"
+#include "aapc/proto/protocol.hpp"
 #include "pattern.h"
-#include "protocol.hpp"
 
 namespace {
 

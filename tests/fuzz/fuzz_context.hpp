@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "aapc/engine/wire.hpp"
+#include "aapc/wire/wire.hpp"
 
 namespace aapc::fuzz {
 

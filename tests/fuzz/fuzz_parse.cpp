@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "aapc/engine/wire.hpp"
+#include "aapc/wire/wire.hpp"
 #include "fuzz_context.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

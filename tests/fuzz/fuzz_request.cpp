@@ -6,7 +6,7 @@
 #include <variant>
 #include <vector>
 
-#include "protocol.hpp"
+#include "aapc/proto/protocol.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::vector<std::uint8_t> msg(data, data + size);

@@ -2,7 +2,7 @@
 // of fuzz_context.hpp.
 #include <algorithm>
 
-#include "aapc/engine/descriptor.hpp"
+#include "aapc/wire/descriptor.hpp"
 #include "fuzz_context.hpp"
 #include "replay.hpp"
 

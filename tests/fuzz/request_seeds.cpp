@@ -1,7 +1,7 @@
 // The request decoder's seeds for replay_main.cpp: one valid request of every type and kind.
 #include <cstring>
 
-#include "protocol.hpp"
+#include "aapc/proto/protocol.hpp"
 #include "replay.hpp"
 
 namespace aapc::fuzz {

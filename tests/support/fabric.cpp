@@ -10,7 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "aapc/engine/engine.hpp"
+#include "aapc/core/engine.hpp"
 #include "aapc/nic/eal.hpp"
 #include "aapc/nic/extmem.hpp"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "aapc/engine/engine.hpp"
+#include "aapc/core/engine.hpp"
 #include "aapc/nic/capture.hpp"
 #include "aapc/nic/eth_port.hpp"
 #include "aapc/nic/fault.hpp"

@@ -5,7 +5,7 @@
 #include <span>
 #include <vector>
 
-#include "aapc/engine/wire.hpp"
+#include "aapc/wire/wire.hpp"
 #include "fabric.hpp"
 
 namespace aapc::test {

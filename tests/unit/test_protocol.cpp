@@ -5,11 +5,11 @@
 
 #include <random>
 
+#include "aapc/proto/protocol.hpp"
 #include "aapc/result.hpp"
 #include "aapc/sched/choice.hpp"
 #include "aapc/sched/dot.hpp"
-#include "protocol.hpp"
-#include "serial.hpp"
+#include "aapc/wire/serial.hpp"
 
 using namespace aapc;
 

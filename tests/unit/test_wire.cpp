@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "../fuzz/fuzz_context.hpp"
-#include "aapc/engine/descriptor.hpp"
-#include "aapc/engine/wire.hpp"
-#include "crc.hpp"
+#include "aapc/wire/crc.hpp"
+#include "aapc/wire/descriptor.hpp"
+#include "aapc/wire/wire.hpp"
 
 using namespace aapc;
 using namespace aapc::engine;

@@ -8,11 +8,11 @@
 #include <cstdio>
 #include <map>
 
-#include "aapc/engine/auth.hpp"
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/dot.hpp"
 #include "aapc/sched/generate.hpp"
 #include "aapc/sched/sync.hpp"
+#include "aapc/wire/auth.hpp"
 #include "checks.hpp"
 #include "fabric.hpp"
 #include "frames.hpp"

@@ -35,11 +35,11 @@
 #include <thread>
 
 #include "aapc/client.hpp"
-#include "aapc/engine/daemon.hpp"
+#include "aapc/daemon/daemon.hpp"
+#include "aapc/proto/protocol.hpp"
 #include "fabric.hpp"
 #include "group_reduce.hpp"
 #include "ring_ports.hpp"
-#include "protocol.hpp"
 
 using namespace aapc;
 using namespace std::chrono_literals;

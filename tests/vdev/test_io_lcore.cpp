@@ -15,10 +15,10 @@
 #include <cstring>
 #include <thread>
 
-#include "aapc/engine/wire.hpp"
 #include "aapc/nic/eal.hpp"
 #include "aapc/nic/io_lcore.hpp"
 #include "aapc/sched/generate.hpp"
+#include "aapc/wire/wire.hpp"
 #include "checks.hpp"
 #include "fabric.hpp"
 

@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "aapc/engine/wire.hpp"
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/generate.hpp"
+#include "aapc/wire/wire.hpp"
 #include "checks.hpp"
 #include "fabric.hpp"
 #include "loopback.hpp"

@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "aapc/client.hpp"
-#include "aapc/engine/daemon.hpp"
+#include "aapc/daemon/daemon.hpp"
 #include "fabric.hpp"
 #include "group_reduce.hpp"
 #include "ring_ports.hpp"

@@ -14,10 +14,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "aapc/engine/wire.hpp"
 #include "aapc/nic/extmem.hpp"
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/generate.hpp"
+#include "aapc/wire/wire.hpp"
 #include "checks.hpp"
 #include "fabric.hpp"
 #include "loopback.hpp"

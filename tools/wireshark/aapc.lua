@@ -1,5 +1,5 @@
 -- aapc.lua: a Wireshark/tshark dissector for the frames of aapc, the DPDK all-to-all
--- exchange engine (engine/include/aapc/engine/wire.hpp has the wire format).
+-- exchange engine (engine/wire/include/aapc/wire/wire.hpp has the wire format).
 --
 -- Frames are Ethernet frames of EtherType 0x88B5 (IEEE local experimental; change it under
 -- Preferences > Protocols > AAPC, or `-o aapc.ethertype:34998` (decimal, here 0x88B6), when
@@ -43,7 +43,7 @@
 --
 -- The CRC is CRC32C (Castagnoli) over the header's bytes before the CRC field (40, or 26
 -- in DATA) and then the payload_len bytes of payload: the 4 bytes of the CRC field itself are
--- skipped, not fed as zeros (this is what seal() and decode() in engine/src/wire.cpp do). It is checked only
+-- skipped, not fed as zeros (this is what seal() and decode() in engine/wire/src/wire.cpp do). It is checked only
 -- when the capture holds the whole payload; captures made with the engine's default snap
 -- length (64 bytes) hold the headers only, and get the note "CRC not verified: frame
 -- truncated by the capture" instead of a verdict.
@@ -100,7 +100,7 @@ local NO_PHASE = 0xFFFF
 local TYPE_DATA, TYPE_SYNC, TYPE_READY, TYPE_NACK, TYPE_ACK = 1, 2, 3, 4, 5
 local TYPE_ABORT, TYPE_POLL, TYPE_PING, TYPE_JOIN = 6, 7, 8, 9
 
--- frame_type_name() of engine/src/wire.cpp
+-- frame_type_name() of engine/wire/src/wire.cpp
 local type_names = {
   [1] = "DATA", [2] = "SYNC", [3] = "READY", [4] = "NACK", [5] = "ACK",
   [6] = "ABORT", [7] = "POLL", [8] = "PING", [9] = "JOIN",

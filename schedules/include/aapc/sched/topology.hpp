@@ -72,7 +72,7 @@ struct Link {
   int other(int node) const { return node == a ? b : a; }
 };
 
-// The wire's source and destination ranks are 16-bit fields (engine/wire.hpp, kMaxRanks);
+// The wire's source and destination ranks are 16-bit fields (aapc/wire/wire.hpp, kMaxRanks);
 // schedules/ includes no engine header, so the limit is repeated here (issue 15, finding 11).
 inline constexpr std::size_t kMaxMachines = 0xFFFF;
 

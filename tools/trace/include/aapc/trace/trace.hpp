@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "aapc/engine/wire.hpp"
 #include "aapc/sched/schedule.hpp"
 #include "aapc/sched/topology.hpp"
+#include "aapc/wire/wire.hpp"
 
 namespace aapc::trace {
 

@@ -1,0 +1,304 @@
+// The daemon's insides (private to engine/daemon/): the state Daemon::Impl keeps and its parts, one
+// file per concern:
+//   daemon.cpp           the public Daemon, the service loop, finished exchanges
+//   daemon_port.cpp      the port, its decorators (faults, capture), the engine and its pacing
+//   daemon_control.cpp   the Unix socket, clients coming and going, dispatch
+//   daemon_admission.cpp who may connect: credentials and groups, limits per uid, HELLO's timeout
+//   daemon_requests.cpp  the requests about buffers and results: HELLO, REGISTER, FREE, WAIT/TEST
+//   daemon_session.cpp   START: blocks checked, schedule chosen and cached, the session's join
+//   daemon_groups.cpp    GROUP_QUERY, GROUP_OPEN, GROUP_CLOSE: collectives among some machines
+//   daemon_sparse.cpp    alltoallv: the counts agreed first, then CGM for sparse patterns
+//   daemon_status.cpp    STATUS: the state and counters as JSON
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "aapc/core/engine.hpp"
+#include "aapc/daemon/daemon.hpp"
+#include "aapc/nic/capture.hpp"
+#include "aapc/nic/eth_port.hpp"
+#include "aapc/nic/fault.hpp"
+#include "aapc/proto/protocol.hpp"
+#include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/alltomany.hpp"
+#include "aapc/sched/topology.hpp"
+#include "aapc/sched/tree.hpp"
+#include "aapc/wire/serial.hpp"
+#include "mapping.hpp"
+
+namespace aapc::engine {
+
+struct ClientState {
+  int fd = -1;
+  uid_t uid = 0;
+  pid_t pid = 0;
+  std::uint32_t next_buffer = 1;
+  bool started = false;  // has run exchanges: part of the cluster's current session
+  bool greeted = false;  // has said HELLO; until then it is closed after cfg.hello_timeout
+  std::string job;       // HELLO's: the job it belongs to (empty: not known)
+  Clock::time_point connected{};
+  std::map<std::uint32_t, Mapping> buffers;
+  std::set<std::uint32_t> exchanges;  // running or finished, not yet collected
+};
+
+struct ExchangeRecord {
+  int client = -1;  // fd of the owner
+  std::string schedule, sync;
+  std::set<std::uint32_t> buffers;
+  std::int64_t cpu_ns = 0;  // process CPU time at the start, then spent during the exchange
+  std::optional<ExchangeReport> report;
+  std::vector<std::uint32_t> waiters;  // request ids of WAITs to answer
+};
+
+// Who runs this node's rank in the cluster's collectives. Every node must give a collective
+// the same exchange id, and ids are numbered per node: a second client's START would take
+// ids that the other nodes give to the first client's collectives, and both would "succeed"
+// with each other's bytes. So one client at a time holds the rank, from its first START until
+// it goes away. Groups (several clients sharing the rank, issue 13) grow from here.
+struct RankHolder {
+  int client = -1;  // fd of the holder; -1 while the rank is free
+  pid_t pid = 0;
+  uid_t uid = 0;
+  std::string job;
+  bool held_by_other_than(int fd) const { return client >= 0 && client != fd; }
+};
+
+// Plans exchanges over a tree: the whole cluster's, or a group's (issue 13). Schedules are
+// cached by "algorithm+sync". Not moved: the model refers to the tree.
+struct Planner {
+  explicit Planner(sched::Topology tree, int radix = 0, std::size_t plans = 64)
+      : topo(std::move(tree)), model(topo), barrier_radix(radix), max_plans(plans) {}
+  Planner(const Planner&) = delete;
+  Planner& operator=(const Planner&) = delete;
+  std::shared_ptr<const sched::Schedule> schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync);
+  std::shared_ptr<const sched::Schedule> barrier();
+  sched::Topology topo;
+  sched::TreeModel model;
+  int barrier_radix = 0;  // DaemonConfig::barrier_radix
+  std::size_t max_plans = 64;  // DaemonConfig::max_plans
+  // By plan spec, with when each was last used: a client that names thousands of specs must
+  // not grow the daemon without end. Exchanges hold their schedule themselves (shared_ptr).
+  struct Cached {
+    std::shared_ptr<const sched::Schedule> schedule;
+    std::uint64_t used = 0;
+  };
+  std::map<std::string, Cached> schedules;
+  std::uint64_t uses = 0;
+  // An alltoallv's agreement on its pattern (daemon_sparse.cpp): its rows to rank 0 and the
+  // verdict back, and the all-to-many schedules of patterns seen, over this tree.
+  std::shared_ptr<const sched::Schedule> gather, broadcast, barrier_plan;
+  sched::SparsePlanCache sparse_plans{16};
+};
+
+// Issue 13: some machines of the cluster whose collectives are numbered in a slot of their own
+// (serial.hpp), so that several clients of a machine can each run a group's collectives, and a
+// group need not span the cluster. Its members' clients agreed on the slot and the first id.
+struct Group {
+  int client = -1;            // fd of the client that opened it: the only one that starts its collectives here
+  std::vector<Rank> members;  // cluster ranks, by group rank
+  Rank me = -1;               // this node's group rank
+  std::uint32_t next_id = 0;
+  std::unique_ptr<Planner> planner;  // over the tree that joins the members
+};
+inline constexpr std::size_t kMaxGroupsPerClient = 64;
+
+// A START checked and ready to run but for its id.
+struct Prepared {
+  int client = -1;
+  std::uint32_t slot = kWorldSlot;  // the group it runs in (0: the whole cluster)
+  std::uint32_t request = 0;
+  std::shared_ptr<const sched::Schedule> plan;
+  std::vector<SendBlock> send;
+  std::vector<RecvBlock> recv;
+  std::uint32_t timeout_ms = 0;
+  Collective kind = Collective::kUnspecified;  // with the block, what the ranks agree on
+  std::uint64_t block = 0;
+  bool run = false;  // RUN: the reply is DONE when it finished, no STARTED
+  ExchangeRecord rec;
+  // An alltoallv whose schedule waits for the counts of every rank (daemon_sparse.cpp); `plan`
+  // is the dense one until then (it sizes the join's deadline).
+  bool counts_first = false;
+  std::string spec;  // the START's "ALGORITHM[+SYNC]"
+};
+
+// An alltoallv's agreement on its pattern (daemon_sparse.cpp): every rank's row of sizes (n send
+// sizes, then n receive sizes, u64 in this host's byte order: the cluster runs one build) is
+// gathered at rank 0 (of the cluster, or of the group), which checks them against each other
+// and broadcasts the verdict (empty, or what disagrees) and every rank's bitmap of
+// destinations. Then exchange `id` runs with the schedule the pattern calls for.
+struct Counting {
+  Prepared p;                          // p.slot: the whole cluster's, or a group's (issue 13)
+  std::vector<Rank> members;           // a group's, told when it fails; empty: every rank
+  std::uint32_t broadcast_id = 0, id = 0;
+  bool gathered = false;               // the gather is done; the broadcast runs
+  std::size_t words = 0;               // of one bitmap row
+  std::vector<std::uint64_t> row;      // ours
+  std::vector<std::uint64_t> rows;     // rank 0's: rank r's row at r * 2n
+  std::vector<std::uint64_t> verdict;  // the text's length, its kVerdictWords words, then the bitmaps
+};
+
+// Setup errors: std::runtime_error with the reason, for aapcd's main to print.
+[[noreturn]] void fail(const std::string& what);
+// The process's CPU time, in nanoseconds.
+std::int64_t cpu_now();
+
+struct Daemon::Impl {
+  DaemonConfig cfg;
+  sched::Topology topo;
+  std::unique_ptr<Planner> world;  // over topo
+  int rank = -1;
+  std::unique_ptr<nic::EthPort> eth;
+  std::unique_ptr<nic::FaultPort> faults;
+  std::unique_ptr<nic::CapturePort> capture;
+  std::unique_ptr<nic::OffloadPort> offload;  // with cfg.io_cores
+  std::optional<FrameKey> key;                // the cluster key, which the I/O lcore's check reads
+  std::unique_ptr<Engine> engine;
+  std::vector<std::unique_ptr<nic::IoLcore>> io_lcores;  // stopped first, before the engine and the ports
+  int listen_fd = -1;
+  bool bound = false;  // the socket file is ours to remove (not another daemon's we refused)
+  gid_t socket_gid = static_cast<gid_t>(-1);  // --socket-group's: its members may connect
+  int epoll_fd = -1;
+  int port_fd = -1;  // in epoll_fd: readable when frames wait (else the port is polled)
+  std::map<int, ClientState> clients;
+  RankHolder holder;
+  Clock::time_point next_idle_check{};
+  Clock::time_point next_refusal_log{};  // refusals are logged at most once a second
+  std::map<std::uint32_t, ExchangeRecord> exchanges;
+  std::uint32_t next_id = 1;
+  std::map<std::uint32_t, Group> groups;  // by slot
+  std::vector<std::uint32_t> slot_next = std::vector<std::uint32_t>(kSlots, 1);  // by slot: the sequence after the last used here
+  std::map<std::uint32_t, Counting> counting;  // by the id of its gather or broadcast running
+  // Ids must grow at the engine: collectives of a slot started while an alltoallv of the slot
+  // agrees on its pattern wait until its exchange has started.
+  std::deque<Prepared> waiting_counts;
+  bool joined = false;                // the cluster agreed on ids for the current session
+  std::deque<Prepared> waiting_join;  // STARTs until it has
+  std::uint64_t pace_bps = 0;
+  // The switch buffer that sender-based tokens may lead by, over a schedule (token_slack): the
+  // topology's smallest, found once.
+  std::uint64_t slack_buffer = sched::kDefaultSwitchBufferBytes;
+  // Buffers freed (or of clients gone) whose bytes frames may still carry.
+  Unmapper unmapper;
+
+  ~Impl();
+
+  // daemon_port.cpp
+  void open_port();
+  int rank_of_port() const;
+  nic::Port& decorate_port();
+  // With cfg.io_cores: the port given to the engine is served by I/O lcores.
+  void open_iface(const nic::PortOptions& po);
+  // The highest rate the port sent and received at over a window of kRateWindow while
+  // exchanges ran (`aapc status`: what this node reached; a port that cannot fill its link
+  // shows here below the link's rate).
+  static constexpr std::chrono::milliseconds kRateWindow{50};
+  struct PortRates {
+    Clock::time_point start{};
+    std::uint64_t sent = 0, received = 0;
+    double peak_send_bps = 0, peak_receive_bps = 0;
+  } rates;
+  void sample_rates(Clock::time_point now, bool running);
+  nic::Port& offload_port(nic::Port& port);
+  void start_io_lcores();
+  void choose_pace();
+
+  // daemon_control.cpp
+  void open_socket();
+  gid_t socket_dir() const;
+  void bind_socket(gid_t gid);
+  void watch_socket_and_port();
+  static void reply_error(int fd, std::uint32_t request, Errc code, const std::string& message);
+  void accept_clients();
+  void close_client_resources(ClientState& c);
+  void drop_client(int fd);
+  bool serve_client(int fd);
+
+  // daemon_admission.cpp
+  bool allowed(int fd, const ucred& cred) const;
+  std::optional<Error> admission(int fd, const ucred& cred) const;
+  void refuse_connection(int fd, const ucred& cred, Errc code, const std::string& why);
+  void close_idle_clients();
+  std::optional<std::string> claim_rank(ClientState& c);
+  void release_rank(const ClientState& c);
+
+  // daemon_quotas.cpp
+  bool limited(const ClientState& c) const;  // other than root and the daemon's uid
+  std::size_t in_flight(const ClientState& c) const;  // its collectives waiting, running or not yet collected
+  std::optional<std::string> start_quota(const ClientState& c, const proto::StartRequest& m) const;
+  std::optional<std::string> buffer_quota(const ClientState& c, std::uint64_t size) const;
+
+  // daemon_requests.cpp
+  void serve(ClientState& c, std::uint32_t request, const proto::HelloRequest& m);
+  void serve(ClientState& c, std::uint32_t request, const proto::FreeRequest& m);
+  void serve(ClientState& c, std::uint32_t request, const proto::StartRequest& m);
+  void serve(ClientState& c, std::uint32_t request, const proto::WaitRequest& m);
+  void serve(ClientState& c, std::uint32_t request, const proto::StatusRequest& m);
+  void hello(ClientState& c, std::uint32_t request);
+  void register_buffer(ClientState& c, std::uint32_t request, const proto::RegisterRequest& m, int fd);
+  bool buffer_busy(std::uint32_t client_fd, std::uint32_t buffer) const;
+  void free_buffer(ClientState& c, std::uint32_t request, const proto::FreeRequest& m);
+  void send_done(int fd, std::uint32_t request, std::uint32_t id, const ExchangeRecord& rec);
+  void wait(ClientState& c, std::uint32_t request, const proto::WaitRequest& m);
+
+  // daemon_groups.cpp
+  void serve(ClientState& c, std::uint32_t request, const proto::GroupQueryRequest& m);
+  void serve(ClientState& c, std::uint32_t request, const proto::GroupOpenRequest& m);
+  void serve(ClientState& c, std::uint32_t request, const proto::GroupCloseRequest& m);
+  std::optional<Error> open_group(const ClientState& c, const proto::GroupOpenRequest& m);
+  // Closes a group; `why` tells peers waiting in its next collective (empty: nobody is told).
+  void close_group(std::uint32_t slot, const std::string& why);
+  // The group of a START's slot, held by client `c`; why not, if not.
+  std::optional<std::string> group_problem(const ClientState& c, std::uint32_t slot) const;
+  Planner& planner_of(std::uint32_t slot) { return slot == kWorldSlot ? *world : *groups.at(slot).planner; }
+  const Planner& planner_of(std::uint32_t slot) const { return slot == kWorldSlot ? *world : *groups.at(slot).planner; }
+  // A slot's engine spec of `plan` (in the slot's ranks) as exchange `id`, over the cluster's
+  // ranks; and the cluster rank of the slot's rank `r`.
+  ExchangeSpec slot_spec(std::uint32_t slot, const sched::Schedule& plan, std::uint32_t id) const;
+  std::size_t cluster_rank(std::uint32_t slot, std::size_t r) const;
+  Rank rank_in(std::uint32_t slot) const { return slot == kWorldSlot ? rank : groups.at(slot).me; }
+  // The id the next collective of `slot` gets, used up.
+  std::uint32_t take_id(std::uint32_t slot);
+
+  // daemon_session.cpp
+  void start_or_join(ClientState& c, std::uint32_t request, const proto::StartRequest& m);
+  void joins();
+  void launch(Prepared p);
+  ExchangeSpec spec_of(const Prepared& p, std::uint32_t id) const;
+  std::optional<Prepared> prepare(ClientState& c, std::uint32_t request, const proto::StartRequest& m);
+  std::optional<std::string> place_blocks(const ClientState& c, const proto::StartRequest& m, std::size_t n, Prepared& p) const;
+  static std::optional<std::string> overlapping_blocks(const proto::StartRequest& m, std::size_t n, const Mapping& send, const Mapping& recv);
+  std::optional<std::string> plan(const proto::StartRequest& m, Prepared& p);
+
+  // daemon_sparse.cpp
+  static bool counts_first(const std::string& spec, const sched::Topology& tree);
+  bool agreeing(std::uint32_t slot) const;  // an alltoallv of the slot agrees on its pattern
+  bool still_open(const Counting& k) const;  // its group (if any) is the one it started in
+  void launch_counted(Prepared p);
+  Result<void> start_counts(Counting& k, std::uint32_t id, bool broadcast);
+  void judge_counts(Counting& k) const;
+  bool counted(const ExchangeReport& rep);
+  std::optional<std::string> plan_counted(Counting& k);
+  void fail_exchange(std::uint32_t id, Errc code, const std::string& why);
+  void launch_waiting();
+
+  // daemon_status.cpp
+  void status(ClientState& c, std::uint32_t request);
+
+  // daemon.cpp
+  void collect_finished();
+  void finished(const ExchangeReport& rep);
+  void service(int timeout_ms);
+  void shut_down();
+};
+
+}  // namespace aapc::engine
