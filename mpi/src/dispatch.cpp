@@ -61,6 +61,9 @@ struct Target {
   // Open MPI's mpi_f08 bindings call these (libmpi_mpifh's), past mpi_alltoall_ too.
   FAlltoall ompi_f_alltoall = nullptr;
   FAlltoallv ompi_f_alltoallv = nullptr;
+  // Before the program's other collectives on a communicator (the guarded calls below).
+  void (*before_collective)(Word) = nullptr;
+  void* mpi = RTLD_NEXT;  // where the MPI's PMPI_* are found
 };
 
 struct Loaded {
@@ -153,14 +156,15 @@ Target load() {
     path = own_directory() + "libaapc-mpi-" + mpi + ".so";
     lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   }
-  if (lib == nullptr || !bind_c(t, lib, true)) {
+  if (!found.path.empty())
+    if (void* h = dlopen(found.path.c_str(), RTLD_NOW | RTLD_NOLOAD)) t.mpi = h;
+  if (lib != nullptr && bind_c(t, lib, true)) {
+    t.before_collective = symbol<void (*)(Word)>(lib, "aapc_mpi_before_collective");
+  } else {
     if (verbose)
       std::fprintf(stderr, "aapc-mpi: %s; the MPI's own all-to-all runs\n",
                    mpi == nullptr ? "neither Open MPI nor MPICH is loaded" : ("cannot load " + path + ": " + dlerror()).c_str());
-    void* next = RTLD_NEXT;
-    if (!found.path.empty())
-      if (void* h = dlopen(found.path.c_str(), RTLD_NOW | RTLD_NOLOAD)) next = h;
-    if (!bind_c(t, next, false)) {
+    if (!bind_c(t, t.mpi, false)) {
       std::fprintf(stderr, "aapc-mpi: libaapc-mpi.so is loaded in a process without an MPI library (no PMPI_Init); remove it from LD_PRELOAD\n");
       std::abort();
     }
@@ -225,6 +229,50 @@ __attribute__((visibility("default"))) int MPI_Testsome(int count, void* reqs, i
 __attribute__((visibility("default"))) int MPI_Request_get_status(Word req, int* flag, void* status) {
   return target().request_get_status(req, flag, status);
 }
+
+// The program's other collectives on a communicator whose plan may still be duplicating it
+// (plan.cpp, Planner::finish_duplicate): the library's hook first, then the MPI's own. The
+// nonblocking collectives, and the calls that make a communicator from another (Open MPI 4.1
+// agrees on a new context id with nonblocking allreduces on the old communicator).
+// MPI_Ialltoall(v) are the library's own above. C only: Open MPI's Fortran bindings call
+// PMPI_* past these.
+#define AAPC_GUARDED(name, comm, params, args)                                  \
+  __attribute__((visibility("default"))) int name params {                      \
+    using F = int(*) params;                                                    \
+    static const F pmpi = symbol<F>(target().mpi, "P" #name);                   \
+    if (target().before_collective != nullptr) target().before_collective(comm); \
+    return pmpi args;                                                           \
+  }
+
+using V = void*;
+using C = const void*;
+using I = const int*;
+AAPC_GUARDED(MPI_Ibarrier, comm, (Word comm, V req), (comm, req))
+AAPC_GUARDED(MPI_Ibcast, comm, (V buf, int count, Word type, int root, Word comm, V req), (buf, count, type, root, comm, req))
+AAPC_GUARDED(MPI_Igather, comm, (C sb, int sc, Word st, V rb, int rc, Word rt, int root, Word comm, V req), (sb, sc, st, rb, rc, rt, root, comm, req))
+AAPC_GUARDED(MPI_Igatherv, comm, (C sb, int sc, Word st, V rb, I rc, I rd, Word rt, int root, Word comm, V req),
+             (sb, sc, st, rb, rc, rd, rt, root, comm, req))
+AAPC_GUARDED(MPI_Iscatter, comm, (C sb, int sc, Word st, V rb, int rc, Word rt, int root, Word comm, V req), (sb, sc, st, rb, rc, rt, root, comm, req))
+AAPC_GUARDED(MPI_Iscatterv, comm, (C sb, I sc, I sd, Word st, V rb, int rc, Word rt, int root, Word comm, V req),
+             (sb, sc, sd, st, rb, rc, rt, root, comm, req))
+AAPC_GUARDED(MPI_Iallgather, comm, (C sb, int sc, Word st, V rb, int rc, Word rt, Word comm, V req), (sb, sc, st, rb, rc, rt, comm, req))
+AAPC_GUARDED(MPI_Iallgatherv, comm, (C sb, int sc, Word st, V rb, I rc, I rd, Word rt, Word comm, V req), (sb, sc, st, rb, rc, rd, rt, comm, req))
+AAPC_GUARDED(MPI_Ialltoallw, comm, (C sb, I sc, I sd, C st, V rb, I rc, I rd, C rt, Word comm, V req), (sb, sc, sd, st, rb, rc, rd, rt, comm, req))
+AAPC_GUARDED(MPI_Ireduce, comm, (C sb, V rb, int n, Word t, Word op, int root, Word comm, V req), (sb, rb, n, t, op, root, comm, req))
+AAPC_GUARDED(MPI_Iallreduce, comm, (C sb, V rb, int n, Word t, Word op, Word comm, V req), (sb, rb, n, t, op, comm, req))
+AAPC_GUARDED(MPI_Ireduce_scatter, comm, (C sb, V rb, I rc, Word t, Word op, Word comm, V req), (sb, rb, rc, t, op, comm, req))
+AAPC_GUARDED(MPI_Ireduce_scatter_block, comm, (C sb, V rb, int rc, Word t, Word op, Word comm, V req), (sb, rb, rc, t, op, comm, req))
+AAPC_GUARDED(MPI_Iscan, comm, (C sb, V rb, int n, Word t, Word op, Word comm, V req), (sb, rb, n, t, op, comm, req))
+AAPC_GUARDED(MPI_Iexscan, comm, (C sb, V rb, int n, Word t, Word op, Word comm, V req), (sb, rb, n, t, op, comm, req))
+AAPC_GUARDED(MPI_Comm_dup, comm, (Word comm, V out), (comm, out))
+AAPC_GUARDED(MPI_Comm_dup_with_info, comm, (Word comm, Word info, V out), (comm, info, out))
+AAPC_GUARDED(MPI_Comm_idup, comm, (Word comm, V out, V req), (comm, out, req))
+AAPC_GUARDED(MPI_Comm_split, comm, (Word comm, int color, int key, V out), (comm, color, key, out))
+AAPC_GUARDED(MPI_Comm_split_type, comm, (Word comm, int type, int key, Word info, V out), (comm, type, key, info, out))
+AAPC_GUARDED(MPI_Comm_create, comm, (Word comm, Word group, V out), (comm, group, out))
+AAPC_GUARDED(MPI_Cart_create, comm, (Word comm, int nd, I dims, I periods, int reorder, V out), (comm, nd, dims, periods, reorder, out))
+AAPC_GUARDED(MPI_Graph_create, comm, (Word comm, int nn, I index, I edges, int reorder, V out), (comm, nn, index, edges, reorder, out))
+#undef AAPC_GUARDED
 
 // gfortran's names (Debian's Fortran compiler): lower case, one trailing underscore.
 __attribute__((visibility("default"))) void mpi_alltoall_(const void* sbuf, const int* scount, const int* stype, void* rbuf, const int* rcount,

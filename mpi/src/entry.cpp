@@ -95,6 +95,10 @@ __attribute__((visibility("default"))) int aapc_mpi_request_get_status(Word req,
   return aapc::mpi::request_get_status(handle<MPI_Request>(req), flag, status);
 }
 
+// Before the program's other collectives on `comm` (dispatch.cpp's guarded calls): a plan's
+// duplication of `comm` in flight is waited for with Open MPI (plan.hpp, settle_duplicate).
+__attribute__((visibility("default"))) void aapc_mpi_before_collective(Word comm) { aapc::mpi::settle_duplicate(handle<MPI_Comm>(comm)); }
+
 // Fortran, for Open MPI (dispatch.cpp): handles converted, its MPI_IN_PLACE recognised.
 __attribute__((visibility("default"))) void aapc_mpi_f_alltoall(const void* sbuf, const MPI_Fint* scount, const MPI_Fint* stype, void* rbuf,
                                                                 const MPI_Fint* rcount, const MPI_Fint* rtype, const MPI_Fint* comm, MPI_Fint* ierr) {

@@ -769,9 +769,11 @@ int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int r
   const std::uint64_t block = static_cast<std::uint64_t>(rcount) * static_cast<std::uint64_t>(type_size);
   // A zero block is the same on every rank (the call's contract): nothing to carry, and no
   // plan needed.
-  if (block == 0)
+  if (block == 0) {
+    settle_duplicate(comm);  // the MPI's own on the communicator itself
     return request != nullptr ? PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, request)
                               : PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+  }
   Plan& p = plan_of(comm);
   Call c;
   c.sbuf = sbuf, c.stype = stype, c.rtype = rtype, c.alltoall = true, c.block = block;

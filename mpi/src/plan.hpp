@@ -106,6 +106,11 @@ Plan& plan_of(MPI_Comm comm);
 // mutex held). True when any moved.
 bool advance_plans();
 
+// Before the program's other collectives on `comm` that may clash with its plan's duplication
+// (a nonblocking collective, a communicator made from it): with Open MPI, waits for the
+// duplication if it is in flight (plan.cpp, Planner::finish_duplicate). Nothing with MPICH.
+void settle_duplicate(MPI_Comm comm);
+
 // An op of `p` is over: frees a doomed plan with its last op.
 void op_over(Plan& p);
 

@@ -184,6 +184,29 @@ TEST_CASE("an MPI_THREAD_MULTIPLE program's two threads run all-to-alls on two c
   }
 }
 
+// mpi_nonblocking.c: a fresh communicator's first MPI_Ialltoall(v), then MPI_Ibcast,
+// MPI_Iallreduce, MPI_Iallgather and MPI_Ibarrier on it before any wait, with the even ranks
+// testing the first request in between. With Open MPI the plan's duplication of the
+// communicator and the program's collectives took the communicator's tags in different orders
+// on different ranks: the job hung, or failed with MPI_ERR_TRUNCATE (plan.cpp,
+// Planner::finish_duplicate). A rank that hangs says so and exits (its watchdog, 60 s).
+TEST_CASE("a new communicator's first MPI_Ialltoall(v) and other nonblocking collectives on it before any wait, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
+  for (const char* mpi : {"openmpi", "mpich"}) {
+    const std::string program = std::string(AAPC_TESTS_DIR) + "/mpi-nonblocking-" + mpi;
+    if (!fs::exists(program) || aapc::tools::MpiCluster::launcher(mpi).empty()) continue;
+    for (const char* ppn : {"1", "2", "2,1,3,1"}) {
+      INFO(mpi << ", --ppn " << ppn);
+      Sh r = mpirun("--mpi " + std::string(mpi) + " --ppn " + ppn + " --env AAPC_MPI_VERBOSE=1", program + " 4096 6");
+      INFO(r.text);
+      CHECK(r.text.find("HUNG") == std::string::npos);
+      CHECK(r.status == 0);
+      CHECK(r.text.find("rounds, all results ok") != std::string::npos);
+      for (const char* name : {"first-ialltoall", "first-ialltoallv"})
+        CHECK(r.text.find(std::string(name) + ": its first all-to-all was carried by aapc") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("without the library, and with AAPC_MPI=off, the MPI's own all-to-all runs", "[mpi]") {
   REQUIRE(have("openmpi"));
   Sh alone = mpirun("--ppn 2 --no-preload", check_program("openmpi") + " 1024");
