@@ -35,6 +35,10 @@ using Test = int (*)(void*, int*, void*);
 using Testall = int (*)(int, void*, int*, void*);
 using Testany = int (*)(int, void*, int*, int*, void*);
 using RequestGetStatus = int (*)(Word, int*, void*);
+using AlltoallInit = int (*)(const void*, int, Word, void*, int, Word, Word, Word, void*);
+using AlltoallvInit = int (*)(const void*, const int*, const int*, Word, void*, const int*, const int*, Word, Word, Word, void*);
+using Start = int (*)(void*);  // and MPI_Request_free
+using Startall = int (*)(int, void*);
 // Fortran (mpif.h, use mpi): every argument by reference, handles as MPI_Fint (int).
 using FAlltoall = void (*)(const void*, const int*, const int*, void*, const int*, const int*, const int*, int*);
 using FAlltoallv = void (*)(const void*, const int*, const int*, const int*, void*, const int*, const int*, const int*, const int*, int*);
@@ -56,6 +60,12 @@ struct Target {
   Testany testany = nullptr;
   Waitsome testsome = nullptr;
   RequestGetStatus request_get_status = nullptr;
+  // MPI-4's persistent all-to-alls (persistent.cpp); Open MPI 4.1 has MPIX_* inits only.
+  AlltoallInit alltoall_init = nullptr;
+  AlltoallvInit alltoallv_init = nullptr;
+  Start start = nullptr;
+  Startall startall = nullptr;
+  Start request_free = nullptr;
   FAlltoall f_alltoall = nullptr;
   FAlltoallv f_alltoallv = nullptr;
   // Open MPI's mpi_f08 bindings call these (libmpi_mpifh's), past mpi_alltoall_ too.
@@ -142,6 +152,18 @@ bool bind_c(Target& t, void* lib, bool ours) {
   bind(t.testany, "aapc_mpi_testany", "PMPI_Testany");
   bind(t.testsome, "aapc_mpi_testsome", "PMPI_Testsome");
   bind(t.request_get_status, "aapc_mpi_request_get_status", "PMPI_Request_get_status");
+  bind(t.start, "aapc_mpi_start", "PMPI_Start");
+  bind(t.startall, "aapc_mpi_startall", "PMPI_Startall");
+  bind(t.request_free, "aapc_mpi_request_free", "PMPI_Request_free");
+  if (ours) {
+    bind(t.alltoall_init, "aapc_mpi_alltoall_init", "");
+    bind(t.alltoallv_init, "aapc_mpi_alltoallv_init", "");
+  } else {  // MPICH 4's, or Open MPI's extension's; neither in older MPIs
+    t.alltoall_init = symbol<AlltoallInit>(lib, "PMPI_Alltoall_init");
+    if (t.alltoall_init == nullptr) t.alltoall_init = symbol<AlltoallInit>(lib, "PMPIX_Alltoall_init");
+    t.alltoallv_init = symbol<AlltoallvInit>(lib, "PMPI_Alltoallv_init");
+    if (t.alltoallv_init == nullptr) t.alltoallv_init = symbol<AlltoallvInit>(lib, "PMPIX_Alltoallv_init");
+  }
   return all;
 }
 
@@ -207,6 +229,28 @@ __attribute__((visibility("default"))) int MPI_Ialltoallv(const void* sbuf, cons
                                                           const int* rcounts, const int* rdispls, Word rtype, Word comm, void* request) {
   return target().ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, request);
 }
+
+// MPI-4's persistent all-to-alls (MPICH 4), and Open MPI 4.1's (its pcollreq extension).
+// An MPI without them never has its programs call them.
+__attribute__((visibility("default"))) int MPI_Alltoall_init(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype, Word comm,
+                                                             Word info, void* request) {
+  return target().alltoall_init(sbuf, scount, stype, rbuf, rcount, rtype, comm, info, request);
+}
+__attribute__((visibility("default"))) int MPI_Alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
+                                                              const int* rcounts, const int* rdispls, Word rtype, Word comm, Word info, void* request) {
+  return target().alltoallv_init(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, info, request);
+}
+__attribute__((visibility("default"))) int MPIX_Alltoall_init(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype, Word comm,
+                                                              Word info, void* request) {
+  return target().alltoall_init(sbuf, scount, stype, rbuf, rcount, rtype, comm, info, request);
+}
+__attribute__((visibility("default"))) int MPIX_Alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
+                                                               const int* rcounts, const int* rdispls, Word rtype, Word comm, Word info, void* request) {
+  return target().alltoallv_init(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, info, request);
+}
+__attribute__((visibility("default"))) int MPI_Start(void* request) { return target().start(request); }
+__attribute__((visibility("default"))) int MPI_Startall(int count, void* requests) { return target().startall(count, requests); }
+__attribute__((visibility("default"))) int MPI_Request_free(void* request) { return target().request_free(request); }
 
 __attribute__((visibility("default"))) int MPI_Wait(void* req, void* status) { return target().wait(req, status); }
 __attribute__((visibility("default"))) int MPI_Waitall(int count, void* reqs, void* statuses) { return target().waitall(count, reqs, statuses); }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "persistent.hpp"
 #include "plan.hpp"
 #include "requests.hpp"
 
@@ -66,6 +67,25 @@ __attribute__((visibility("default"))) int aapc_mpi_ialltoallv(const void* sbuf,
   return aapc::mpi::alltoallv(sbuf, scounts, sdispls, handle<MPI_Datatype>(stype), rbuf, rcounts, rdispls, handle<MPI_Datatype>(rtype),
                               handle<MPI_Comm>(comm), request);
 }
+
+// MPI-4's persistent all-to-alls (persistent.cpp): MPI_Alltoall(v)_init, Open MPI's MPIX_*
+// alike (the info is not used), and the calls that start and free them.
+__attribute__((visibility("default"))) int aapc_mpi_alltoall_init(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype,
+                                                                  Word comm, Word, MPI_Request* request) {
+  return aapc::mpi::alltoall_init(sbuf, scount, handle<MPI_Datatype>(stype), rbuf, rcount, handle<MPI_Datatype>(rtype), handle<MPI_Comm>(comm),
+                                  request);
+}
+
+__attribute__((visibility("default"))) int aapc_mpi_alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
+                                                                   const int* rcounts, const int* rdispls, Word rtype, Word comm, Word,
+                                                                   MPI_Request* request) {
+  return aapc::mpi::alltoallv_init(sbuf, scounts, sdispls, handle<MPI_Datatype>(stype), rbuf, rcounts, rdispls, handle<MPI_Datatype>(rtype),
+                                   handle<MPI_Comm>(comm), request);
+}
+
+__attribute__((visibility("default"))) int aapc_mpi_start(MPI_Request* request) { return aapc::mpi::start(request); }
+__attribute__((visibility("default"))) int aapc_mpi_startall(int count, MPI_Request* requests) { return aapc::mpi::startall(count, requests); }
+__attribute__((visibility("default"))) int aapc_mpi_request_free(MPI_Request* request) { return aapc::mpi::request_free(request); }
 
 // The completion calls, which drive the nonblocking all-to-alls (requests.cpp).
 __attribute__((visibility("default"))) int aapc_mpi_wait(MPI_Request* req, MPI_Status* status) { return aapc::mpi::wait(req, status); }

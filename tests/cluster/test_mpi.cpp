@@ -207,6 +207,26 @@ TEST_CASE("a new communicator's first MPI_Ialltoall(v) and other nonblocking col
   }
 }
 
+// mpi_persistent.c: MPI-4's persistent all-to-all and all-to-allv (Open MPI 4.1: MPIX_*),
+// each initialized once and started 30 times (MPI_Start with MPI_Wait or MPI_Test, and
+// MPI_Startall with MPI_Waitall), every value checked after every start, the handles kept
+// after completion (persistent.cpp).
+TEST_CASE("persistent all-to-alls through aapc: initialized once, started many times, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
+  for (const char* mpi : {"openmpi", "mpich"}) {
+    const std::string program = std::string(AAPC_TESTS_DIR) + "/mpi-persistent-" + mpi;
+    if (!fs::exists(program) || aapc::tools::MpiCluster::launcher(mpi).empty()) continue;
+    for (const char* ppn : {"1", "2", "2,1,3,1"}) {
+      INFO(mpi << ", --ppn " << ppn);
+      Sh r = mpirun("--mpi " + std::string(mpi) + " --ppn " + ppn + " --env AAPC_MPI_VERBOSE=1", program + " 1024 30");
+      INFO(r.text);
+      CHECK(r.status == 0);
+      CHECK(r.text.find("30 starts, all results ok") != std::string::npos);
+      for (const char* name : {"persistent-alltoall", "persistent-alltoallv"})
+        CHECK(r.text.find(std::string(name) + ": its first all-to-all was carried by aapc") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("without the library, and with AAPC_MPI=off, the MPI's own all-to-all runs", "[mpi]") {
   REQUIRE(have("openmpi"));
   Sh alone = mpirun("--ppn 2 --no-preload", check_program("openmpi") + " 1024");
