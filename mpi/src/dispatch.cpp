@@ -22,6 +22,7 @@ namespace {
 using Word = std::uintptr_t;
 using Alltoall = int (*)(const void*, int, Word, void*, int, Word, Word);
 using Alltoallv = int (*)(const void*, const int*, const int*, Word, void*, const int*, const int*, Word, Word);
+using Alltoallw = int (*)(const void*, const int*, const int*, const void*, void*, const int*, const int*, const void*, Word);
 using Init = int (*)(int*, char***);
 using InitThread = int (*)(int*, char***, int, int*);
 // Requests and statuses by address: their layout is the MPI's business.
@@ -48,6 +49,7 @@ struct Target {
   InitThread init_thread = nullptr;
   Alltoall alltoall = nullptr;
   Alltoallv alltoallv = nullptr;
+  Alltoallw alltoallw = nullptr;  // the datatypes: an array of the MPI's handles
   Ialltoall ialltoall = nullptr;
   Ialltoallv ialltoallv = nullptr;
   // The completion calls drive aapc's nonblocking all-to-alls (requests.cpp).
@@ -141,6 +143,7 @@ bool bind_c(Target& t, void* lib, bool ours) {
   bind(t.init_thread, "aapc_mpi_init_thread", "PMPI_Init_thread");
   bind(t.alltoall, "aapc_mpi_alltoall", "PMPI_Alltoall");
   bind(t.alltoallv, "aapc_mpi_alltoallv", "PMPI_Alltoallv");
+  bind(t.alltoallw, "aapc_mpi_alltoallw", "PMPI_Alltoallw");
   bind(t.ialltoall, "aapc_mpi_ialltoall", "PMPI_Ialltoall");
   bind(t.ialltoallv, "aapc_mpi_ialltoallv", "PMPI_Ialltoallv");
   bind(t.wait, "aapc_mpi_wait", "PMPI_Wait");
@@ -218,6 +221,11 @@ __attribute__((visibility("default"))) int MPI_Alltoall(const void* sbuf, int sc
 __attribute__((visibility("default"))) int MPI_Alltoallv(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
                                                          const int* rcounts, const int* rdispls, Word rtype, Word comm) {
   return target().alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
+}
+
+__attribute__((visibility("default"))) int MPI_Alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const void* stypes, void* rbuf,
+                                                         const int* rcounts, const int* rdispls, const void* rtypes, Word comm) {
+  return target().alltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm);
 }
 
 __attribute__((visibility("default"))) int MPI_Ialltoall(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype, Word comm,

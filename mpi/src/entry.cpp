@@ -68,6 +68,12 @@ __attribute__((visibility("default"))) int aapc_mpi_ialltoallv(const void* sbuf,
                               handle<MPI_Comm>(comm), request);
 }
 
+// MPI_Alltoallw (alltoallw.cpp): the datatypes by address, an array of the MPI's handles.
+__attribute__((visibility("default"))) int aapc_mpi_alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes,
+                                                              void* rbuf, const int* rcounts, const int* rdispls, const MPI_Datatype* rtypes, Word comm) {
+  return aapc::mpi::alltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, handle<MPI_Comm>(comm));
+}
+
 // MPI-4's persistent all-to-alls (persistent.cpp): MPI_Alltoall(v)_init, Open MPI's MPIX_*
 // alike (the info is not used), and the calls that start and free them.
 __attribute__((visibility("default"))) int aapc_mpi_alltoall_init(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype,

@@ -143,4 +143,8 @@ int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int r
 int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts, const int* rdispls,
               MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request = nullptr);
 
+// MPI_Alltoallw, blocking: packed, carried as alltoallv of bytes, unpacked (alltoallw.cpp).
+int alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes, void* rbuf, const int* rcounts,
+              const int* rdispls, const MPI_Datatype* rtypes, MPI_Comm comm);
+
 }  // namespace aapc::mpi

@@ -227,6 +227,25 @@ TEST_CASE("persistent all-to-alls through aapc: initialized once, started many t
   }
 }
 
+// mpi_alltoallw.c: MPI_Alltoallw with a datatype of its own per peer on each side (ints or
+// doubles, contiguous or strided), counts that differ by pair, some zero; every value and
+// every gap checked (alltoallw.cpp: packed, carried as a byte alltoallv, unpacked).
+TEST_CASE("MPI_Alltoallw with differing datatypes per peer through aapc, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
+  for (const char* mpi : {"openmpi", "mpich"}) {
+    const std::string program = std::string(AAPC_TESTS_DIR) + "/mpi-alltoallw-" + mpi;
+    if (!fs::exists(program) || aapc::tools::MpiCluster::launcher(mpi).empty()) continue;
+    for (const char* ppn : {"1", "2", "2,1,3,1"}) {
+      INFO(mpi << ", --ppn " << ppn);
+      Sh r = mpirun("--mpi " + std::string(mpi) + " --ppn " + ppn + " --env AAPC_MPI_VERBOSE=1", program + " 3");
+      INFO(r.text);
+      CHECK(r.status == 0);
+      CHECK(r.text.find("3 rounds, all values ok") != std::string::npos);
+      CHECK(r.text.find("alltoallw: its first all-to-all was carried by aapc") != std::string::npos);
+      CHECK(r.text.find(std::string(kCarried)) != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("without the library, and with AAPC_MPI=off, the MPI's own all-to-all runs", "[mpi]") {
   REQUIRE(have("openmpi"));
   Sh alone = mpirun("--ppn 2 --no-preload", check_program("openmpi") + " 1024");
