@@ -189,7 +189,11 @@ TEST_CASE("an MPI_THREAD_MULTIPLE program's two threads run all-to-alls on two c
 // testing the first request in between. With Open MPI the plan's duplication of the
 // communicator and the program's collectives took the communicator's tags in different orders
 // on different ranks: the job hung, or failed with MPI_ERR_TRUNCATE (plan.cpp,
-// Planner::finish_duplicate). A rank that hangs says so and exits (its watchdog, 60 s).
+// Planner::finish_duplicate). Then 2000 nonblocking collectives on 4 communicators, 16 in
+// flight, completed in each rank's own order: a leader that started an exchange behind its
+// group's running alltoallv waited in the daemon's call and stopped moving the MPI, and the
+// alltoallv failed at its deadline (exchange.cpp, agreeing). A rank that hangs says so and
+// exits (its watchdog, 60 s).
 TEST_CASE("a new communicator's first MPI_Ialltoall(v) and other nonblocking collectives on it before any wait, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
   for (const char* mpi : {"openmpi", "mpich"}) {
     const std::string program = std::string(AAPC_TESTS_DIR) + "/mpi-nonblocking-" + mpi;

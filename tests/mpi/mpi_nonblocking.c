@@ -11,10 +11,16 @@
  * rounds of nonblocking allreduces on the program's communicator from its progress engine,
  * which must not interleave with the program's own nonblocking collectives there.
  *
+ * Last, many nonblocking collectives of several kinds (all-to-alls among them) in flight on 4
+ * communicators at once, completed in each rank's own order (many_in_flight()): a leader that
+ * started an exchange while an alltoallv of the same group still agreed on its counts waited
+ * in the daemon's call, stopped moving the MPI, and a peer that waited in the MPI for it never
+ * started that alltoallv (exchange.cpp, agreeing()).
+ *
  * A rank that waits longer than the watchdog (WATCHDOG_S, default 60) says where it hangs and
  * exits with status 3, so a hang fails the job rather than its launcher's timeout.
  *
- *   mpi-nonblocking [BLOCK_BYTES] [ROUNDS]
+ *   mpi-nonblocking [BLOCK_BYTES] [ROUNDS] [COLLECTIVES_IN_FLIGHT_TOTAL]
  *       rank 0 prints "mpi-nonblocking: N ranks, R rounds, all results ok"
  */
 #include <mpi.h>
@@ -125,6 +131,89 @@ static long one_round(const struct bufs* b, int block, int round) {
   return wrong;
 }
 
+/* Many nonblocking collectives of several kinds in flight on several communicators at once,
+ * started in the same order on every rank (a generator seeded alike) and completed in an order
+ * of each rank's own (MPI_Waitall, MPI_Testsome, MPI_Waitany, MPI_Testany, MPI_Test, MPI_Wait),
+ * with an occasional nap. The all-to-alls' values and the allreduces' sums are checked. */
+enum { kWindow = 16, kComms = 4, kInts = 10 };
+
+struct slot {
+  int kind, round, ints[2][kInts * 64];
+};
+
+static unsigned next_rand(unsigned* x) { return *x = *x * 1103515245u + 12345u, (*x >> 8) % 1000003u; }
+
+static void post(struct slot* sl, int kind, int round, MPI_Comm comm, MPI_Request* req) {
+  int me = 0, n = 0, counts[64], displs[64];
+  MPI_Comm_rank(comm, &me);
+  MPI_Comm_size(comm, &n);
+  sl->kind = kind, sl->round = round;
+  for (int i = 0; i < n * kInts; ++i) sl->ints[0][i] = me * 7919 + i * 31 + round, sl->ints[1][i] = -1;
+  for (int p = 0; p < n; ++p) counts[p] = kInts, displs[p] = p * kInts;
+  switch (kind) {
+    case 0: MPI_Ialltoallv(sl->ints[0], counts, displs, MPI_INT, sl->ints[1], counts, displs, MPI_INT, comm, req); break;
+    case 1: MPI_Ialltoall(sl->ints[0], kInts, MPI_INT, sl->ints[1], kInts, MPI_INT, comm, req); break;
+    case 2: MPI_Iallreduce(sl->ints[0], sl->ints[1], kInts, MPI_INT, MPI_SUM, comm, req); break;
+    case 3: MPI_Ibcast(sl->ints[0], kInts, MPI_INT, 0, comm, req); break;
+    default: MPI_Ibarrier(comm, req); break;
+  }
+}
+
+static long slot_wrong(const struct slot* sl, MPI_Comm comm) {
+  int me = 0, n = 0;
+  long wrong = 0;
+  MPI_Comm_rank(comm, &me);
+  MPI_Comm_size(comm, &n);
+  if (sl->kind <= 1) /* block k of rank s's send buffer is s's to rank k */
+    for (int s = 0; s < n; ++s)
+      for (int i = 0; i < kInts; ++i) wrong += sl->ints[1][s * kInts + i] != s * 7919 + (me * kInts + i) * 31 + sl->round;
+  if (sl->kind == 2)
+    for (int i = 0; i < kInts; ++i) wrong += sl->ints[1][i] != 7919 * n * (n - 1) / 2 + n * (i * 31 + sl->round);
+  return wrong;
+}
+
+/* Completes some of `reqs` as `how` says; the indices completed into `done`, their count returned. */
+static int complete_some(int how, MPI_Request* reqs, int* done) {
+  int count = 0, index = 0, flag = 0;
+  MPI_Status st[kWindow];
+  switch (how % 6) {
+    case 0: MPI_Waitall(kWindow, reqs, st); for (int i = 0; i < kWindow; ++i) done[count++] = i; return count;
+    case 1: MPI_Testsome(kWindow, reqs, &count, done, st); return count == MPI_UNDEFINED ? 0 : count;
+    case 2: MPI_Waitany(kWindow, reqs, &index, st); done[0] = index; return index == MPI_UNDEFINED ? 0 : 1;
+    case 3: MPI_Testany(kWindow, reqs, &index, &flag, st); done[0] = index; return flag && index != MPI_UNDEFINED ? 1 : 0;
+    case 4: index = (how / 6) % kWindow; MPI_Test(&reqs[index], &flag, st); done[0] = index; return flag ? 1 : 0;
+    default: index = (how / 6) % kWindow; MPI_Wait(&reqs[index], st); done[0] = index; return 1;
+  }
+}
+
+static long many_in_flight(int iterations) {
+  MPI_Comm comms[kComms];
+  int me = 0, n = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  if (n > 64) return 0;
+  for (int c = 0; c < kComms; ++c) MPI_Comm_dup(MPI_COMM_WORLD, &comms[c]);
+  static struct slot slots[kWindow];
+  MPI_Request reqs[kWindow];
+  int used[kWindow], done[kWindow], posted = 0, finished = 0;
+  unsigned order = 0x10bc, mine = 0x5eed + (unsigned)me * 977u;
+  long wrong = 0;
+  for (int i = 0; i < kWindow; ++i, ++posted) used[i] = (int)(next_rand(&order) % kComms), post(&slots[i], (int)(next_rand(&order) % 5), posted, comms[used[i]], &reqs[i]);
+  while (finished < iterations) {
+    const int k = complete_some((int)next_rand(&mine), reqs, done);
+    for (int j = 0; j < k; ++j) {
+      const int i = done[j];
+      if (slots[i].kind < 0) continue;
+      wrong += slot_wrong(&slots[i], comms[used[i]]);
+      slots[i].kind = -1, ++finished;
+      if (posted < iterations) used[i] = (int)(next_rand(&order) % kComms), post(&slots[i], (int)(next_rand(&order) % 5), posted++, comms[used[i]], &reqs[i]);
+    }
+    if (next_rand(&mine) % 200 == 0) pause_ms(20);
+  }
+  for (int c = 0; c < kComms; ++c) MPI_Comm_free(&comms[c]);
+  return wrong;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int n = 0;
@@ -148,6 +237,9 @@ int main(int argc, char** argv) {
     round_now = round;
     wrong += one_round(&b, block, round);
   }
+  round_now = rounds;
+  step_now = "many nonblocking collectives in flight";
+  wrong += many_in_flight(argc > 3 ? atoi(argv[3]) : 2000);
   alarm(0);
   long all = 0;
   MPI_Allreduce(&wrong, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
