@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "persistent.hpp"
 #include "plan.hpp"
 #include "requests.hpp"
 
@@ -67,6 +68,31 @@ __attribute__((visibility("default"))) int aapc_mpi_ialltoallv(const void* sbuf,
                               handle<MPI_Comm>(comm), request);
 }
 
+// MPI_Alltoallw (alltoallw.cpp): the datatypes by address, an array of the MPI's handles.
+__attribute__((visibility("default"))) int aapc_mpi_alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes,
+                                                              void* rbuf, const int* rcounts, const int* rdispls, const MPI_Datatype* rtypes, Word comm) {
+  return aapc::mpi::alltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, handle<MPI_Comm>(comm));
+}
+
+// MPI-4's persistent all-to-alls (persistent.cpp): MPI_Alltoall(v)_init, Open MPI's MPIX_*
+// alike (the info is not used), and the calls that start and free them.
+__attribute__((visibility("default"))) int aapc_mpi_alltoall_init(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype,
+                                                                  Word comm, Word, MPI_Request* request) {
+  return aapc::mpi::alltoall_init(sbuf, scount, handle<MPI_Datatype>(stype), rbuf, rcount, handle<MPI_Datatype>(rtype), handle<MPI_Comm>(comm),
+                                  request);
+}
+
+__attribute__((visibility("default"))) int aapc_mpi_alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
+                                                                   const int* rcounts, const int* rdispls, Word rtype, Word comm, Word,
+                                                                   MPI_Request* request) {
+  return aapc::mpi::alltoallv_init(sbuf, scounts, sdispls, handle<MPI_Datatype>(stype), rbuf, rcounts, rdispls, handle<MPI_Datatype>(rtype),
+                                   handle<MPI_Comm>(comm), request);
+}
+
+__attribute__((visibility("default"))) int aapc_mpi_start(MPI_Request* request) { return aapc::mpi::start(request); }
+__attribute__((visibility("default"))) int aapc_mpi_startall(int count, MPI_Request* requests) { return aapc::mpi::startall(count, requests); }
+__attribute__((visibility("default"))) int aapc_mpi_request_free(MPI_Request* request) { return aapc::mpi::request_free(request); }
+
 // The completion calls, which drive the nonblocking all-to-alls (requests.cpp).
 __attribute__((visibility("default"))) int aapc_mpi_wait(MPI_Request* req, MPI_Status* status) { return aapc::mpi::wait(req, status); }
 __attribute__((visibility("default"))) int aapc_mpi_waitall(int count, MPI_Request* reqs, MPI_Status* statuses) {
@@ -94,6 +120,10 @@ __attribute__((visibility("default"))) int aapc_mpi_testsome(int count, MPI_Requ
 __attribute__((visibility("default"))) int aapc_mpi_request_get_status(Word req, int* flag, MPI_Status* status) {
   return aapc::mpi::request_get_status(handle<MPI_Request>(req), flag, status);
 }
+
+// Before the program's other collectives on `comm` (dispatch.cpp's guarded calls): a plan's
+// duplication of `comm` in flight is waited for with Open MPI (plan.hpp, settle_duplicate).
+__attribute__((visibility("default"))) void aapc_mpi_before_collective(Word comm) { aapc::mpi::settle_duplicate(handle<MPI_Comm>(comm)); }
 
 // Fortran, for Open MPI (dispatch.cpp): handles converted, its MPI_IN_PLACE recognised.
 __attribute__((visibility("default"))) void aapc_mpi_f_alltoall(const void* sbuf, const MPI_Fint* scount, const MPI_Fint* stype, void* rbuf,

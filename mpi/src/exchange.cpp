@@ -195,10 +195,22 @@ std::size_t running_here() {
   return static_cast<std::size_t>(std::count_if(ops.begin(), ops.end(), [](const Op* o) { return o->stage == Op::Stage::kExchange; }));
 }
 
+// Whether an exchange of `p` that the daemons start with an agreement on its counts (an
+// alltoallv) runs. The daemon answers a later start of the same group only once that
+// agreement is over (engine/src/daemon_session.cpp, launch), and that needs every peer to
+// start it: a start made meanwhile blocked this rank's thread in the call, so the rank stopped
+// moving the MPI, and a peer that waited in the MPI for it never started the alltoallv (MPICH's
+// coll/nonblocking3 failed at the deadline; tests/mpi/mpi_nonblocking.c, many_in_flight()).
+// The next exchange of the group starts once that one is over.
+bool agreeing(const Plan& p) {
+  const auto& ops = process().in_flight;
+  return std::any_of(ops.begin(), ops.end(), [&](const Op* o) { return o->plan == &p && o->counted && o->stage == Op::Stage::kExchange; });
+}
+
 // Step 2, in call order: the daemons pair exchanges by the order in which they start.
 bool start_exchange(Op& op) {
   auto& queue = op.plan->to_start;
-  if (queue.empty() || queue.front() != &op || running_here() >= kMostRunning) return false;
+  if (queue.empty() || queue.front() != &op || running_here() >= kMostRunning || agreeing(*op.plan)) return false;
   queue.pop_front();
   if (!op.error.empty()) {
     finish_exchange(op);
@@ -212,6 +224,7 @@ bool start_exchange(Op& op) {
                                                            sizes(l.recv.counts), sizes(l.recv.displs), options());
   if (r) {
     op.exchange.emplace(std::move(r.value()));
+    op.counted = !uniform;
     op.stage = Op::Stage::kExchange;
     return true;
   }
@@ -769,9 +782,11 @@ int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int r
   const std::uint64_t block = static_cast<std::uint64_t>(rcount) * static_cast<std::uint64_t>(type_size);
   // A zero block is the same on every rank (the call's contract): nothing to carry, and no
   // plan needed.
-  if (block == 0)
+  if (block == 0) {
+    settle_duplicate(comm);  // the MPI's own on the communicator itself
     return request != nullptr ? PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, request)
                               : PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+  }
   Plan& p = plan_of(comm);
   Call c;
   c.sbuf = sbuf, c.stype = stype, c.rtype = rtype, c.alltoall = true, c.block = block;

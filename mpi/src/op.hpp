@@ -81,6 +81,7 @@ struct Op {
   aapc::Buffer stage_send, stage_recv;  // the leader's staging
   std::vector<std::uint8_t> sink;        // gathered into when there is no staging
   std::optional<aapc::Request> exchange;
+  bool counted = false;  // the exchange is an alltoallv: the daemons agree on its counts first (exchange.cpp, agreeing)
   int length = 0;  // of `error`, as told to the members
   std::string error;
   std::vector<char> described;  // single copy, the leader's: whose description it has read, by local rank

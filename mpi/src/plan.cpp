@@ -81,12 +81,19 @@ struct Planner {
     return rc;
   }
 
-  // The program frees the communicator (its attribute's delete callback): with Open MPI, in
-  // MPI_Comm_free, a duplication still in flight is waited for there, as it uses the
-  // communicator (Open MPI 4.1 crashes in it otherwise). Its other ranks move it in any MPI
-  // call that waits, as the MPI's own nonblocking collectives move. MPICH keeps the
-  // communicator until the duplication is over, and calls back from its completion.
-  void communicator_freed() {
+  // With Open MPI, a duplication still in flight is waited for before the program's next
+  // operation on the communicator that may clash with it (settle_duplicate()): MPI_Comm_free
+  // (Open MPI 4.1 crashes in it otherwise), another nonblocking collective, or a communicator
+  // made from it. Open MPI 4.1 agrees on the duplicate's context id in rounds of nonblocking
+  // allreduces on the communicator, each started from its progress engine once the one before
+  // is over; a nonblocking collective takes the communicator's next tag when it starts. A rank
+  // that tested the all-to-all before its MPI_Ibcast had started the next round, another had
+  // not: the two ranks' tags crossed, and the job hung or failed with MPI_ERR_TRUNCATE
+  // (tests/mpi/mpi_nonblocking.c). Its other ranks move the duplication in any MPI call that
+  // waits, as the MPI's own nonblocking collectives move. MPICH orders the duplication with
+  // the communicator's other collectives, keeps a freed communicator until it is over, and
+  // calls back from its completion.
+  void finish_duplicate() {
 #ifdef OPEN_MPI
     if (!on_comm || reqs.empty() || running) return;
     statuses.resize(reqs.size());
@@ -129,7 +136,7 @@ int delete_plan(MPI_Comm, int, void* attr, void*) {
   auto* p = static_cast<Plan*>(attr);
   std::lock_guard<std::recursive_mutex> hold(process().mutex);
   p->doomed = true;
-  if (p->making != nullptr) p->making->communicator_freed();
+  if (p->making != nullptr) p->making->finish_duplicate();
   if (p->ops == 0 && p->ready()) destroy(p);
   return MPI_SUCCESS;
 }
@@ -420,6 +427,20 @@ bool advance_plans() {
     if (p->doomed && p->ops == 0) destroy(p);
   }
   return moved;
+}
+
+void settle_duplicate(MPI_Comm comm) {
+#ifdef OPEN_MPI
+  Process& pr = process();
+  std::lock_guard<std::recursive_mutex> hold(pr.mutex);
+  if (pr.making.empty() || pr.keyval == MPI_KEYVAL_INVALID || comm == MPI_COMM_NULL) return;
+  void* attr = nullptr;
+  int found = 0;
+  PMPI_Comm_get_attr(comm, pr.keyval, &attr, &found);
+  if (found != 0 && static_cast<Plan*>(attr)->making != nullptr) static_cast<Plan*>(attr)->making->finish_duplicate();
+#else
+  (void)comm;
+#endif
 }
 
 void on_init() {

@@ -106,6 +106,11 @@ Plan& plan_of(MPI_Comm comm);
 // mutex held). True when any moved.
 bool advance_plans();
 
+// Before the program's other collectives on `comm` that may clash with its plan's duplication
+// (a nonblocking collective, a communicator made from it): with Open MPI, waits for the
+// duplication if it is in flight (plan.cpp, Planner::finish_duplicate). Nothing with MPICH.
+void settle_duplicate(MPI_Comm comm);
+
 // An op of `p` is over: frees a doomed plan with its last op.
 void op_over(Plan& p);
 
@@ -137,5 +142,9 @@ int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int r
              MPI_Request* request = nullptr);
 int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts, const int* rdispls,
               MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request = nullptr);
+
+// MPI_Alltoallw, blocking: packed, carried as alltoallv of bytes, unpacked (alltoallw.cpp).
+int alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes, void* rbuf, const int* rcounts,
+              const int* rdispls, const MPI_Datatype* rtypes, MPI_Comm comm);
 
 }  // namespace aapc::mpi

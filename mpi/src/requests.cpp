@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "op.hpp"
+#include "persistent.hpp"
 #include "requests.hpp"
 
 namespace aapc::mpi {
@@ -156,6 +157,7 @@ int carry(std::unique_ptr<Op> op, MPI_Request* request) {
 }
 
 int wait(MPI_Request* req, MPI_Status* status) {
+  const StandIns started(1, req);
   if (none_outstanding()) return PMPI_Wait(req, status);
   return wait_driving(
       1, req,
@@ -169,6 +171,7 @@ int wait(MPI_Request* req, MPI_Status* status) {
 }
 
 int waitall(int count, MPI_Request* reqs, MPI_Status* statuses) {
+  const StandIns started(count, reqs);
   if (none_outstanding()) return PMPI_Waitall(count, reqs, statuses);
   return wait_driving(
       count, reqs,
@@ -182,6 +185,7 @@ int waitall(int count, MPI_Request* reqs, MPI_Status* statuses) {
 }
 
 int waitany(int count, MPI_Request* reqs, int* index, MPI_Status* status) {
+  const StandIns started(count, reqs);
   if (none_outstanding()) return PMPI_Waitany(count, reqs, index, status);
   return wait_driving(
       count, reqs,
@@ -195,6 +199,7 @@ int waitany(int count, MPI_Request* reqs, int* index, MPI_Status* status) {
 }
 
 int waitsome(int count, MPI_Request* reqs, int* outcount, int* indices, MPI_Status* statuses) {
+  const StandIns started(count, reqs);
   if (none_outstanding()) return PMPI_Waitsome(count, reqs, outcount, indices, statuses);
   return wait_driving(
       count, reqs,
@@ -207,27 +212,32 @@ int waitsome(int count, MPI_Request* reqs, int* outcount, int* indices, MPI_Stat
 }
 
 int test(MPI_Request* req, int* flag, MPI_Status* status) {
+  const StandIns started(1, req);
   if (none_outstanding()) return PMPI_Test(req, flag, status);
   return test_driving(1, req, [&] { return PMPI_Test(req, flag, status); });
 }
 
 int testall(int count, MPI_Request* reqs, int* flag, MPI_Status* statuses) {
+  const StandIns started(count, reqs);
   if (none_outstanding()) return PMPI_Testall(count, reqs, flag, statuses);
   return test_driving(count, reqs, [&] { return PMPI_Testall(count, reqs, flag, statuses); });
 }
 
 int testany(int count, MPI_Request* reqs, int* index, int* flag, MPI_Status* status) {
+  const StandIns started(count, reqs);
   if (none_outstanding()) return PMPI_Testany(count, reqs, index, flag, status);
   return test_driving(count, reqs, [&] { return PMPI_Testany(count, reqs, index, flag, status); });
 }
 
 int testsome(int count, MPI_Request* reqs, int* outcount, int* indices, MPI_Status* statuses) {
+  const StandIns started(count, reqs);
   if (none_outstanding()) return PMPI_Testsome(count, reqs, outcount, indices, statuses);
   return test_driving(count, reqs, [&] { return PMPI_Testsome(count, reqs, outcount, indices, statuses); });
 }
 
 // A program may poll with this alone: the ops must move (MPICH has no progress hook).
 int request_get_status(MPI_Request req, int* flag, MPI_Status* status) {
+  const StandIns started(1, &req);  // a started persistent all-to-all: its running start's
   if (none_outstanding()) return PMPI_Request_get_status(req, flag, status);
   progress();
   return PMPI_Request_get_status(req, flag, status);

@@ -184,6 +184,72 @@ TEST_CASE("an MPI_THREAD_MULTIPLE program's two threads run all-to-alls on two c
   }
 }
 
+// mpi_nonblocking.c: a fresh communicator's first MPI_Ialltoall(v), then MPI_Ibcast,
+// MPI_Iallreduce, MPI_Iallgather and MPI_Ibarrier on it before any wait, with the even ranks
+// testing the first request in between. With Open MPI the plan's duplication of the
+// communicator and the program's collectives took the communicator's tags in different orders
+// on different ranks: the job hung, or failed with MPI_ERR_TRUNCATE (plan.cpp,
+// Planner::finish_duplicate). Then 2000 nonblocking collectives on 4 communicators, 16 in
+// flight, completed in each rank's own order: a leader that started an exchange behind its
+// group's running alltoallv waited in the daemon's call and stopped moving the MPI, and the
+// alltoallv failed at its deadline (exchange.cpp, agreeing). A rank that hangs says so and
+// exits (its watchdog, 60 s).
+TEST_CASE("a new communicator's first MPI_Ialltoall(v) and other nonblocking collectives on it before any wait, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
+  for (const char* mpi : {"openmpi", "mpich"}) {
+    const std::string program = std::string(AAPC_TESTS_DIR) + "/mpi-nonblocking-" + mpi;
+    if (!fs::exists(program) || aapc::tools::MpiCluster::launcher(mpi).empty()) continue;
+    for (const char* ppn : {"1", "2", "2,1,3,1"}) {
+      INFO(mpi << ", --ppn " << ppn);
+      Sh r = mpirun("--mpi " + std::string(mpi) + " --ppn " + ppn + " --env AAPC_MPI_VERBOSE=1", program + " 4096 6");
+      INFO(r.text);
+      CHECK(r.text.find("HUNG") == std::string::npos);
+      CHECK(r.status == 0);
+      CHECK(r.text.find("rounds, all results ok") != std::string::npos);
+      for (const char* name : {"first-ialltoall", "first-ialltoallv"})
+        CHECK(r.text.find(std::string(name) + ": its first all-to-all was carried by aapc") != std::string::npos);
+    }
+  }
+}
+
+// mpi_persistent.c: MPI-4's persistent all-to-all and all-to-allv (Open MPI 4.1: MPIX_*),
+// each initialized once and started 30 times (MPI_Start with MPI_Wait or MPI_Test, and
+// MPI_Startall with MPI_Waitall), every value checked after every start, the handles kept
+// after completion (persistent.cpp).
+TEST_CASE("persistent all-to-alls through aapc: initialized once, started many times, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
+  for (const char* mpi : {"openmpi", "mpich"}) {
+    const std::string program = std::string(AAPC_TESTS_DIR) + "/mpi-persistent-" + mpi;
+    if (!fs::exists(program) || aapc::tools::MpiCluster::launcher(mpi).empty()) continue;
+    for (const char* ppn : {"1", "2", "2,1,3,1"}) {
+      INFO(mpi << ", --ppn " << ppn);
+      Sh r = mpirun("--mpi " + std::string(mpi) + " --ppn " + ppn + " --env AAPC_MPI_VERBOSE=1", program + " 1024 30");
+      INFO(r.text);
+      CHECK(r.status == 0);
+      CHECK(r.text.find("30 starts, all results ok") != std::string::npos);
+      for (const char* name : {"persistent-alltoall", "persistent-alltoallv"})
+        CHECK(r.text.find(std::string(name) + ": its first all-to-all was carried by aapc") != std::string::npos);
+    }
+  }
+}
+
+// mpi_alltoallw.c: MPI_Alltoallw with a datatype of its own per peer on each side (ints or
+// doubles, contiguous or strided), counts that differ by pair, some zero; every value and
+// every gap checked (alltoallw.cpp: packed, carried as a byte alltoallv, unpacked).
+TEST_CASE("MPI_Alltoallw with differing datatypes per peer through aapc, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
+  for (const char* mpi : {"openmpi", "mpich"}) {
+    const std::string program = std::string(AAPC_TESTS_DIR) + "/mpi-alltoallw-" + mpi;
+    if (!fs::exists(program) || aapc::tools::MpiCluster::launcher(mpi).empty()) continue;
+    for (const char* ppn : {"1", "2", "2,1,3,1"}) {
+      INFO(mpi << ", --ppn " << ppn);
+      Sh r = mpirun("--mpi " + std::string(mpi) + " --ppn " + ppn + " --env AAPC_MPI_VERBOSE=1", program + " 3");
+      INFO(r.text);
+      CHECK(r.status == 0);
+      CHECK(r.text.find("3 rounds, all values ok") != std::string::npos);
+      CHECK(r.text.find("alltoallw: its first all-to-all was carried by aapc") != std::string::npos);
+      CHECK(r.text.find(std::string(kCarried)) != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("without the library, and with AAPC_MPI=off, the MPI's own all-to-all runs", "[mpi]") {
   REQUIRE(have("openmpi"));
   Sh alone = mpirun("--ppn 2 --no-preload", check_program("openmpi") + " 1024");
