@@ -268,6 +268,35 @@ void machine_end(const Topology& t, const aapc::sched::Node& m, const std::strin
   if (!ifb) shape(ns, "aapc0", bps, kNicQueue, t.mtu());  // the machine's NIC queue (else where its frames arrive)
 }
 
+// The link of machine node `ends.machine`: a veth pair, its end in the machine's namespace,
+// the other on the switch's bridge `bridge` (a port of `buffer` bytes), or, where `bridge` is
+// empty, in the namespace of the machine at the other end (two machines on one cable).
+struct MachineLink {
+  int machine, other;
+  std::uint64_t bps;
+  bool ifb;  // sends shaped where they arrive (shape_sends)
+};
+void machine_link(const Topology& t, const Json& machines, const MachineLink& ends, const std::string& bridge, std::uint64_t buffer) {
+  const auto& m = t.node(ends.machine);
+  const std::string inner = "aapcm" + std::to_string(m.rank), outer = "aapcp" + std::to_string(m.rank);
+  must({"ip", "link", "add", inner, "type", "veth", "peer", "name", outer});
+  machine_end(t, m, inner, machines[static_cast<std::size_t>(m.rank)]["ip"], ends.bps, ends.ifb);
+  const std::string ifb_of_m = "aapci" + std::to_string(m.rank);
+  if (!bridge.empty()) {
+    no_ipv6("", outer);
+    must({"ip", "link", "set", outer, "master", bridge, "mtu", std::to_string(t.mtu()), "up"});
+    shape("", outer, ends.bps, buffer, t.mtu());  // the switch's output port
+    if (ends.ifb) shape_sends("", outer, ifb_of_m, ends.bps, t.mtu());
+    return;
+  }
+  const auto& peer = t.node(ends.other);
+  machine_end(t, peer, outer, machines[static_cast<std::size_t>(peer.rank)]["ip"], ends.bps, ends.ifb);
+  if (ends.ifb) {
+    shape_sends(netns_of(peer.name), "aapc0", ifb_of_m, ends.bps, t.mtu());
+    shape_sends(netns_of(m.name), "aapc0", "aapci" + std::to_string(peer.rank), ends.bps, t.mtu());
+  }
+}
+
 Json build_cluster(const Topology& t, const std::string& subnet) {
   Json state;
   fs::create_directories(kStateDir);
@@ -322,27 +351,10 @@ Json build_cluster(const Topology& t, const std::string& subnet) {
     const auto& a = t.node(link.a);
     const auto& b = t.node(link.b);
     if (a.kind == NodeKind::kMachine || b.kind == NodeKind::kMachine) {
-      int mnode = a.kind == NodeKind::kMachine ? link.a : link.b;
-      int other = mnode == link.a ? link.b : link.a;
-      const auto& m = t.node(mnode);
-      const std::string inner = "aapcm" + std::to_string(m.rank), outer = "aapcp" + std::to_string(m.rank);
-      must({"ip", "link", "add", inner, "type", "veth", "peer", "name", outer});
-      machine_end(t, m, inner, state["machines"][static_cast<std::size_t>(m.rank)]["ip"], link.rate_bps, ifb);
-      const std::string ifb_of_m = "aapci" + std::to_string(m.rank);
-      if (t.node(other).kind == NodeKind::kSwitch) {
-        no_ipv6("", outer);
-        must({"ip", "link", "set", outer, "master", bridge(other), "mtu", mtu, "up"});
-        shape("", outer, link.rate_bps, buffer_of(other), t.mtu());  // the switch's output port
-        if (ifb) shape_sends("", outer, ifb_of_m, link.rate_bps, t.mtu());
-      } else {
-        // Two machines cabled to each other.
-        const auto& peer = t.node(other);
-        machine_end(t, peer, outer, state["machines"][static_cast<std::size_t>(peer.rank)]["ip"], link.rate_bps, ifb);
-        if (ifb) {
-          shape_sends(netns_of(peer.name), "aapc0", ifb_of_m, link.rate_bps, t.mtu());
-          shape_sends(netns_of(m.name), "aapc0", "aapci" + std::to_string(peer.rank), link.rate_bps, t.mtu());
-        }
-      }
+      const int mnode = a.kind == NodeKind::kMachine ? link.a : link.b;
+      const int other = mnode == link.a ? link.b : link.a;
+      const bool to_switch = t.node(other).kind == NodeKind::kSwitch;
+      machine_link(t, state["machines"], {mnode, other, link.rate_bps, ifb}, to_switch ? bridge(other) : "", to_switch ? buffer_of(other) : 0);
     } else {
       std::string ea = "aapcl" + std::to_string(l) + "a", eb = "aapcl" + std::to_string(l) + "b";
       must({"ip", "link", "add", ea, "type", "veth", "peer", "name", eb});

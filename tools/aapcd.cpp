@@ -79,6 +79,27 @@ void add_key_options(CLI::App& app, aapc::engine::DaemonConfig& cfg) {
       ->capture_default_str();
 }
 
+// The port from --iface, --vdev or --pci into cfg; false unless exactly one names it.
+bool choose_port(aapc::engine::DaemonConfig& cfg, std::vector<std::string> vdevs, const std::string& pci) {
+  // A bare interface name given as the device (AAPC_PORT=eth1 in the systemd unit's
+  // environment) is --iface: AF_XDP where it can be.
+  if (vdevs.size() == 1 && vdevs.front().find_first_of(",=:") == std::string::npos && vdevs.front().rfind("net_", 0) != 0 && cfg.iface.empty()) {
+    cfg.iface = vdevs.front();
+    vdevs.clear();
+  }
+  if (static_cast<int>(!vdevs.empty()) + static_cast<int>(!pci.empty()) + static_cast<int>(!cfg.iface.empty()) != 1) return false;
+  if (!vdevs.empty()) {
+    cfg.device = vdevs.front();
+    if (cfg.device.rfind("net_af_packet", 0) == 0 && cfg.device.find("qdisc_bypass") == std::string::npos)
+      cfg.device += ",qdisc_bypass=0";  // go through the kernel's qdisc, where the emulation shapes the link
+  } else if (!pci.empty()) {
+    cfg.device = pci;
+    cfg.eal.no_pci = false;
+    cfg.eal.extra.push_back("--allow=" + pci);
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -119,24 +140,9 @@ int main(int argc, char** argv) {
 
   spdlog::set_level(spdlog::level::from_str(level));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] aapcd %l: %v");
-  // A bare interface name given as the device (AAPC_PORT=eth1 in the systemd unit's
-  // environment) is --iface: AF_XDP where it can be.
-  if (vdevs.size() == 1 && vdevs.front().find_first_of(",=:") == std::string::npos && vdevs.front().rfind("net_", 0) != 0 && cfg.iface.empty()) {
-    cfg.iface = vdevs.front();
-    vdevs.clear();
-  }
-  if (static_cast<int>(!vdevs.empty()) + static_cast<int>(!pci.empty()) + static_cast<int>(!cfg.iface.empty()) != 1) {
+  if (!choose_port(cfg, vdevs, pci)) {
     std::cerr << "aapcd: name the port with exactly one of --iface (a kernel interface), --vdev or --pci\n";
     return 2;
-  }
-  if (!vdevs.empty()) {
-    cfg.device = vdevs.front();
-    if (cfg.device.rfind("net_af_packet", 0) == 0 && cfg.device.find("qdisc_bypass") == std::string::npos)
-      cfg.device += ",qdisc_bypass=0";  // go through the kernel's qdisc, where the emulation shapes the link
-  } else if (!pci.empty()) {
-    cfg.device = pci;
-    cfg.eal.no_pci = false;
-    cfg.eal.extra.push_back("--allow=" + pci);
   }
   if (rank >= 0) cfg.rank = rank;
   try {

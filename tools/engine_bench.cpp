@@ -631,34 +631,10 @@ int main(int argc, char** argv) {
           return std::string(e.what());
         }
       });
-  bool port_rate = false;
-  port_rate::NodeOptions node;
-  std::vector<std::string> port_kinds = {"af_packet", "af_xdp"};
-  app.add_flag("--port-rate", port_rate,
-               "instead: one node's send and receive rate per port kind for a kernel interface (af_packet, AF_XDP), side by side on a pair of "
-               "network namespaces (needs root; hold /tmp/aapc-cluster.lock so no emulated cluster runs beside it)");
-  app.add_option("--port-rate-kinds", port_kinds, "with --port-rate: the port kinds")
-      ->check(CLI::IsMember({"af_packet", "af_xdp"}))
-      ->capture_default_str();
-  app.add_option("--port-rate-seconds", node.seconds, "with --port-rate: seconds of sending per trial")
-      ->check(CLI::Range(0.1, 60.0))
-      ->capture_default_str();
-  app.add_option("--port-rate-node", node.role, "(internal) one side of a --port-rate trial")->check(CLI::IsMember({"tx", "rx"}))->group("");
-  app.add_option("--port-rate-driver", node.driver, "(internal)")->group("");
-  app.add_option("--port-rate-ready", node.ready, "(internal)")->group("");
+  port_rate::Options port_rate;
+  port_rate::add_options(app, port_rate);
   CLI11_PARSE(app, argc, argv);
-  if (!node.role.empty()) {
-    node.mtu = mtu;
-    return port_rate::node(node);
-  }
-  if (port_rate) {
-    try {
-      return port_rate::bench(std::filesystem::read_symlink("/proc/self/exe").string(), mtu, node.seconds, repeat, port_kinds);
-    } catch (const std::exception& e) {
-      std::cerr << "aapc-engine-bench: " << e.what() << "\n";
-      return 1;
-    }
-  }
+  if (port_rate.asked()) return port_rate::run(port_rate, mtu, repeat);
   if (!faults.empty() && !over_memif) {
     std::cerr << "aapc-engine-bench: --faults goes with --memif\n";
     return 2;

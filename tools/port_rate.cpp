@@ -5,6 +5,8 @@
 // what a node can put on a link at most, whatever the schedule (docs/design.md, "Fast links").
 #include "port_rate.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <rte_ether.h>
 #include <rte_mbuf.h>
 #include <sys/wait.h>
@@ -244,6 +246,28 @@ int bench(const std::string& self, int mtu, double seconds, int repeat, const st
     std::cout << "af_xdp sends " << std::fixed << std::setprecision(2) << median_send["af_xdp"] / median_send["af_packet"]
               << "x what af_packet sends (medians)\n";
   return 0;
+}
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_flag("--port-rate", o.bench,
+               "instead: one node's send and receive rate per port kind for a kernel interface (af_packet, AF_XDP), side by side on a pair of "
+               "network namespaces (needs root; hold /tmp/aapc-cluster.lock so no emulated cluster runs beside it)");
+  app.add_option("--port-rate-kinds", o.kinds, "with --port-rate: the port kinds")->check(CLI::IsMember({"af_packet", "af_xdp"}))->capture_default_str();
+  app.add_option("--port-rate-seconds", o.node.seconds, "with --port-rate: seconds of sending per trial")->check(CLI::Range(0.1, 60.0))->capture_default_str();
+  app.add_option("--port-rate-node", o.node.role, "(internal) one side of a --port-rate trial")->check(CLI::IsMember({"tx", "rx"}))->group("");
+  app.add_option("--port-rate-driver", o.node.driver, "(internal)")->group("");
+  app.add_option("--port-rate-ready", o.node.ready, "(internal)")->group("");
+}
+
+int run(Options o, int mtu, int repeat) {
+  o.node.mtu = mtu;
+  if (!o.node.role.empty()) return node(o.node);
+  try {
+    return bench(fs::read_symlink("/proc/self/exe").string(), mtu, o.node.seconds, repeat, o.kinds);
+  } catch (const std::exception& e) {
+    std::cerr << "aapc-engine-bench: " << e.what() << "\n";
+    return 1;
+  }
 }
 
 }  // namespace aapc::port_rate

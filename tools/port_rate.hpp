@@ -5,6 +5,10 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace aapc::port_rate {
 
 // One side of a trial, run by the benchmark in a namespace of its own (--port-rate-node).
@@ -16,6 +20,17 @@ struct NodeOptions {
   std::string ready;   // rx: the file it makes once its port is open
 };
 int node(const NodeOptions& options);
+
+// aapc-engine-bench's options of this mode (--port-rate and its own), and the mode when asked:
+// the benchmark, or one side of a trial (--port-rate-node).
+struct Options {
+  bool bench = false;
+  NodeOptions node;
+  std::vector<std::string> kinds = {"af_packet", "af_xdp"};
+  bool asked() const { return bench || !node.role.empty(); }
+};
+void add_options(CLI::App& app, Options& options);
+int run(Options options, int mtu, int repeat);  // the exit status
 
 // Every port kind of `drivers`, `repeat` trials each, interleaved; prints medians and spreads.
 // `self`: this executable, run again in each namespace. Needs root. Throws on failure.

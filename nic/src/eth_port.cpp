@@ -253,8 +253,10 @@ namespace {
 class XdpProgramFile {
  public:
   XdpProgramFile() : fd_(::memfd_create("aapc_xdp.o", MFD_CLOEXEC)) {
-    if (fd_ < 0 || ::write(fd_, kAapcXdpObject, kAapcXdpObject_size) != static_cast<ssize_t>(kAapcXdpObject_size))
-      throw NicError(std::string("cannot hold the XDP program in a memory file: ") + std::strerror(errno));
+    if (fd_ >= 0 && ::write(fd_, kAapcXdpObject, kAapcXdpObject_size) == static_cast<ssize_t>(kAapcXdpObject_size)) return;
+    const std::string why = std::strerror(errno);
+    if (fd_ >= 0) ::close(fd_);
+    throw NicError("cannot hold the XDP program in a memory file: " + why);
   }
   ~XdpProgramFile() {
     if (fd_ >= 0) ::close(fd_);
