@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -184,6 +185,25 @@ TEST_CASE("an MPI_THREAD_MULTIPLE program's two threads run all-to-alls on two c
   }
 }
 
+// `program` (tests/mpi/, built for each MPI as PROGRAM-openmpi and PROGRAM-mpich) run with
+// `args` by both MPIs at ppn 1, 2 and uneven, every rank saying through what its all-to-alls
+// went; `check` looks at each run's output.
+void with_both_mpis_at_every_ppn(const std::string& program, const std::string& args, const std::function<void(const Sh&)>& check) {
+  for (const char* mpi : {"openmpi", "mpich"}) {
+    const std::string path = std::string(AAPC_TESTS_DIR) + "/" + program + "-" + mpi;
+    if (!fs::exists(path) || aapc::tools::MpiCluster::launcher(mpi).empty()) continue;
+    for (const char* ppn : {"1", "2", "2,1,3,1"}) {
+      INFO(mpi << ", --ppn " << ppn);
+      const Sh r = mpirun("--mpi " + std::string(mpi) + " --ppn " + ppn + " --env AAPC_MPI_VERBOSE=1", path + " " + args);
+      INFO(r.text);
+      CHECK(r.status == 0);
+      check(r);
+    }
+  }
+}
+
+bool carried(const Sh& r, const std::string& comm) { return r.text.find(comm + ": its first all-to-all was carried by aapc") != std::string::npos; }
+
 // mpi_nonblocking.c: a fresh communicator's first MPI_Ialltoall(v), then MPI_Ibcast,
 // MPI_Iallreduce, MPI_Iallgather and MPI_Ibarrier on it before any wait, with the even ranks
 // testing the first request in between. With Open MPI the plan's duplication of the
@@ -195,20 +215,12 @@ TEST_CASE("an MPI_THREAD_MULTIPLE program's two threads run all-to-alls on two c
 // alltoallv failed at its deadline (exchange.cpp, agreeing). A rank that hangs says so and
 // exits (its watchdog, 60 s).
 TEST_CASE("a new communicator's first MPI_Ialltoall(v) and other nonblocking collectives on it before any wait, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
-  for (const char* mpi : {"openmpi", "mpich"}) {
-    const std::string program = std::string(AAPC_TESTS_DIR) + "/mpi-nonblocking-" + mpi;
-    if (!fs::exists(program) || aapc::tools::MpiCluster::launcher(mpi).empty()) continue;
-    for (const char* ppn : {"1", "2", "2,1,3,1"}) {
-      INFO(mpi << ", --ppn " << ppn);
-      Sh r = mpirun("--mpi " + std::string(mpi) + " --ppn " + ppn + " --env AAPC_MPI_VERBOSE=1", program + " 4096 6");
-      INFO(r.text);
-      CHECK(r.text.find("HUNG") == std::string::npos);
-      CHECK(r.status == 0);
-      CHECK(r.text.find("rounds, all results ok") != std::string::npos);
-      for (const char* name : {"first-ialltoall", "first-ialltoallv"})
-        CHECK(r.text.find(std::string(name) + ": its first all-to-all was carried by aapc") != std::string::npos);
-    }
-  }
+  with_both_mpis_at_every_ppn("mpi-nonblocking", "4096 6", [](const Sh& r) {
+    CHECK(r.text.find("HUNG") == std::string::npos);
+    CHECK(r.text.find("rounds, all results ok") != std::string::npos);
+    CHECK(carried(r, "first-ialltoall"));
+    CHECK(carried(r, "first-ialltoallv"));
+  });
 }
 
 // mpi_persistent.c: MPI-4's persistent all-to-all and all-to-allv (Open MPI 4.1: MPIX_*),
@@ -216,38 +228,22 @@ TEST_CASE("a new communicator's first MPI_Ialltoall(v) and other nonblocking col
 // MPI_Startall with MPI_Waitall), every value checked after every start, the handles kept
 // after completion (persistent.cpp).
 TEST_CASE("persistent all-to-alls through aapc: initialized once, started many times, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
-  for (const char* mpi : {"openmpi", "mpich"}) {
-    const std::string program = std::string(AAPC_TESTS_DIR) + "/mpi-persistent-" + mpi;
-    if (!fs::exists(program) || aapc::tools::MpiCluster::launcher(mpi).empty()) continue;
-    for (const char* ppn : {"1", "2", "2,1,3,1"}) {
-      INFO(mpi << ", --ppn " << ppn);
-      Sh r = mpirun("--mpi " + std::string(mpi) + " --ppn " + ppn + " --env AAPC_MPI_VERBOSE=1", program + " 1024 30");
-      INFO(r.text);
-      CHECK(r.status == 0);
-      CHECK(r.text.find("30 starts, all results ok") != std::string::npos);
-      for (const char* name : {"persistent-alltoall", "persistent-alltoallv"})
-        CHECK(r.text.find(std::string(name) + ": its first all-to-all was carried by aapc") != std::string::npos);
-    }
-  }
+  with_both_mpis_at_every_ppn("mpi-persistent", "1024 30", [](const Sh& r) {
+    CHECK(r.text.find("30 starts, all results ok") != std::string::npos);
+    CHECK(carried(r, "persistent-alltoall"));
+    CHECK(carried(r, "persistent-alltoallv"));
+  });
 }
 
 // mpi_alltoallw.c: MPI_Alltoallw with a datatype of its own per peer on each side (ints or
 // doubles, contiguous or strided), counts that differ by pair, some zero; every value and
 // every gap checked (alltoallw.cpp: packed, carried as a byte alltoallv, unpacked).
 TEST_CASE("MPI_Alltoallw with differing datatypes per peer through aapc, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
-  for (const char* mpi : {"openmpi", "mpich"}) {
-    const std::string program = std::string(AAPC_TESTS_DIR) + "/mpi-alltoallw-" + mpi;
-    if (!fs::exists(program) || aapc::tools::MpiCluster::launcher(mpi).empty()) continue;
-    for (const char* ppn : {"1", "2", "2,1,3,1"}) {
-      INFO(mpi << ", --ppn " << ppn);
-      Sh r = mpirun("--mpi " + std::string(mpi) + " --ppn " + ppn + " --env AAPC_MPI_VERBOSE=1", program + " 3");
-      INFO(r.text);
-      CHECK(r.status == 0);
-      CHECK(r.text.find("3 rounds, all values ok") != std::string::npos);
-      CHECK(r.text.find("alltoallw: its first all-to-all was carried by aapc") != std::string::npos);
-      CHECK(r.text.find(std::string(kCarried)) != std::string::npos);
-    }
-  }
+  with_both_mpis_at_every_ppn("mpi-alltoallw", "3", [](const Sh& r) {
+    CHECK(r.text.find("3 rounds, all values ok") != std::string::npos);
+    CHECK(carried(r, "alltoallw"));
+    CHECK(r.text.find(std::string(kCarried)) != std::string::npos);
+  });
 }
 
 TEST_CASE("without the library, and with AAPC_MPI=off, the MPI's own all-to-all runs", "[mpi]") {
