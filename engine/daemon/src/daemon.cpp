@@ -154,14 +154,15 @@ int Daemon::run(const std::atomic<bool>& stop) {
     bool busy = m.engine->poll();
     m.collect_finished();
     const auto now = Clock::now();
-    m.sample_rates(now, !m.engine->quiet());
     if (m.engine->quiet()) {
       idle = 0;
+      m.sample_rates(now, false);
       m.service(5);  // nothing to send: wait for a client or a frame (without a port fd, polled every 5 ms)
       continue;
     }
     // An exchange runs: look at the clients once a millisecond (sooner when woken by one).
     if (now >= next_service) {
+      m.sample_rates(now, true);  // once a millisecond, not on every poll of the port
       m.service(0);
       next_service = now + std::chrono::milliseconds(1);
     }
