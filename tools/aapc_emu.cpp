@@ -698,7 +698,7 @@ int cmd_mpirun(const RunOptions& o, const MpiOptions& m, const std::vector<std::
   return with_cluster(o, argv0, [&](const Json& state) {
     job.ppn = ranks_per_machine(m.ppn, state["machines"].size());
     aapc::tools::MpiCluster cluster(state, kStateDir / "mpi");
-    const int st = aapc::tools::exit_status(std::system(cluster.command(job).c_str()));
+    const int st = cluster.run(job);
     if (const std::size_t left = cluster.end_job(); left > 0)
       std::cerr << "aapc-emu: ended " << left << " processes the MPI job left running (MPICH can spin in MPI_Finalize)\n";
     if (st != 0) std::cerr << "aapc-emu: the MPI job exited with " << st << (st == 124 ? " (timed out)" : "") << "\n";
@@ -760,7 +760,7 @@ int main(int argc, char** argv) {
   mpic->add_option("--daemon-args", ro.daemon_args, "further aapcd arguments");
   mpic->add_flag("--no-key", ro.no_key, kNoKeyHelp);
   mpic->add_option("--port", ro.port, kPortHelp)->check(kPorts)->capture_default_str();
-  mpic->add_option("--timeout", ro.timeout_s, "seconds the job may take")->capture_default_str();
+  mpic->add_option("--timeout", ro.timeout_s, "seconds the job may take; past them, where each of its processes waits is shown (gdb's backtraces), and the job is ended")->capture_default_str();
   mpic->add_option("--subnet", ro.subnet, "first two octets of the machines' IPv4 addresses")->capture_default_str();
   app.positionals_at_end();
   CLI11_PARSE(app, argc, argv);

@@ -162,6 +162,23 @@ TEST_CASE("unmodified MPI jobs end by themselves: MPICH's MPI_Finalize does not 
     }
 }
 
+// A job that hangs says where: past its timeout, aapc-emu shows each of its processes' threads
+// (gdb's backtraces) before it ends them. A hang seen once in a hundred jobs is otherwise
+// nothing but "timed out".
+TEST_CASE("a job past its timeout is shown before it is ended: where each of its ranks waits", "[mpi]") {
+  REQUIRE(have("openmpi"));
+  REQUIRE(fs::exists("/usr/bin/gdb"));  // tools/setup installs it
+  const auto t0 = std::chrono::steady_clock::now();
+  Sh r = sh(kEmu + " mpirun " + aapc::tools::shell_quote(topology().string()) + " --timeout 5 --no-preload -- sleep 600");
+  INFO(r.text);
+  CHECK(r.status != 0);
+  CHECK(r.text.find("did not finish within 5 s; where its processes wait:") != std::string::npos);
+  for (const char* m : {"m0: sleep (pid ", "m1: sleep (pid ", "m2: sleep (pid ", "m3: sleep (pid "}) CHECK(r.text.find(m) != std::string::npos);
+  CHECK(r.text.find("nanosleep") != std::string::npos);  // the frame each one waits in
+  CHECK(r.text.find("exited with 124 (timed out)") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(90));
+}
+
 // tests/mpi/mpi_threads.c: two threads of every rank run MPI_Alltoall on two communicators,
 // started in opposite orders on even and odd ranks. A leader waited for its daemon in one
 // request, holding the process's lock and connection, so the other thread could not start the

@@ -4,8 +4,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -79,22 +83,89 @@ MpiCluster::~MpiCluster() {
   for (const auto& m : state_["machines"]) fs::remove_all(fs::path("/etc/netns") / m["netns"].get<std::string>(), ec);
 }
 
+namespace {
+
+// The processes in a machine's namespace, with their names (/proc/PID/comm).
+std::vector<std::pair<pid_t, std::string>> processes_in(const std::string& netns) {
+  std::vector<std::pair<pid_t, std::string>> out;
+  std::istringstream pids(run({"ip", "netns", "pids", netns}).text);
+  for (pid_t pid = 0; pids >> pid;) {
+    std::string comm;
+    std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/comm"), comm);
+    out.emplace_back(pid, comm);
+  }
+  return out;
+}
+
+// Not a job's own process: the daemon, the launchers and their helpers.
+bool launchers_own(const std::string& comm) {
+  static const std::set<std::string> names = {"aapcd", "sh", "bash", "ip", "unshare", "timeout", "mpiexec.mpich", "mpiexec.hydra",
+                                              "hydra_pmi_proxy", "mpirun.openmpi", "orterun", "orted", "gdb"};
+  return names.count(comm) != 0;
+}
+
+// gdb's backtraces of every thread of `pid`: the lines that name a thread or a frame.
+std::string backtraces(pid_t pid) {
+  const Output o = run({"timeout", "30", "gdb", "-nx", "-batch", "-p", std::to_string(pid), "-ex", "thread apply all bt"});
+  std::istringstream lines(o.text);
+  std::string out;
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("Thread ", 0) == 0 || line.rfind('#', 0) == 0) out += "  " + line + "\n";
+  return out.empty() ? "  (gdb could not read it: exit " + std::to_string(o.status) + ")\n" : out;
+}
+
+}  // namespace
+
 std::size_t MpiCluster::end_job() const {
   std::vector<pid_t> left;
-  for (const auto& m : state_["machines"]) {
-    std::istringstream pids(run({"ip", "netns", "pids", m["netns"].get<std::string>()}).text);
-    for (pid_t pid = 0; pids >> pid;) {
-      std::string comm;
-      std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/comm"), comm);
+  for (const auto& m : state_["machines"])
+    for (const auto& [pid, comm] : processes_in(m["netns"].get<std::string>()))
       if (comm != "aapcd" && ::kill(pid, SIGKILL) == 0) left.push_back(pid);
-    }
-  }
   // Gone from the process table (reaped by their parents, or by init) within a second or two.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   for (pid_t pid : left)
     while (fs::exists("/proc/" + std::to_string(pid) + "/comm") && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
   return left.size();
+}
+
+std::string MpiCluster::stacks() const {
+  const bool have_gdb = ::access("/usr/bin/gdb", X_OK) == 0;
+  std::string out;
+  for (const auto& m : state_["machines"])
+    for (const auto& [pid, comm] : processes_in(m["netns"].get<std::string>())) {
+      if (launchers_own(comm)) continue;
+      out += m["name"].get<std::string>() + ": " + comm + " (pid " + std::to_string(pid) + ")\n";
+      if (have_gdb) out += backtraces(pid);
+    }
+  if (!have_gdb && !out.empty()) out += "(install gdb to see where each of them waits)\n";
+  return out.empty() ? "none of the job's processes is left\n" : out;
+}
+
+int MpiCluster::run(const MpiJob& job) const {
+  if (job.timeout_s <= 0) return exit_status(std::system(command(job).c_str()));
+  // The launcher's own timeout is a backstop: the watchdog below ends the job first.
+  MpiJob backstop = job;
+  backstop.timeout_s = job.timeout_s + 120;
+  std::mutex m;
+  std::condition_variable over_cv;
+  bool over = false, timed_out = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> hold(m);
+    if (over_cv.wait_for(hold, std::chrono::seconds(job.timeout_s), [&] { return over; })) return;
+    timed_out = true;
+    hold.unlock();
+    std::cerr << "aapc-emu: the MPI job did not finish within " << job.timeout_s << " s; where its processes wait:\n" << stacks() << std::flush;
+    end_job();
+  });
+  const int status = exit_status(std::system(command(backstop).c_str()));
+  {
+    std::lock_guard<std::mutex> hold(m);
+    over = true;
+  }
+  over_cv.notify_one();
+  watchdog.join();
+  return timed_out ? 124 : status;
 }
 
 std::string MpiCluster::launcher(const std::string& impl) {

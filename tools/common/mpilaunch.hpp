@@ -41,6 +41,14 @@ class MpiCluster {
   // all-to-all on two halves of 8-two-switch took 168-175 ms right after an MPICH job, 73-75
   // ms otherwise).
   std::size_t end_job() const;
+  // Runs `job` to its end and returns its exit status (124 when it ran past its timeout).
+  // A job that runs past its timeout is shown before it is ended: where each of its processes
+  // waits (stacks()), so that a hang says where it hangs.
+  int run(const MpiJob& job) const;
+  // Every thread's stack of each process that a job runs in the machines' namespaces (not
+  // aapcd, the launchers, their agents or shells), by machine: gdb's backtraces, or how to
+  // get them where gdb is not installed.
+  std::string stacks() const;
   // The mpirun of `impl`, or empty when it is not installed.
   static std::string launcher(const std::string& impl);
 
