@@ -2,7 +2,7 @@
 // blocks are packed one after another in peer order (MPI_Pack), carried as a byte
 // MPI_Alltoallv, decided as every all-to-all of the communicator is (plan.cpp: through aapc
 // or the MPI's own, the same on every rank), and unpacked into place (MPI_Unpack): the
-// packing that derived datatypes get in exchange.cpp, per peer.
+// packing that derived datatypes get in datatypes.cpp, per peer.
 #include <cstdint>
 #include <limits>
 #include <vector>

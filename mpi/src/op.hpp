@@ -90,7 +90,7 @@ struct Op {
   // A nonblocking call's, once returned to the program: nobody drives it but the completion
   // calls and, on a single-copy leader, the progress thread (mover()).
   bool detached = false;
-  // A nonblocking call's duplicates of its derived datatypes (exchange.cpp, hold_type()),
+  // A nonblocking call's duplicates of its derived datatypes (datatypes.cpp, hold_type()),
   // freed with it.
   std::vector<MPI_Datatype> held;
 
@@ -115,6 +115,38 @@ struct Op {
     return detached && plan->single_copy && plan->leader() && (stage == Stage::kCounts || stage == Stage::kQueued || stage == Stage::kExchange);
   }
 };
+
+// --- exchange.cpp: the op's steps
+
+// Takes `op` one stage further, if it can. True when it moved.
+bool advance_op(Op& op);
+// Whether the daemons' exchange of `op` is over (with `block`, once it is: no polling).
+bool exchange_over(Op& op, bool block = false);
+// Counts an op in: in flight on its plan and in the process.
+void enlist(Op& op);
+// Makes `op` (enlisted, its plan ready and carrying it) move `send` -> `recv` through aapc:
+// packs, and posts the first step.
+void start_op(Op& op, Side send, Side recv);
+// The op's failure, where the MPI's own all-to-all (Stage::kMpi) failed with `rc`.
+void mpis_own_failed(Op& op, int rc);
+// An MPI_Alltoall whose machine-level blocks are smaller than AAPC_MPI_MIN_BLOCK bytes runs
+// the MPI's own (exchange.cpp says why).
+bool too_small(const Plan& p, std::uint64_t rank_block);
+
+// --- datatypes.cpp
+
+// `side`'s blocks in bytes: in place for a contiguous datatype, else in `packed` (filled from
+// the user's buffer if `pack`).
+Blocks blocks_of(const Side& side, int n, MPI_Comm comm, std::vector<std::uint8_t>& packed, bool pack);
+// The received blocks `b` unpacked into `side`'s buffer.
+void unpack(const Side& side, MPI_Comm comm, const Blocks& b);
+// A nonblocking call's datatype as the library keeps it: a derived one duplicated into `held`.
+// The program may free its own as soon as the call returns (MPI 4.0, 5.1.5: a pending call
+// keeps what it uses), and the library uses them until the call is over (packing once the
+// plan is made, unpacking at the end).
+MPI_Datatype hold_type(MPI_Datatype t, std::vector<MPI_Datatype>& held);
+
+// --- progress.cpp
 
 // Seconds on a steady clock: the times of AAPC_MPI_TIMING, taken where no MPI may be called.
 double seconds_now();
