@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -22,6 +23,12 @@ std::uint64_t slot_at(const Op& op, int k) {
 }
 
 int pid_of(const Op& op, int k) { return op.plan->pids[static_cast<std::size_t>(k)]; }
+
+std::string hex(std::uint64_t address) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(address));
+  return text;
+}
 
 std::string comm_rank(const Op& op, int k) {
   const Plan& p = *op.plan;
@@ -95,6 +102,7 @@ bool collect(Op& op, bool& moved) {
       std::uint64_t posted, words, at;
     } head{};
     std::string why = slot_io(op, k, false, offsetof(Slot, posted), &head, sizeof head);
+    if (!why.empty()) why = "rank " + comm_rank(op, k) + "'s mailbox: " + why;
     if (why.empty() && head.posted != op.call + 1ULL) {
       all = false;  // not called yet there
       continue;
@@ -103,8 +111,10 @@ bool collect(Op& op, bool& moved) {
       why = "rank " + comm_rank(op, k) + " described its blocks in " + std::to_string(head.words) + " words, rank " + comm_rank(op, p.leader_rank) +
             " in " + std::to_string(stride) + " (a different all-to-all?)";
     if (why.empty() && op.error.empty())
-      why = copy_pieces(pid_of(op, k), false, reinterpret_cast<std::uint8_t*>(&op.all_counts[static_cast<std::size_t>(k) * stride]),
-                        {{0, stride * 8}}, head.at, {{0, stride * 8}});
+      if (const std::string e = copy_pieces(pid_of(op, k), false, reinterpret_cast<std::uint8_t*>(&op.all_counts[static_cast<std::size_t>(k) * stride]),
+                                            {{0, stride * 8}}, head.at, {{0, stride * 8}});
+          !e.empty())
+        why = "rank " + comm_rank(op, k) + "'s description of call " + std::to_string(op.call) + " (" + std::to_string(stride) + " words at " + hex(head.at) + "): " + e;
     if (!why.empty() && op.error.empty()) op.error = failed(op, why);
     op.described[static_cast<std::size_t>(k)] = 1;
     moved = true;
@@ -126,7 +136,7 @@ void pull(Op& op) {
     }
     const std::string why =
         copy_pieces(pid_of(op, k), false, op.stage_send.data(), op.layout->gather[static_cast<std::size_t>(k)], base_of(op, k, false), theirs(op, k, false));
-    if (!why.empty()) op.error = failed(op, why);
+    if (!why.empty()) op.error = failed(op, "rank " + comm_rank(op, k) + "'s send blocks at " + hex(base_of(op, k, false)) + ": " + why);
   }
 }
 
@@ -135,7 +145,7 @@ void push(Op& op) {
   for (int k = 0; k < p.local_size && op.error.empty(); ++k) {
     const std::string why =
         copy_pieces(pid_of(op, k), true, op.stage_recv.data(), op.layout->scatter[static_cast<std::size_t>(k)], base_of(op, k, true), theirs(op, k, true));
-    if (!why.empty()) op.error = failed(op, why);
+    if (!why.empty()) op.error = failed(op, "rank " + comm_rank(op, k) + "'s receive blocks at " + hex(base_of(op, k, true)) + ": " + why);
   }
 }
 
