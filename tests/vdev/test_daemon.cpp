@@ -34,6 +34,7 @@
 #include <latch>
 #include <thread>
 
+#include "skip.hpp"
 #include "aapc/client.hpp"
 #include "aapc/daemon/daemon.hpp"
 #include "aapc/proto/protocol.hpp"
@@ -189,11 +190,8 @@ nlohmann::json status_of(Client& c) {
   return nlohmann::json::parse(*s);
 }
 
-bool root() {
-  if (::geteuid() == 0) return true;
-  WARN("not root: the cases of other uids (setresuid) are not run");
-  return false;
-}
+bool root() { return ::geteuid() == 0; }
+constexpr const char* kNotRoot = "not root: the cases of other uids (setresuid) need it";
 
 // Runs `body` in a child as uid and gid 65534 with the supplementary `groups`; its exit status.
 // The child may talk to the parent through `ready` (it writes a byte) and `go` (it reads one).
@@ -278,7 +276,7 @@ TEST_CASE("a registered buffer's memory file cannot shrink or grow under aapcd")
   ::close(fd);
 }
 
-TEST_CASE("a client's buffers are sealed, so shrinking one through /proc fails") {
+TEST_CASE("a client's buffers are sealed, so shrinking one through /proc fails", "[root]") {
   LocalDaemon d;
   Client c = Client::connect(d.socket);
   Buffer b = c.allocate(1 << 16);
@@ -288,8 +286,7 @@ TEST_CASE("a client's buffers are sealed, so shrinking one through /proc fails")
                 reinterpret_cast<unsigned long>(b.data() + b.size()));
   int fd = ::open(path, O_RDWR | O_CLOEXEC);
   if (fd < 0) {
-    WARN("cannot open " << path << " (" << std::strerror(errno) << "): needs CAP_SYS_ADMIN");
-    return;
+    AAPC_SKIP(std::string("cannot open ") + path + " (" + std::strerror(errno) + "): needs CAP_SYS_ADMIN");
   }
   errno = 0;
   CHECK(::ftruncate(fd, 0) == -1);
@@ -823,12 +820,11 @@ TEST_CASE("a client that says no HELLO is closed after the timeout") {
   CHECK(status_of(greeted)["clients"] == 1);
 }
 
-TEST_CASE("members of --socket-group may use the socket") {
-  if (!root()) return;
+TEST_CASE("members of --socket-group may use the socket", "[root]") {
+  if (!root()) AAPC_SKIP(kNotRoot);
   group* users = ::getgrnam("users");
   if (users == nullptr) {
-    WARN("no group 'users' here");
-    return;
+    AAPC_SKIP("no group 'users' here");
   }
   const gid_t gid = users->gr_gid;
   LocalDaemon d([](engine::DaemonConfig& cfg) { cfg.socket_group = "users"; });
@@ -838,8 +834,8 @@ TEST_CASE("members of --socket-group may use the socket") {
   CHECK(stranger.status() == 1);
 }
 
-TEST_CASE("--allow-uid alone lets that uid in, with the socket's default mode in a directory aapcd made; others stay out") {
-  if (!root()) return;
+TEST_CASE("--allow-uid alone lets that uid in, with the socket's default mode in a directory aapcd made; others stay out", "[root]") {
+  if (!root()) AAPC_SKIP(kNotRoot);
   LocalDaemon d([](engine::DaemonConfig& cfg) {
     cfg.socket_path = (fs::path(cfg.socket_path).parent_path() / "run" / "aapcd.sock").string();  // made by aapcd, 0750
     cfg.socket_mode = 0660;
@@ -913,8 +909,8 @@ TEST_CASE("the schedules a daemon keeps are capped; the least recently used goes
   CHECK(status_of(x)["plans"] == 4);
 }
 
-TEST_CASE("one uid's registered buffers are capped by count and bytes; root's are not") {
-  if (!root()) return;
+TEST_CASE("one uid's registered buffers are capped by count and bytes; root's are not", "[root]") {
+  if (!root()) AAPC_SKIP(kNotRoot);
   LocalDaemon d([](engine::DaemonConfig& cfg) {
     cfg.allow_uids = {kNobody};
     cfg.max_buffers_per_uid = 4;
@@ -950,8 +946,8 @@ TEST_CASE("one uid's registered buffers are capped by count and bytes; root's ar
   kept.clear();
 }
 
-TEST_CASE("refused users are answered and closed at once, and cannot lock root out") {
-  if (!root()) return;
+TEST_CASE("refused users are answered and closed at once, and cannot lock root out", "[root]") {
+  if (!root()) AAPC_SKIP(kNotRoot);
   LocalDaemon d;
   // 70 connections of a uid that may not use aapcd, more than its 64 slots, held open.
   Child refused({}, [&](Child& self) {
@@ -972,8 +968,8 @@ TEST_CASE("refused users are answered and closed at once, and cannot lock root o
   CHECK(refused.status() == 0);
 }
 
-TEST_CASE("one uid holds at most its limit of connections, and root keeps a slot") {
-  if (!root()) return;
+TEST_CASE("one uid holds at most its limit of connections, and root keeps a slot", "[root]") {
+  if (!root()) AAPC_SKIP(kNotRoot);
   LocalDaemon d([](engine::DaemonConfig& cfg) {
     cfg.allow_uids = {kNobody};
     cfg.max_clients_per_uid = 3;
@@ -1004,8 +1000,8 @@ TEST_CASE("one uid holds at most its limit of connections, and root keeps a slot
   CHECK(user.status() == 0);
 }
 
-TEST_CASE("other users leave the last slots to root") {
-  if (!root()) return;
+TEST_CASE("other users leave the last slots to root", "[root]") {
+  if (!root()) AAPC_SKIP(kNotRoot);
   LocalDaemon d([](engine::DaemonConfig& cfg) {
     cfg.allow_uids = {kNobody};
     cfg.max_clients = 6;

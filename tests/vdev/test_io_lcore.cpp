@@ -15,6 +15,7 @@
 #include <cstring>
 #include <thread>
 
+#include "skip.hpp"
 #include "aapc/nic/eal.hpp"
 #include "aapc/nic/io_lcore.hpp"
 #include "aapc/sched/generate.hpp"
@@ -220,7 +221,7 @@ TEST_CASE("I/O lcore: what was sent before it stops leaves; a direction is serve
 // starts an lcore to one CPU (-l; aapc-engine-bench does), and that is no reason to refuse
 // another CPU of the set. aapcd under a taskset that leaves the CPU out is refused, saying so:
 // the cluster suite's "aapcd --io-cores" case (a process can only be started under one).
-TEST_CASE("I/O lcore: a CPU of the process's set is taken though the calling thread is pinned elsewhere; one the machine lacks is refused") {
+TEST_CASE("I/O lcore: a CPU of the process's set is taken though the calling thread is pinned elsewhere; one the machine lacks is refused", "[cpus]") {
   test::start_eal();
   const std::vector<int> cpus = nic::allowed_cpus();
   REQUIRE(!cpus.empty());
@@ -232,8 +233,7 @@ TEST_CASE("I/O lcore: a CPU of the process's set is taken though the calling thr
     CHECK_THROWS_WITH(beyond.start(), Catch::Contains("no CPU"));
   }
   if (cpus.size() < 2) {
-    WARN("needs two CPUs in this process's set for the rest; skipped");
-    return;
+    AAPC_SKIP("the rest needs two CPUs in this process's set");
   }
   cpu_set_t saved;
   REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "skip.hpp"
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/generate.hpp"
 #include "aapc/wire/wire.hpp"
@@ -125,11 +126,10 @@ TEST_CASE("MTU 9000 over net_pcap: a block received from 9014-byte frames in a p
 }
 
 
-TEST_CASE("MTU 9000 over net_af_packet: the ring is sized for the MTU, and an interface with a smaller MTU is refused by name") {
+TEST_CASE("MTU 9000 over net_af_packet: the ring is sized for the MTU, and an interface with a smaller MTU is refused by name", "[root]") {
   // A network namespace of this thread's own: its loopback is ours to reconfigure.
   if (::unshare(CLONE_NEWNET) != 0) {
-    WARN("skipped: creating a network namespace needs root (CAP_SYS_ADMIN)");
-    return;
+    AAPC_SKIP("creating a network namespace needs root (CAP_SYS_ADMIN)");
   }
   test::start_eal();
   nic::PortOptions po;

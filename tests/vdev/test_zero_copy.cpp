@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "skip.hpp"
 #include "aapc/nic/extmem.hpp"
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/generate.hpp"
@@ -253,10 +254,9 @@ TEST_CASE("the daemon unmaps a freed buffer only once no frame carries its bytes
 
 
 // Last: it moves the test process into a network namespace of its own.
-TEST_CASE("zero copy over net_af_packet (what aapcd uses): a chained frame with an external payload leaves whole") {
+TEST_CASE("zero copy over net_af_packet (what aapcd uses): a chained frame with an external payload leaves whole", "[root]") {
   if (::unshare(CLONE_NEWNET) != 0) {
-    WARN("skipped: creating a network namespace needs root (CAP_SYS_ADMIN)");
-    return;
+    AAPC_SKIP("creating a network namespace needs root (CAP_SYS_ADMIN)");
   }
   test::start_eal();
   REQUIRE(test::loopback_up());
