@@ -302,6 +302,9 @@ void remove_stale_program(const std::string& iface) {
 IfacePort open_iface(const std::string& iface, IfaceDriver driver, PortOptions options) {
   if (iface.empty() || iface.size() >= IFNAMSIZ || iface.find_first_of(",= ") != std::string::npos)
     throw NicError("interface '" + iface + "' is not an interface name");
+  // Said here, once: each driver's probe of a missing interface fails with words of its own.
+  if (::if_nametoindex(iface.c_str()) == 0)
+    throw NicError("no interface '" + iface + "' here (`ip link` lists this machine's; --iface takes one of them)");
   std::string passed_over;
   if (driver != IfaceDriver::kAfPacket) {
     const std::string device = iface_device(iface, IfaceDriver::kAfXdp);

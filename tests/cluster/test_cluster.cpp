@@ -413,6 +413,19 @@ TEST_CASE("aapcd --barrier-radix: 1 is refused before anything starts, saying wh
   CHECK(r.text.find("0, or 2 to 4096") != std::string::npos);
 }
 
+TEST_CASE("aapcd --iface with no such interface: the error names it and how to list them, whichever driver") {
+  for (const char* driver : {"auto", "af_xdp", "af_packet"}) {
+    INFO("--iface-driver " << driver);
+    const Sh r = sh("timeout 20 " + kTools + "/aapcd -t " + two_on_a_cable().string() + " --iface aapcnosuch0 --iface-driver " + driver + " --rank 0 --socket " +
+                    (kLogs / "nosuch.sock").string() + " --eal-memory-mb 256 2>&1");
+    INFO(r.text);
+    CHECK(r.status != 0);
+    CHECK(r.status != 124);
+    // Was af_packet's probe failure alone (auto), or AF_XDP's.
+    CHECK(r.text.find("no interface 'aapcnosuch0' here (`ip link` lists") != std::string::npos);
+  }
+}
+
 TEST_CASE("1% loss injected in every daemon: still byte-exact") {
   Cluster c("8-two-switch", "", "drop=0.01,seed=3");
   auto procs = everywhere(exchange(64 * 1024, "tree", "auto", 2));
