@@ -1,7 +1,7 @@
-// libaapc-mpi.so: the MPI profiling-interface interposer that programs preload or link
-// (issue 13). It defines MPI_Init(_thread), MPI_(I)alltoall(v), the completion calls
-// (MPI_Wait*, MPI_Test*, MPI_Request_get_status, which drive the nonblocking ones) and the
-// Fortran all-to-alls,
+// libaapc-mpi.so: the MPI profiling-interface interposer that programs preload or link. It
+// defines the calls of interposed.def (MPI_Init(_thread), the all-to-alls, the completion
+// calls that drive the nonblocking ones), the persistent all-to-alls' inits, the guarded
+// collectives below and the Fortran all-to-alls,
 // finds out which MPI the process runs (Open MPI or MPICH, whose ABIs differ), and forwards to libaapc-mpi-openmpi.so or libaapc-mpi-mpich.so beside it, which are built
 // against that MPI's mpi.h. Without one, it calls the MPI's own PMPI_* so that a program
 // never breaks because of aapc.
@@ -20,54 +20,26 @@
 namespace {
 
 using Word = std::uintptr_t;
-using Alltoall = int (*)(const void*, int, Word, void*, int, Word, Word);
-using Alltoallv = int (*)(const void*, const int*, const int*, Word, void*, const int*, const int*, Word, Word);
-using Alltoallw = int (*)(const void*, const int*, const int*, const void*, void*, const int*, const int*, const void*, Word);
-using Init = int (*)(int*, char***);
-using InitThread = int (*)(int*, char***, int, int*);
-// Requests and statuses by address: their layout is the MPI's business.
-using Ialltoall = int (*)(const void*, int, Word, void*, int, Word, Word, void*);
-using Ialltoallv = int (*)(const void*, const int*, const int*, Word, void*, const int*, const int*, Word, Word, void*);
-using Wait = int (*)(void*, void*);
-using Waitall = int (*)(int, void*, void*);
-using Waitany = int (*)(int, void*, int*, void*);
-using Waitsome = int (*)(int, void*, int*, int*, void*);  // and MPI_Testsome
-using Test = int (*)(void*, int*, void*);
-using Testall = int (*)(int, void*, int*, void*);
-using Testany = int (*)(int, void*, int*, int*, void*);
-using RequestGetStatus = int (*)(Word, int*, void*);
+// Short names for interposed.def's parameter lists.
+using V = void*;
+using C = const void*;
+using I = const int*;
+// MPI-4's persistent inits; Open MPI 4.1 has MPIX_* ones only.
 using AlltoallInit = int (*)(const void*, int, Word, void*, int, Word, Word, Word, void*);
 using AlltoallvInit = int (*)(const void*, const int*, const int*, Word, void*, const int*, const int*, Word, Word, Word, void*);
-using Start = int (*)(void*);  // and MPI_Request_free
-using Startall = int (*)(int, void*);
 // Fortran (mpif.h, use mpi): every argument by reference, handles as MPI_Fint (int).
 using FAlltoall = void (*)(const void*, const int*, const int*, void*, const int*, const int*, const int*, int*);
 using FAlltoallv = void (*)(const void*, const int*, const int*, const int*, void*, const int*, const int*, const int*, const int*, int*);
 
 struct Target {
-  Init init = nullptr;
-  InitThread init_thread = nullptr;
-  Alltoall alltoall = nullptr;
-  Alltoallv alltoallv = nullptr;
-  Alltoallw alltoallw = nullptr;  // the datatypes: an array of the MPI's handles
-  Ialltoall ialltoall = nullptr;
-  Ialltoallv ialltoallv = nullptr;
-  // The completion calls drive aapc's nonblocking all-to-alls (requests.cpp).
-  Wait wait = nullptr;
-  Waitall waitall = nullptr;
-  Waitany waitany = nullptr;
-  Waitsome waitsome = nullptr;
-  Test test = nullptr;
-  Testall testall = nullptr;
-  Testany testany = nullptr;
-  Waitsome testsome = nullptr;
-  RequestGetStatus request_get_status = nullptr;
-  // MPI-4's persistent all-to-alls (persistent.cpp); Open MPI 4.1 has MPIX_* inits only.
+  // Every call of interposed.def, by its slot.
+#define AAPC_FORWARDED(name, slot, params, args) int(*slot) params = nullptr;
+#define AAPC_GUARDED(name, comm, params, args)
+#include "interposed.def"
+#undef AAPC_GUARDED
+#undef AAPC_FORWARDED
   AlltoallInit alltoall_init = nullptr;
   AlltoallvInit alltoallv_init = nullptr;
-  Start start = nullptr;
-  Startall startall = nullptr;
-  Start request_free = nullptr;
   FAlltoall f_alltoall = nullptr;
   FAlltoallv f_alltoallv = nullptr;
   // Open MPI's mpi_f08 bindings call these (libmpi_mpifh's), past mpi_alltoall_ too.
@@ -139,25 +111,11 @@ bool bind_c(Target& t, void* lib, bool ours) {
     slot = symbol<std::remove_reference_t<decltype(slot)>>(lib, ours ? aapc_name : pmpi_name);
     all = all && slot != nullptr;
   };
-  bind(t.init, "aapc_mpi_init", "PMPI_Init");
-  bind(t.init_thread, "aapc_mpi_init_thread", "PMPI_Init_thread");
-  bind(t.alltoall, "aapc_mpi_alltoall", "PMPI_Alltoall");
-  bind(t.alltoallv, "aapc_mpi_alltoallv", "PMPI_Alltoallv");
-  bind(t.alltoallw, "aapc_mpi_alltoallw", "PMPI_Alltoallw");
-  bind(t.ialltoall, "aapc_mpi_ialltoall", "PMPI_Ialltoall");
-  bind(t.ialltoallv, "aapc_mpi_ialltoallv", "PMPI_Ialltoallv");
-  bind(t.wait, "aapc_mpi_wait", "PMPI_Wait");
-  bind(t.waitall, "aapc_mpi_waitall", "PMPI_Waitall");
-  bind(t.waitany, "aapc_mpi_waitany", "PMPI_Waitany");
-  bind(t.waitsome, "aapc_mpi_waitsome", "PMPI_Waitsome");
-  bind(t.test, "aapc_mpi_test", "PMPI_Test");
-  bind(t.testall, "aapc_mpi_testall", "PMPI_Testall");
-  bind(t.testany, "aapc_mpi_testany", "PMPI_Testany");
-  bind(t.testsome, "aapc_mpi_testsome", "PMPI_Testsome");
-  bind(t.request_get_status, "aapc_mpi_request_get_status", "PMPI_Request_get_status");
-  bind(t.start, "aapc_mpi_start", "PMPI_Start");
-  bind(t.startall, "aapc_mpi_startall", "PMPI_Startall");
-  bind(t.request_free, "aapc_mpi_request_free", "PMPI_Request_free");
+#define AAPC_FORWARDED(name, slot, params, args) bind(t.slot, "aapc_mpi_" #slot, "P" #name);
+#define AAPC_GUARDED(name, comm, params, args)
+#include "interposed.def"
+#undef AAPC_GUARDED
+#undef AAPC_FORWARDED
   if (ours) {
     bind(t.alltoall_init, "aapc_mpi_alltoall_init", "");
     bind(t.alltoallv_init, "aapc_mpi_alltoallv_init", "");
@@ -207,36 +165,12 @@ const Target& target() {
 
 extern "C" {
 
-// MPI_Init makes MPI_COMM_WORLD's plan: which process leads each machine (plan.cpp).
-__attribute__((visibility("default"))) int MPI_Init(int* argc, char*** argv) { return target().init(argc, argv); }
-
-__attribute__((visibility("default"))) int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
-  return target().init_thread(argc, argv, required, provided);
-}
-
-__attribute__((visibility("default"))) int MPI_Alltoall(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype, Word comm) {
-  return target().alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
-}
-
-__attribute__((visibility("default"))) int MPI_Alltoallv(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
-                                                         const int* rcounts, const int* rdispls, Word rtype, Word comm) {
-  return target().alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
-}
-
-__attribute__((visibility("default"))) int MPI_Alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const void* stypes, void* rbuf,
-                                                         const int* rcounts, const int* rdispls, const void* rtypes, Word comm) {
-  return target().alltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm);
-}
-
-__attribute__((visibility("default"))) int MPI_Ialltoall(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype, Word comm,
-                                                         void* request) {
-  return target().ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, request);
-}
-
-__attribute__((visibility("default"))) int MPI_Ialltoallv(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
-                                                          const int* rcounts, const int* rdispls, Word rtype, Word comm, void* request) {
-  return target().ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, request);
-}
+#define AAPC_FORWARDED(name, slot, params, args) \
+  __attribute__((visibility("default"))) int name params { return target().slot args; }
+#define AAPC_GUARDED(name, comm, params, args)
+#include "interposed.def"
+#undef AAPC_GUARDED
+#undef AAPC_FORWARDED
 
 // MPI-4's persistent all-to-alls (MPICH 4), and Open MPI 4.1's (its pcollreq extension).
 // An MPI without them never has its programs call them.
@@ -256,38 +190,9 @@ __attribute__((visibility("default"))) int MPIX_Alltoallv_init(const void* sbuf,
                                                                const int* rcounts, const int* rdispls, Word rtype, Word comm, Word info, void* request) {
   return target().alltoallv_init(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, info, request);
 }
-__attribute__((visibility("default"))) int MPI_Start(void* request) { return target().start(request); }
-__attribute__((visibility("default"))) int MPI_Startall(int count, void* requests) { return target().startall(count, requests); }
-__attribute__((visibility("default"))) int MPI_Request_free(void* request) { return target().request_free(request); }
 
-__attribute__((visibility("default"))) int MPI_Wait(void* req, void* status) { return target().wait(req, status); }
-__attribute__((visibility("default"))) int MPI_Waitall(int count, void* reqs, void* statuses) { return target().waitall(count, reqs, statuses); }
-__attribute__((visibility("default"))) int MPI_Waitany(int count, void* reqs, int* index, void* status) {
-  return target().waitany(count, reqs, index, status);
-}
-__attribute__((visibility("default"))) int MPI_Waitsome(int count, void* reqs, int* outcount, int* indices, void* statuses) {
-  return target().waitsome(count, reqs, outcount, indices, statuses);
-}
-__attribute__((visibility("default"))) int MPI_Test(void* req, int* flag, void* status) { return target().test(req, flag, status); }
-__attribute__((visibility("default"))) int MPI_Testall(int count, void* reqs, int* flag, void* statuses) {
-  return target().testall(count, reqs, flag, statuses);
-}
-__attribute__((visibility("default"))) int MPI_Testany(int count, void* reqs, int* index, int* flag, void* status) {
-  return target().testany(count, reqs, index, flag, status);
-}
-__attribute__((visibility("default"))) int MPI_Testsome(int count, void* reqs, int* outcount, int* indices, void* statuses) {
-  return target().testsome(count, reqs, outcount, indices, statuses);
-}
-__attribute__((visibility("default"))) int MPI_Request_get_status(Word req, int* flag, void* status) {
-  return target().request_get_status(req, flag, status);
-}
-
-// The program's other collectives on a communicator whose plan may still be duplicating it
-// (plan.cpp, Planner::finish_duplicate): the library's hook first, then the MPI's own. The
-// nonblocking collectives, and the calls that make a communicator from another (Open MPI 4.1
-// agrees on a new context id with nonblocking allreduces on the old communicator).
-// MPI_Ialltoall(v) are the library's own above. C only: Open MPI's Fortran bindings call
-// PMPI_* past these.
+// interposed.def's guarded calls: the library's hook on the communicator first, then the
+// MPI's own.
 #define AAPC_GUARDED(name, comm, params, args)                                  \
   __attribute__((visibility("default"))) int name params {                      \
     using F = int(*) params;                                                    \
@@ -296,34 +201,9 @@ __attribute__((visibility("default"))) int MPI_Request_get_status(Word req, int*
     return pmpi args;                                                           \
   }
 
-using V = void*;
-using C = const void*;
-using I = const int*;
-AAPC_GUARDED(MPI_Ibarrier, comm, (Word comm, V req), (comm, req))
-AAPC_GUARDED(MPI_Ibcast, comm, (V buf, int count, Word type, int root, Word comm, V req), (buf, count, type, root, comm, req))
-AAPC_GUARDED(MPI_Igather, comm, (C sb, int sc, Word st, V rb, int rc, Word rt, int root, Word comm, V req), (sb, sc, st, rb, rc, rt, root, comm, req))
-AAPC_GUARDED(MPI_Igatherv, comm, (C sb, int sc, Word st, V rb, I rc, I rd, Word rt, int root, Word comm, V req),
-             (sb, sc, st, rb, rc, rd, rt, root, comm, req))
-AAPC_GUARDED(MPI_Iscatter, comm, (C sb, int sc, Word st, V rb, int rc, Word rt, int root, Word comm, V req), (sb, sc, st, rb, rc, rt, root, comm, req))
-AAPC_GUARDED(MPI_Iscatterv, comm, (C sb, I sc, I sd, Word st, V rb, int rc, Word rt, int root, Word comm, V req),
-             (sb, sc, sd, st, rb, rc, rt, root, comm, req))
-AAPC_GUARDED(MPI_Iallgather, comm, (C sb, int sc, Word st, V rb, int rc, Word rt, Word comm, V req), (sb, sc, st, rb, rc, rt, comm, req))
-AAPC_GUARDED(MPI_Iallgatherv, comm, (C sb, int sc, Word st, V rb, I rc, I rd, Word rt, Word comm, V req), (sb, sc, st, rb, rc, rd, rt, comm, req))
-AAPC_GUARDED(MPI_Ialltoallw, comm, (C sb, I sc, I sd, C st, V rb, I rc, I rd, C rt, Word comm, V req), (sb, sc, sd, st, rb, rc, rd, rt, comm, req))
-AAPC_GUARDED(MPI_Ireduce, comm, (C sb, V rb, int n, Word t, Word op, int root, Word comm, V req), (sb, rb, n, t, op, root, comm, req))
-AAPC_GUARDED(MPI_Iallreduce, comm, (C sb, V rb, int n, Word t, Word op, Word comm, V req), (sb, rb, n, t, op, comm, req))
-AAPC_GUARDED(MPI_Ireduce_scatter, comm, (C sb, V rb, I rc, Word t, Word op, Word comm, V req), (sb, rb, rc, t, op, comm, req))
-AAPC_GUARDED(MPI_Ireduce_scatter_block, comm, (C sb, V rb, int rc, Word t, Word op, Word comm, V req), (sb, rb, rc, t, op, comm, req))
-AAPC_GUARDED(MPI_Iscan, comm, (C sb, V rb, int n, Word t, Word op, Word comm, V req), (sb, rb, n, t, op, comm, req))
-AAPC_GUARDED(MPI_Iexscan, comm, (C sb, V rb, int n, Word t, Word op, Word comm, V req), (sb, rb, n, t, op, comm, req))
-AAPC_GUARDED(MPI_Comm_dup, comm, (Word comm, V out), (comm, out))
-AAPC_GUARDED(MPI_Comm_dup_with_info, comm, (Word comm, Word info, V out), (comm, info, out))
-AAPC_GUARDED(MPI_Comm_idup, comm, (Word comm, V out, V req), (comm, out, req))
-AAPC_GUARDED(MPI_Comm_split, comm, (Word comm, int color, int key, V out), (comm, color, key, out))
-AAPC_GUARDED(MPI_Comm_split_type, comm, (Word comm, int type, int key, Word info, V out), (comm, type, key, info, out))
-AAPC_GUARDED(MPI_Comm_create, comm, (Word comm, Word group, V out), (comm, group, out))
-AAPC_GUARDED(MPI_Cart_create, comm, (Word comm, int nd, I dims, I periods, int reorder, V out), (comm, nd, dims, periods, reorder, out))
-AAPC_GUARDED(MPI_Graph_create, comm, (Word comm, int nn, I index, I edges, int reorder, V out), (comm, nn, index, edges, reorder, out))
+#define AAPC_FORWARDED(name, slot, params, args)
+#include "interposed.def"
+#undef AAPC_FORWARDED
 #undef AAPC_GUARDED
 
 // gfortran's names (Debian's Fortran compiler): lower case, one trailing underscore.
