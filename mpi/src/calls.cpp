@@ -1,6 +1,6 @@
 // The MPI entry points of the all-to-alls (MPI_Alltoall(v) and MPI_Ialltoall(v), by way of
 // entry.cpp): each call goes through aapc or to the MPI's own, as its communicator's plan says
-// (plan.cpp), and becomes an op (exchange.cpp) where the library takes it.
+// (plan.cpp), and becomes an op (op.cpp) where the library takes it.
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -1,4 +1,4 @@
-// Datatypes as libaapc-mpi carries them (exchange.cpp): a call's blocks in bytes, in place for
+// Datatypes as libaapc-mpi carries them (op.cpp): a call's blocks in bytes, in place for
 // a contiguous datatype, else packed with MPI_Pack and unpacked with MPI_Unpack; the byte
 // datatypes of the hand-overs; and a nonblocking call's hold on the program's datatypes.
 #include <algorithm>

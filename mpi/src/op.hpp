@@ -1,4 +1,4 @@
-// One all-to-all of libaapc-mpi in flight (exchange.cpp): the steps of a blocking call and of
+// One all-to-all of libaapc-mpi in flight (op.cpp): the steps of a blocking call and of
 // an MPI_Ialltoall(v) alike, as a state machine that every MPI_Wait/MPI_Test of the process
 // drives (requests.cpp). Not installed.
 #pragma once
@@ -71,7 +71,7 @@ struct Op {
   Side recv;
   std::vector<std::uint8_t> send_packed, recv_packed;
   Blocks sb, rb;
-  std::vector<std::uint64_t> counts;      // this rank's description of its blocks (exchange.cpp, describe())
+  std::vector<std::uint64_t> counts;      // this rank's description of its blocks (op.cpp, describe())
   std::vector<std::uint64_t> all_counts;  // ... the leader's of every local rank
   Stage stage = Stage::kDone;
   std::vector<MPI_Request> reqs;
@@ -81,7 +81,7 @@ struct Op {
   aapc::Buffer stage_send, stage_recv;  // the leader's staging
   std::vector<std::uint8_t> sink;        // gathered into when there is no staging
   std::optional<aapc::Request> exchange;
-  bool counted = false;  // the exchange is an alltoallv: the daemons agree on its counts first (exchange.cpp, agreeing)
+  bool counted = false;  // the exchange is an alltoallv: the daemons agree on its counts first (op.cpp, agreeing)
   int length = 0;  // of `error`, as told to the members
   std::string error;
   std::vector<char> described;  // single copy, the leader's: whose description it has read, by local rank
@@ -116,7 +116,7 @@ struct Op {
   }
 };
 
-// --- exchange.cpp: the op's steps
+// --- op.cpp: the op's steps
 
 // Takes `op` one stage further, if it can. True when it moved.
 bool advance_op(Op& op);
@@ -130,7 +130,7 @@ void start_op(Op& op, Side send, Side recv);
 // The op's failure, where the MPI's own all-to-all (Stage::kMpi) failed with `rc`.
 void mpis_own_failed(Op& op, int rc);
 // An MPI_Alltoall whose machine-level blocks are smaller than AAPC_MPI_MIN_BLOCK bytes runs
-// the MPI's own (exchange.cpp says why).
+// the MPI's own (op.cpp says why).
 bool too_small(const Plan& p, std::uint64_t rank_block);
 
 // --- datatypes.cpp

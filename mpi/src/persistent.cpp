@@ -5,7 +5,7 @@
 // keeps the call's arguments. The program's handle is a request of the MPI's own that stands
 // for it: an inactive persistent receive from MPI_PROC_NULL, which the MPI completes at once
 // and keeps after completion, as a persistent request is kept. MPI_Start and MPI_Startall run
-// the exchange as an MPI_Ialltoall(v) of the library (exchange.cpp: through aapc where the
+// the exchange as an MPI_Ialltoall(v) of the library (op.cpp: through aapc where the
 // plan says so, with the plan's group and its staging buffers, else the MPI's own on the
 // plan's duplicate), whose request the completion calls (requests.cpp) put in the handle's
 // place while they wait or test, and take out again after: a completed start leaves the

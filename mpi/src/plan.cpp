@@ -51,7 +51,7 @@ int my_machine(int& cluster_size) {
 }
 
 // Plan messages between two ranks on the plan's duplicate communicator: a tag that no call's
-// hand-overs use (exchange.cpp numbers theirs from 1).
+// hand-overs use (op.cpp numbers theirs from 1).
 constexpr int kPlanTag = 0;
 
 }  // namespace
@@ -60,7 +60,7 @@ constexpr int kPlanTag = 0;
 // calls await() where the blocking code would call a collective; the driver (step(), from
 // plan_of() and progress(), with the process's mutex held) starts those operations on its own
 // stack and resumes the body once they are complete.
-struct Planner {
+struct PlanMaker {
   using Start = std::function<void(std::vector<MPI_Request>&)>;
   Fiber fiber;
   Start next;  // what the body waits for, to be started by the driver
@@ -70,7 +70,7 @@ struct Planner {
   bool running = false;  // in step(): Open MPI's progress hook may call in again
   bool on_comm = false;  // `reqs` is the duplication, which uses the program's communicator
 
-  explicit Planner(std::function<void()> body) : fiber(std::move(body)) {}
+  explicit PlanMaker(std::function<void()> body) : fiber(std::move(body)) {}
 
   // In the body: `start` posts nonblocking MPI operations into its vector; returns once all
   // are complete, with the MPI's error code or MPI_SUCCESS.
@@ -183,7 +183,7 @@ void say(const Plan& p, int size) {
 // Among the leaders of the communicator's machines alone (the other ranks take no part, so the
 // leaders may call it as often as they need): replaces `words` by their element-wise AND or
 // maximum over the leaders, as the first leader gathers them and sends the result back.
-int leaders_reduce(Planner& m, const Plan& p, std::vector<std::uint64_t>& words, bool max) {
+int leaders_reduce(PlanMaker& m, const Plan& p, std::vector<std::uint64_t>& words, bool max) {
   const int machines = p.place.machines(), n = static_cast<int>(words.size());
   auto leader_of = [&](int i) { return p.place.ranks_on[static_cast<std::size_t>(i)][Plan::leader_rank]; };
   if (machines < 2) return MPI_SUCCESS;
@@ -220,7 +220,7 @@ int leaders_reduce(Planner& m, const Plan& p, std::vector<std::uint64_t>& words,
 // with more processes than cores (MPICH's ranks spin in their waits) costs tens of ms.
 // With single copy every rank keeps a mailbox for the leader (single_copy.hpp), whose address
 // goes with the probe.
-int choose_handover(Planner& m, Plan& p) {
+int choose_handover(PlanMaker& m, Plan& p) {
   static std::uint64_t probe = 0;
   probe = 0x6161706300000000ULL | static_cast<std::uint32_t>(::getpid());
   const char* how = std::getenv("AAPC_MPI_HANDOVER");
@@ -276,7 +276,7 @@ int choose_handover(Planner& m, Plan& p) {
 // among themselves (leaders_reduce, Client::open_group); then every rank of the communicator
 // learns the outcome, and whether every rank's hand-over messages (`handed`, the MPI's code)
 // went well. Empty when the group opened on every machine and nothing failed anywhere.
-std::string open_group(Planner& m, Plan& p, int handed) {
+std::string open_group(PlanMaker& m, Plan& p, int handed) {
   Process& pr = process();
   std::string why;
   if (p.leader()) {
@@ -311,11 +311,11 @@ std::string open_group(Planner& m, Plan& p, int handed) {
   return why.empty() ? "a machine's leader could not open the communicator's aapc group, or another rank's plan messages failed" : why;
 }
 
-// The body of a plan's fiber (Planner): the steps that a blocking plan would take with
+// The body of a plan's fiber (PlanMaker): the steps that a blocking plan would take with
 // collectives, each as nonblocking messages on the plan's duplicate of `comm`, which the first
 // step makes (MPI_Comm_idup is the one collective on `comm` itself, started in the call that
 // started the plan, so in the program's order of collectives on it).
-void make(Planner& m, Plan& p, MPI_Comm comm, int size) {
+void make(PlanMaker& m, Plan& p, MPI_Comm comm, int size) {
   m.on_comm = true;
   int rc = m.await([&](std::vector<MPI_Request>& r) {
     r.emplace_back();
@@ -327,7 +327,7 @@ void make(Planner& m, Plan& p, MPI_Comm comm, int size) {
     p.why = "MPI_Comm_idup failed: " + mpi_words(rc);
     return;
   }
-  PMPI_Comm_set_errhandler(p.dup, MPI_ERRORS_RETURN);  // a hand-over's failure is the call's (exchange.cpp, all_done)
+  PMPI_Comm_set_errhandler(p.dup, MPI_ERRORS_RETURN);  // a hand-over's failure is the call's (op.cpp, all_done)
   int cluster = 0;
   int mine[2] = {my_machine(cluster), 0};
   mine[1] = cluster;
@@ -374,7 +374,7 @@ Plan* start_plan(MPI_Comm comm) {
     say(*p, size);
     return p;
   }
-  p->making = new Planner([p, comm, size] {
+  p->making = new PlanMaker([p, comm, size] {
     make(*p->making, *p, comm, size);
     say(*p, size);
   });

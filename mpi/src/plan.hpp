@@ -28,13 +28,13 @@ namespace aapc::mpi {
 // wherever the ops move (progress()), in a fiber of its own. Calls made before it is ready
 // wait for it as ops (Op::Stage::kPlan) and start, in call order, once it is.
 struct Op;
-struct Planner;
+struct PlanMaker;
 namespace single_copy {
 struct Mailbox;
 }
 
 struct Plan {
-  Planner* making = nullptr;  // while it is being made (plan.cpp)
+  PlanMaker* making = nullptr;  // while it is being made (plan.cpp)
   bool ready() const { return making == nullptr; }  // made: what follows is known on this rank
   bool aapc = false;
   std::string why;  // the reason for the decision, for AAPC_MPI_VERBOSE
@@ -108,7 +108,7 @@ bool advance_plans();
 
 // Before the program's other collectives on `comm` that may clash with its plan's duplication
 // (a nonblocking collective, a communicator made from it): with Open MPI, waits for the
-// duplication if it is in flight (plan.cpp, Planner::finish_duplicate). Nothing with MPICH.
+// duplication if it is in flight (plan.cpp, PlanMaker::finish_duplicate). Nothing with MPICH.
 void settle_duplicate(MPI_Comm comm);
 
 // An op of `p` is over: frees a doomed plan with its last op.

@@ -45,7 +45,7 @@ std::string slot_io(const Op& op, int k, bool write, std::size_t offset, void* h
 }
 
 // Where local rank k's blocks are in its own memory, from its description (describe() in
-// exchange.cpp): its send blocks in destination order, or its receive blocks by source rank.
+// op.cpp): its send blocks in destination order, or its receive blocks by source rank.
 std::vector<Piece> theirs(const Op& op, int k, bool receive) {
   const Plan& p = *op.plan;
   const std::size_t n = p.place.machine_of.size(), stride = op.counts.size();

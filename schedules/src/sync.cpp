@@ -78,9 +78,9 @@ void add_dummies(const Topology& topo, Schedule& s) {
   }
 }
 
-class Planner {
+class SyncPlanner {
  public:
-  Planner(const Topology& topo, Schedule& s, Variant v)
+  SyncPlanner(const Topology& topo, Schedule& s, Variant v)
       : topo_(topo), s_(s), v_(v), n_(s.machines), flat_(s.phases) {}
 
   void run() {
@@ -411,7 +411,7 @@ Schedule plan_sync(const Topology& topology, const Schedule& schedule, const Syn
     return s;
   }
   s.programs.resize(static_cast<std::size_t>(s.machines));
-  Planner(topology, s, variant_of(spec)).run();
+  SyncPlanner(topology, s, variant_of(spec)).run();
   return s;
 }
 

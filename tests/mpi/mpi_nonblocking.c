@@ -15,7 +15,7 @@
  * communicators at once, completed in each rank's own order (many_in_flight()): a leader that
  * started an exchange while an alltoallv of the same group still agreed on its counts waited
  * in the daemon's call, stopped moving the MPI, and a peer that waited in the MPI for it never
- * started that alltoallv (exchange.cpp, agreeing()).
+ * started that alltoallv (op.cpp, agreeing()).
  *
  * A rank that waits longer than the watchdog (WATCHDOG_S, default 60) says where it hangs and
  * exits with status 3, so a hang fails the job rather than its launcher's timeout.
