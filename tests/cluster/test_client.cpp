@@ -8,6 +8,8 @@
 //   aapc-test-client hold                                 connect, allocate, wait for SIGUSR1, exchange
 //   aapc-test-client bad-requests                         one rank: malformed and lying requests
 //   aapc-test-client other-uid UID                        one rank: connect as UID, expect a refusal
+//   aapc-test-client halves DIR mismatch|exit            all ranks: a group per half; in the lower half rank 1
+//                                                          fails the second call; the upper half's calls must all pass
 //   aapc-test-client calls SIZE N                         all ranks: N alltoalls, going on after errors;
 //                                                          one line each: "call I ok|error END_MS TOOK_MS [why]"
 //                                                          (END_MS: wall-clock ms since the epoch)
@@ -336,6 +338,52 @@ int bad_requests() {
   return 0;
 }
 
+// Two jobs, each in a group of its own on one half of the cluster, at once: one job's failure
+// must stay in it. Every rank meets every other at a file barrier before the second call; there
+// rank 1 of the lower half calls with other blocks (`mismatch`) or its client exits (`exit`).
+// The lower half's ranks must then fail, and the upper half's calls (the second, made at the
+// same moment, and two more) must all succeed, byte-exact. Both groups number their exchanges
+// alike, which the daemons told apart by their members only.
+int halves(const std::string& dir, const std::string& how) {
+  aapc::Client c = aapc::Client::connect();
+  const int me = c.rank(), n = c.size();
+  const bool lower = me < n / 2;
+  std::vector<int> members;
+  for (int r = lower ? 0 : n / 2; r < (lower ? n / 2 : n); ++r) members.push_back(r);
+  const std::string tag = lower ? "lower" : "upper";
+  FileReduce reduce{dir, tag, me - members.front(), static_cast<int>(members.size())};
+  auto opened = c.open_group(members, std::ref(reduce));
+  if (!opened) return fail(tag + ": open_group: " + opened.error().message());
+  aapc::Client& g = *opened;
+  const std::size_t gn = members.size(), block = 16384;
+  aapc::Buffer send = c.allocate(gn * block), recv = c.allocate(gn * block);
+  FileReduce everyone{dir, "barrier", me, n};
+  for (int call = 0; call < 4; ++call) {
+    std::size_t len = block;
+    if (call == 1) {
+      std::vector<std::uint64_t> word{1};
+      everyone(word, aapc::ReduceOp::kAnd);
+      if (lower && me == 1 && how == "exit") std::_Exit(3);
+      if (lower && me == 1) len = block / 2;
+    }
+    for (std::size_t d = 0; d < gn; ++d)
+      for (std::size_t k = 0; k < len; ++k) send.data()[d * len + k] = pattern(me, members[d], call, k);
+    auto r = g.alltoall(send, recv, len);
+    if (lower && call >= 1) {
+      if (r) return fail("lower half rank " + std::to_string(me) + ": call " + std::to_string(call) + " succeeded though rank 1 failed it");
+      std::cout << "lower half rank " << me << " failed as it should: " << r.error().message() << "\n";
+      return 0;
+    }
+    if (!r) return fail(tag + " half rank " + std::to_string(me) + ", call " + std::to_string(call) + ": " + r.error().message());
+    for (std::size_t s = 0; s < gn; ++s)
+      for (std::size_t k = 0; k < len; ++k)
+        if (recv.data()[s * len + k] != pattern(members[s], me, call, k))
+          return fail(tag + " half rank " + std::to_string(me) + ", call " + std::to_string(call) + ": byte " + std::to_string(k) + " from rank " + std::to_string(members[s]) + " differs");
+  }
+  std::cout << "ok " << tag << " half rank " << me << ": 4 calls\n";
+  return 0;
+}
+
 int other_uid(uid_t uid) {
   if (::setgid(uid) != 0 || ::setuid(uid) != 0) return fail("cannot become uid " + std::to_string(uid));
   auto c = aapc::Client::try_connect();
@@ -355,6 +403,7 @@ int main(int argc, char** argv) {
     if (a.size() == 1 && a[0] == "hold") return hold();
     if (a.size() == 3 && a[0] == "calls") return calls(std::stoul(a[1]), std::stoi(a[2]));
     if (a.size() == 3 && a[0] == "group") return group(a[1], a[2]);
+    if (a.size() == 3 && a[0] == "halves") return halves(a[1], a[2]);
     if (a.size() == 1 && a[0] == "bad-requests") return bad_requests();
     if (a.size() == 2 && a[0] == "other-uid") return other_uid(static_cast<uid_t>(std::stoul(a[1])));
   } catch (const std::exception& e) {

@@ -656,6 +656,39 @@ TEST_CASE("another user who takes one machine's rank first: root's job fails on 
   require_all_ok(everywhere(exchange(4096, "auto", "auto", 2)), "root's job after the other user left");
 }
 
+TEST_CASE("two jobs in groups on the two halves: a mismatch or a departed client fails its own half only, the other's calls pass byte-exact") {
+  Cluster cluster("8-two-switch");
+  for (const char* how : {"mismatch", "exit"}) {
+    INFO(how);
+    const fs::path dir = kLogs / (std::string("halves-") + how);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::vector<Proc> procs;
+    for (const auto& m : machines()) procs.push_back(spawn_in(m, {kClient, "halves", dir.string(), how}));
+    int upper_ok = 0, lower_failed = 0;
+    for (std::size_t i = 0; i < procs.size(); ++i) {
+      Proc& p = procs[i];
+      if (!wait_for(p, 90s)) p.status = -2;
+      INFO(p.machine << ": " << p.output());
+      if (i >= procs.size() / 2) {
+        CHECK(p.status == 0);
+        upper_ok += p.output().find("ok upper half rank") != std::string::npos ? 1 : 0;
+      } else if (i != 1) {
+        CHECK(p.status == 0);
+        lower_failed += p.output().find("failed as it should") != std::string::npos ? 1 : 0;
+      }
+    }
+    CHECK(upper_ok == static_cast<int>(procs.size() / 2));
+    CHECK(lower_failed == static_cast<int>(procs.size() / 2 - 1));
+  }
+}
+
+// --allow-uid alone: that user's job runs on every machine, with the socket aapcd made.
+TEST_CASE("aapcd --allow-uid alone lets that user's job run on every machine") {
+  Cluster cluster("8-one-switch", "--allow-uid 65534");
+  require_all_ok(everywhere({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", kClient, "exchange", "4096", "auto", "auto", "2"}), "uid 65534's job");
+}
+
 TEST_CASE("groups: two clients per machine, each in groups of its own (halves of the tree, all in reverse), byte-exact at once") {
   Cluster cluster("8-two-switch");
   const fs::path dir = kLogs / "reduce";
