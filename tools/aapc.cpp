@@ -97,8 +97,8 @@ struct Tally {
   std::string schedule, sync;
   std::vector<double> times;   // exchange + barrier (the papers' measure)
   std::vector<double> inside;  // the exchange alone, as its daemon timed it (Stats::seconds)
-  // Issue 14, what each part of a tiny exchange costs: the exchange alone and the barrier
-  // alone, as this client saw them.
+  // What each part of a tiny exchange costs: the exchange alone and the barrier alone, as
+  // this client saw them.
   std::vector<double> exchanges, barriers;
   std::uint64_t retransmissions = 0, bad = 0;
 };

@@ -327,7 +327,7 @@ Json build_cluster(const Topology& t, const std::string& subnet) {
     std::string br = bridge(static_cast<int>(i));
     // An emulated switch forwards Ethernet frames and nothing else: the host's netfilter
     // hooks (bridge-nf-call-*, on wherever br_netfilter is loaded) would cost every frame a
-    // pass through its iptables rules (issue 14: the tiny exchanges are bound by the kernel's
+    // pass through its iptables rules (the tiny exchanges are bound by the kernel's
     // work per frame). Kernels without the per-bridge switch get the bridge as it was.
     if (run({"ip", "link", "add", br, "type", "bridge", "stp_state", "0", "forward_delay", "0", "nf_call_iptables", "0", "nf_call_ip6tables", "0",
               "nf_call_arptables", "0"})

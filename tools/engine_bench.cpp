@@ -4,7 +4,7 @@
 // other (one's transmit ring is the other's receive ring). One thread polls both, so every
 // byte is built, sent, received, checked and placed by the same core. Both directions carry
 // a block, and the figure counts payload bytes delivered (both directions) per second.
-// Then the same with the payload sent without a copy (issue 17), with a cluster key (every frame tagged and verified, issue 15 finding 4) and
+// Then the same with the payload sent without a copy, with a cluster key (every frame tagged and verified) and
 // with the capture tap on, to show what each costs; with --io-core, with an I/O lcore on a
 // second core (bursts and the check of received frames there). With --memif: the two engines in two
 // processes, one core each, joined by DPDK's memif.
@@ -88,7 +88,7 @@ struct RunOptions {
   bool keyed = false;                           // frames tagged with a cluster key
   const nic::ExternalRegion* region = nullptr;  // over `buf`: the send blocks are registered, payload sent without a copy
   // >= 0: an I/O lcore pinned to that CPU takes both ports' bursts and checks every received
-  // frame (issue 17, part 3), and with `io_seal` seals every frame sent, while the engines
+  // frame, and with `io_seal` seals every frame sent, while the engines
   // stay on this thread.
   int io_core = -1;
   bool io_seal = false;
@@ -371,7 +371,7 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
   }
   std::cout << "  memcpy of the same blocks     " << std::setw(8) << std::setprecision(2) << memcpy_gbps(buf, block, repeat)
             << " Gbit/s (one copy a byte, no frames: the host memory's ceiling for these blocks)\n";
-  // Issue 17's targets: 40 Gbit/s of payload per core at MTU 9000, 25 at 1500; by each way
+  // The targets: 40 Gbit/s of payload per core at MTU 9000, 25 at 1500; by each way
   // of sending, the engine's own at this MTU first (EngineConfig::zero_copy_min: payloads
   // that large go without a copy where the port takes them).
   if (mtu == 1500 || mtu == 9000) {
@@ -389,7 +389,7 @@ void goodput(Cable& cable, std::uint64_t block_mib, int mtu, int repeat, const s
   }
 }
 
-// Issue 17, part 3: the exchange between two processes, one engine and one core each, over
+// The exchange between two processes, one engine and one core each, over
 // memif (DPDK's shared-memory packet interface, a DPDK-native path between processes, where
 // net_ring joins engines of one process only). Each process pins itself to its own CPU of
 // those the process may use (both to the same where it may use one); both check every byte
@@ -617,10 +617,10 @@ int main(int argc, char** argv) {
   int io_core = -1;
   app.add_option("--io-core", io_core,
                  "also run the copy and the cluster-key figures with an I/O lcore on this CPU (not the first, where the engines run), "
-                 "which takes the bursts and checks every received frame (issue 17)")
+                 "which takes the bursts and checks every received frame")
       ->check(CLI::Range(1, 1023));
   bool over_memif = false;
-  app.add_flag("--memif", over_memif, "instead: the two engines in two processes, one core each, joined by memif (issue 17)");
+  app.add_flag("--memif", over_memif, "instead: the two engines in two processes, one core each, joined by memif");
   std::string faults;
   app.add_option("--faults", faults, "with --memif: inject faults on both ports, for tests (\"drop=0.2,seed=3\")")
       ->check([](const std::string& spec) {

@@ -1,6 +1,6 @@
 // aapc-sched-bench: how long the schedule library takes, and how it grows with the cluster.
 //
-// Targets (issue 2): `tree` plus verification for 1,024 machines on a random tree of 32
+// Targets: `tree` plus verification for 1,024 machines on a random tree of 32
 // switches under 1 s; a sender-all sync plan for 256 machines under 5 s; CGM for n = 1,024,
 // d = 64 under 100 ms. Each figure is the best of --repeat runs.
 #include <CLI/CLI.hpp>

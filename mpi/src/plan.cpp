@@ -212,7 +212,7 @@ int leaders_reduce(PlanMaker& m, const Plan& p, std::vector<std::uint64_t>& word
   return rc != MPI_SUCCESS ? rc : sent;
 }
 
-// How this machine's ranks hand their blocks to the leader and back (issue 13): single copy
+// How this machine's ranks hand their blocks to the leader and back: single copy
 // where the leader can reach every local rank's memory (aapc/mpi/copy.hpp), else through the
 // MPI. The leader reads a probe word of every local rank and tells them all the outcome, so
 // the machine's ranks agree. Single copy needs no other rank to run while the leader copies;
@@ -270,7 +270,7 @@ int choose_handover(PlanMaker& m, Plan& p) {
   return rc;
 }
 
-// The leaders of the communicator's machines open the aapc group of its machines (issue 13):
+// The leaders of the communicator's machines open the aapc group of its machines:
 // its exchanges have ids of their own, so each communicator keeps its own order, and leaders of
 // different communicators on one machine do not mix theirs up. The leaders agree on the group
 // among themselves (leaders_reduce, Client::open_group); then every rank of the communicator

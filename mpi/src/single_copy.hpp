@@ -1,4 +1,4 @@
-// Single-copy hand-overs between the ranks of a machine (issue 13), for plans whose machine
+// Single-copy hand-overs between the ranks of a machine, for plans whose machine
 // may use them (plan.cpp, choose_handover): every rank leaves the description of its blocks
 // in a mailbox in its own memory, and the machine's leader reads it there, copies the blocks
 // between the ranks' buffers and its staging (aapc/mpi/copy.hpp), and leaves the outcome in

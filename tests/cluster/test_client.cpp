@@ -4,7 +4,7 @@
 //   aapc-test-client exchange SIZE SCHEDULE SYNC ITERS   all ranks; exit 0 when byte-exact
 //   aapc-test-client alltoallv                            all ranks; sparse sizes, zeros included
 //   aapc-test-client nonblocking SIZE                     all ranks; start, test() until done, wait()
-//   aapc-test-client group DIR halves|reversed           all ranks, two clients each: groups (issue 13)
+//   aapc-test-client group DIR halves|reversed           all ranks, two clients each: groups
 //   aapc-test-client hold                                 connect, allocate, wait for SIGUSR1, exchange
 //   aapc-test-client bad-requests                         one rank: malformed and lying requests
 //   aapc-test-client other-uid UID                        one rank: connect as UID, expect a refusal
@@ -166,7 +166,7 @@ struct FileReduce {
   }
 };
 
-// Issue 13: two clients on every machine, each in groups of its own, running at once. `halves`
+// Two clients on every machine, each in groups of its own, running at once. `halves`
 // opens a group of the lower and one of the upper half of the cluster (part of the tree each);
 // `reversed` one of every machine, in reverse order (group rank i is cluster rank n-1-i).
 // Every block is checked against its cluster ranks, so a block in the wrong group's exchange,
@@ -297,7 +297,7 @@ int bad_requests() {
   if (start(4000, 200).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument)) return fail("a block past the buffer's end was accepted");
   if (start(~std::uint64_t{0} - 10, 100).second != static_cast<std::uint32_t>(aapc::Errc::kInvalidArgument)) return fail("an overflowing offset was accepted");
   {
-    // Issue 13: a group's collective from a client that did not open it; a group without us.
+    // A group's collective from a client that did not open it; a group without us.
     aapc::proto::StartRequest m;
     m.kind = aapc::proto::Kind::kBarrier;
     m.group = 7;

@@ -331,7 +331,7 @@ TEST_CASE("jumbo frames: 256 KiB exchanges byte-exact at MTU 9000, 9014-byte fra
   REQUIRE(!lengths.empty());
   CHECK(*std::max_element(lengths.begin(), lengths.end()) == 9014);
   CHECK(std::count(lengths.begin(), lengths.end(), 9014U) >= 2 * 7 * 7);  // 64 KiB: 7 full frames, each way, 7 peers
-  // Issue 17: the daemons write what they receive around the caches (non-temporal stores) into
+  // The daemons write what they receive around the caches (non-temporal stores) into
   // the clients' shared memory, and each client, once told its exchange is done, checks every
   // byte.
   c.start("--stream-bytes 0");
@@ -434,15 +434,16 @@ TEST_CASE("1% loss injected in every daemon: still byte-exact") {
   INFO(out);
   CHECK(out.find("retransmissions 0") == std::string::npos);  // the loss was there and recovered
   require_all_ok(everywhere(exchange(20'000, "sync-shuffle", "auto", 2)), "sync-shuffle at 1% loss");
-  // Issue 14: the agreement on an alltoallv's pattern (gather, broadcast) recovers like any exchange.
+  // The agreement on an alltoallv's pattern (gather, broadcast) recovers like any exchange.
   auto sparse = everywhere({kTools + "/aapc", "run", "--sparse", "3", "--size", "20000", "--iters", "3", "--warmup", "0", "--check"});
   require_all_ok(sparse, "sparse alltoallv at 1% loss");
   CHECK_THAT(sparse[0].output(), Catch::Contains("cgm-links: "));
 }
 
-// Issue 15's target. Before the recovery was shortened (a burst of resent frames ends with a
-// frame the receiver answers at once; polls back off to 100 ms, not 500), this failed 6 runs
-// of 16 with tree: a frame lost again after each NACK stalled its exchange for 15 s.
+// Up to 30% loss per port direction, byte-exact. Before the recovery was shortened (a burst of
+// resent frames ends with a frame the receiver answers at once; polls back off to 100 ms, not
+// 500), this failed 6 runs of 16 with tree: a frame lost again after each NACK stalled its
+// exchange for 15 s.
 TEST_CASE("30% loss per port direction: tree and sync-shuffle stay byte-exact") {
   Cluster c("8-two-switch", "", "drop=0.3,seed=5");
   for (const std::string schedule : {"tree", "sync-shuffle"}) {
@@ -842,7 +843,7 @@ TEST_CASE("traces: linear contends on the inter-switch link, tree with receiver-
 
 // Physics, within what the emulation lets through, for 8-two-switch's blocks of `block` bytes:
 // a link's tbf passes its burst at once, so an exchange whose busiest link (s0-s1: 16 blocks
-// each way) carries B bytes can end in (B - burst) / rate; and eager blocks (issue 14) leave a
+// each way) carries B bytes can end in (B - burst) / rate; and eager blocks leave a
 // rank that is out of the barrier before rank 0 starts its clock (5%). With a fixed 1.05 this
 // failed at 4 KiB, where the burst is 38% of B: auto measured 107.9% and 108.9%.
 double emulated_ceiling(double block) {

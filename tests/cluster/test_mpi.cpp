@@ -1,4 +1,4 @@
-// The cluster suite's MPI part (issue 13): unmodified MPI programs (tests/mpi/mpi_check.c
+// The cluster suite's MPI part: unmodified MPI programs (tests/mpi/mpi_check.c
 // built with each MPI's compiler, and an mpi4py script) run by `aapc-emu mpirun` on an
 // emulated cluster of 4 machines on 2 switches, with 1, 2 and an uneven number of ranks per
 // machine, with and without libaapc-mpi.so; every value is checked by the programs. Needs
@@ -90,7 +90,7 @@ TEST_CASE("an unmodified C MPI program is right with the library, ppn 1, 2 and u
     else CHECK((waited_ms(r.text) >= 0 && waited_ms(r.text) < 1000));
     CHECK(r.text.find(kCarried) != std::string::npos);
     CHECK(r.text.find(kCarriedNonblocking) != std::string::npos);
-    // Issue 13: communicators over part of the machines (each half), and one whose ranks do
+    // Communicators over part of the machines (each half), and one whose ranks do
     // not include the world's first rank on a machine (the odd ranks), each in an aapc group.
     for (const char* part : {"half-low", "half-high", "parity-odd"}) CHECK(r.text.find(std::string(part) + ": its first all-to-all was carried by aapc") != std::string::npos);
   }

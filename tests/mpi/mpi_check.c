@@ -352,7 +352,7 @@ static void polled_status(size_t block) {
 /* Every machine's k-th rank in one communicator, all of them at once, each with several
  * MPI_Ialltoall in flight: the column communicators of a 2-D decomposition. On each machine
  * every rank leads one, so its daemon runs ranks-per-machine times the calls at once (it
- * refused more than 16: issue 13). A rank's machine is its processor name (the emulated
+ * refused more than 16). A rank's machine is its processor name (the emulated
  * machines share one host, so MPI_COMM_TYPE_SHARED would join them all). Each call has a
  * block size of its own, so that calls paired wrongly fail. */
 static void column_communicators(size_t block) {
@@ -417,7 +417,7 @@ int main(int argc, char** argv) {
   MPI_Comm_set_name(half, me < n / 2 ? "half-low" : "half-high");
   alltoall_bytes("MPI_Comm_split (halves)", half, block);
   /* Both halves at once, each on part of the machines, with nonblocking calls in two orders:
-   * each communicator's exchanges are numbered in a group of its own (issue 13). */
+   * each communicator's exchanges are numbered in a group of its own. */
   MPI_Comm other;
   MPI_Comm_split(MPI_COMM_WORLD, me % 2, me, &other);
   struct bytes_case hx = bytes_begin(half, block), ox = bytes_begin(other, block);

@@ -1,4 +1,4 @@
-// Issue 15: what a forger on the wire, heavy loss or a dead peer can do to the engines of a
+// What a forger on the wire, heavy loss or a dead peer can do to the engines of a
 // fabric. Nothing may fail an exchange that would otherwise succeed, corrupt a byte, or hang.
 #include <catch2/catch.hpp>
 
@@ -79,7 +79,7 @@ TEST_CASE("frames kept for exchanges far ahead give way to the next exchange's, 
 TEST_CASE("a forged ABORT with a stale exchange id kills nothing; one naming the running exchange fails it") {
   test::Fabric fabric(test::nodes(4));
   test::expect_ok(test::run_exchange(fabric, ring(4), 1, 5'000), "before");
-  fabric.settle();  // exchange 1 is over everywhere, acknowledgements included (issue 14)
+  fabric.settle();  // exchange 1 is over everywhere, acknowledgements included
   // Received while exchange 2 runs: used to fail it and the two after it.
   fabric.inject(1, forge(FrameType::kAbort, 1, fabric.engine(0).epoch(), 0, 1, "forged"));
   for (std::uint32_t id : {2U, 3U, 4U}) test::expect_ok(test::run_exchange(fabric, ring(4), id, 5'000), "exchange " + std::to_string(id));
@@ -308,7 +308,7 @@ TEST_CASE("at 30% loss per port direction and a 300 ms peer deadline no live pee
   }
 }
 
-// The 30% loss stall of issue 15: a sender's polls had backed off to rto_max (500 ms), and a
+// The 30% loss stall: a sender's polls had backed off to rto_max (500 ms), and a
 // frame lost again after each NACK came through only when a poll, its NACK and the resent
 // frame all arrived (12% of the time). The recovery cycle is now shorter in two ways, each
 // checked here with frames lost by choice.

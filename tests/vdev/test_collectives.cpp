@@ -1,4 +1,4 @@
-// Issue 15, findings 6 and 10: collectives that cannot hang, mismatches named. Ranks that
+// Collectives that cannot hang, mismatches named. Ranks that
 // call different collectives (or the same with other blocks or another schedule) fail at
 // once on every side, each naming the peer and what differs; an exchange that a rank never
 // joins fails after a deadline derived from its size; one that keeps progressing does not.
@@ -213,13 +213,13 @@ TEST_CASE("another schedule on one rank, and alltoallv counts that disagree, are
     // Named by rank 0 when the eager frames come first, or by rank 1 from rank 0's READY when
     // that comes first (under ASan it can), and then on rank 0 as rank 1's abort.
     CHECK(names_block_mismatch(o.reports[0]->error, 200, 100));
-    // The 200 bytes are eager (issue 14): sent, without waiting for rank 0's READY, by a rank
+    // The 200 bytes are eager: sent, without waiting for rank 0's READY, by a rank
     // that may have every block of its own by the time rank 0's READY says what it expects. It
     // then names the mismatch too, or it has finished (as ranks 2 and 3 may have).
     if (o.reports[1]->state == engine::ExchangeState::kFailed) CHECK(names_block_mismatch(o.reports[1]->error, 200, 100));
   }
   SECTION("alltoallv counts: a shorter block whose frames all fit the posted one, its last frame lost or not") {
-    // Issue 17, part 4: DATA frames do not carry their block's length. Rank 1 sends rank 0 one
+    // DATA frames do not carry their block's length. Rank 1 sends rank 0 one
     // frame's worth where rank 0 posted two, and that frame fits the posted block: only the
     // last frame of the first pass says where the sender's block ends, and when it is lost,
     // the sender's polls. (Polls of another length were dropped silently before: a stall.)
@@ -349,7 +349,7 @@ TEST_CASE("Options::timeout stays a hard limit") {
     INFO(o.reports[static_cast<std::size_t>(r)]->error);
     CHECK_THAT(o.reports[static_cast<std::size_t>(r)]->error, Catch::Contains("did not finish within 250 ms; still waiting for"));
     CHECK_THAT(o.reports[static_cast<std::size_t>(r)]->error, Catch::Contains("rank 2 (02:00:00:00:00:03): "));
-    // What it waits for (issue 15): rank 2 never started, so its blocks are not acknowledged.
+    // What it waits for: rank 2 never started, so its blocks are not acknowledged.
     CHECK_THAT(o.reports[static_cast<std::size_t>(r)]->error, Catch::Contains("an ACK of our block"));
   }
 }

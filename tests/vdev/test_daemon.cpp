@@ -1,4 +1,4 @@
-// Issue 15, the daemon's side: what a client can do to aapcd through its socket and its shared
+// What a client can do to aapcd through its socket and its shared
 // memory (findings 1, 2, 3 and 9). Each case runs a Daemon in this process on a ring port,
 // as rank 0 of two machines whose rank 1 never answers: collectives there fail after the peer
 // deadline, which is all most cases need. Those that run collectives put a second Daemon on

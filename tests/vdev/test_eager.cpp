@@ -1,4 +1,4 @@
-// Issue 14: small exchanges without round trips. Blocks of a few frames are eager: sent at
+// Small exchanges without round trips. Blocks of a few frames are eager: sent at
 // once, without waiting for the receiver's READY; a receiver that has not started the exchange
 // yet keeps their frames for its start; and a rank is done once every block is in and every
 // round has run, while what it sent still waits for acknowledgements (it settles, resending

@@ -1,4 +1,4 @@
-// I/O lcores (issue 17, part 3): a second thread takes a port's bursts, checks every received
+// I/O lcores: a second thread takes a port's bursts, checks every received
 // frame's CRC (and tag) and seals every frame sent, while the engines run in the test's thread. Exchanges stay
 // byte-exact at MTU 1500 and 9000, with and without a cluster key; frames corrupted on the
 // way are caught on the lcore; a flag set on a frame before it is received never passes for a

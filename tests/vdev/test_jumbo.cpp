@@ -171,7 +171,7 @@ TEST_CASE("MTU 9000 over net_af_packet: the ring is sized for the MTU, and an in
   CHECK(port->device_stats().tx_errors == 0);
 }
 
-// Issue 17: an exchange that receives at least EngineConfig::stream_bytes, in frames of at
+// An exchange that receives at least EngineConfig::stream_bytes, in frames of at
 // least stream_min_chunk bytes, writes the payloads around the caches (non-temporal stores,
 // fenced once a burst). Such exchanges stay byte-exact however the frames come: in order,
 // placed while parsed; attached to the senders' memory; through an I/O lcore, which leaves the

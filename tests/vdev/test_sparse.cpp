@@ -1,4 +1,4 @@
-// Issue 14, item 3: an alltoallv that may run sparse first agrees on every rank's sizes through
+// An alltoallv that may run sparse first agrees on every rank's sizes through
 // the daemons' own small exchange. Two Daemons in this process, ranks 0 and 1 of two machines
 // on one switch, joined by a pair of rings; their clients run collectives from two threads.
 // (Sparse patterns of many ranks, byte by byte: the cluster suite.)

@@ -57,7 +57,7 @@ const Captured& lossy_run() {
         out.reports.push_back(run.reports);
       }
       fabric.settle();
-      // An exchange done here may still resend its tokens (it settles, issue 14): its counters
+      // An exchange done here may still resend its tokens (it settles): its counters
       // as they stand now are what the captures hold.
       for (std::size_t e = 0; e < out.reports.size(); ++e)
         for (int i = 0; i < fabric.size(); ++i)

@@ -1,4 +1,4 @@
-// Payload sent without a copy (issue 17, part 2): frames whose payload is an mbuf attached to
+// Payload sent without a copy: frames whose payload is an mbuf attached to
 // the sender's registered memory, chained behind a header mbuf, over net_ring. Exchanges are
 // byte-exact with such frames, retransmissions too, captures hold them whole, and faults that
 // change bytes never change the sender's memory.
@@ -68,7 +68,7 @@ TEST_CASE("zero copy over net_ring at MTU 1500 and 9000: byte-exact, data frames
     fabric.settle();
     // Every frame attached to a send buffer went through the switch as a chained frame with
     // an external last segment, and the engines counted them. (Eager blocks, of a few frames,
-    // go from the exchange's own copy, issue 14: the 256 KiB blocks are attached.)
+    // go from the exchange's own copy; the 256 KiB blocks are attached.)
     CHECK(attached >= 4 * 3 * 2 * ((256 * 1024) / fabric.engine(0).chunk()));
     CHECK(fabric.switched_external() == attached);
     CHECK(zero_copy_frames(fabric) == attached);

@@ -199,7 +199,7 @@ Exchange* Engine::find(std::uint32_t id) const {
 ParseContext::Expected Engine::expect_data(std::uint32_t exchange, std::uint32_t epoch, Rank src) const {
   Exchange* ex = find(exchange);
   if (ex != nullptr) return ex->expect(epoch, src);
-  // Issue 14: eager frames of an exchange not started here yet are kept (keep_early_data).
+  // Eager frames of an exchange not started here yet are kept (keep_early_data).
   if (may_keep_early(exchange)) return {DropReason::kOk, 0, chunk_, true};
   return {DropReason::kNotLive, 0, 0};
 }
@@ -334,7 +334,7 @@ void Engine::timers(Clock::time_point now) {
   // starts, or to make room for a nearer one): they were acknowledged, so nobody sends them
   // again. At 30% loss per port direction an exchange takes 30 s, and a rank started the
   // next one more than linger (15 s) before a slower peer did; that peer's entry expired and
-  // both waited for each other until the stall deadline (issue 15). Their eager DATA was not
+  // both waited for each other until the stall deadline. Their eager DATA was not
   // acknowledged, so its sender polls and sends it again: it expires.
   expire_early_data(now);
 }

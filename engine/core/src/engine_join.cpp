@@ -58,7 +58,7 @@ std::optional<Result<std::uint32_t>> Engine::join_result() {
     return Result<std::uint32_t>(*mismatch);
   }
   // A peer that does not even acknowledge our JOIN is down; one that acknowledges waits for its
-  // own clients (a collective: we wait too), up to the deadline (issue 15, finding 6: a rank
+  // own clients (a collective: we wait too), up to the deadline (a rank
   // whose client exited before its first collective hung the others). At the deadline the one
   // named is a peer that never called, before one whose client went away meanwhile (that
   // client failed for a reason of its own, often the absent one).

@@ -17,7 +17,7 @@ namespace aapc::engine {
 namespace {
 
 // A frame's bytes as parse() takes them. A header segment followed by one payload segment
-// (as a payload sent without a copy arrives over net_ring, issue 17) is read where it is, so
+// (as a payload sent without a copy arrives over net_ring) is read where it is, so
 // that the payload is written once, into the block; other chained frames are linearized
 // (and so is that one with a cluster key: the tag covers header and payload as one run).
 // False when a chained frame cannot be.
@@ -50,7 +50,7 @@ DropReason Engine::note_epoch(const Parsed& f, Clock::time_point now) {
   const std::uint32_t epoch = f.h.epoch;
   auto i = static_cast<std::size_t>(src);
   if (peer_epoch_known_[i] && epoch == peer_epoch_[i]) return DropReason::kOk;
-  // Issue 15, finding 5: an epoch is its sender's start time, so none can lie ahead of our
+  // An epoch is its sender's start time, so none can lie ahead of our
   // clock by more than the skew between the clocks. A frame that claims one is forged (or
   // from a badly set clock) and must not make the real incarnation's frames look stale.
   // Epochs are 32-bit milliseconds, compared as serial numbers (24.8 days each way).
@@ -98,7 +98,7 @@ bool Engine::alive_epoch(const Parsed& f) const {
   return f.src_rank >= 0 && peer_epoch_known_[static_cast<std::size_t>(f.src_rank)] && peer_epoch_[static_cast<std::size_t>(f.src_rank)] == f.h.epoch;
 }
 
-// Issue 15, finding 5: an ABORT counts only for the exchange it names, and only while that
+// An ABORT counts only for the exchange it names, and only while that
 // exchange runs here. (One forged ABORT with a stale id used to fail every running exchange
 // from that id on, and the next two through aborted_by_.)
 void Engine::on_abort(const Parsed& f, Clock::time_point now) {
@@ -119,7 +119,7 @@ void Engine::on_abort(const Parsed& f, Clock::time_point now) {
   if (ex != nullptr && ex->running() && ex->accept_epoch(src, f.h.epoch)) {
     // A collective called differently on some rank (a descriptor or block that differs) is
     // the callers' error on every rank, whoever found it first: the others may hear of it
-    // only through this ABORT, now that eager blocks go without READY (issue 14).
+    // only through this ABORT, now that eager blocks go without READY.
     const bool mismatch = f.h.aux == static_cast<std::uint32_t>(Errc::kInvalidArgument);
     ex->fail(mismatch ? Errc::kInvalidArgument : Errc::kPeerAborted, reason, src, now, false);
   } else if (ex != nullptr && ex->settling() && ex->accept_epoch(src, f.h.epoch)) {
@@ -182,7 +182,7 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
   if (auto ab = by.find(id_slot(f.h.exchange)); ab != by.end() && ab->second.active && later_id(f.h.exchange, ab->second.exchange)) ab->second.active = false;
   Exchange* ex = find(f.h.exchange);
   if (ex == nullptr && f.h.type == FrameType::kPoll && std::find(done_ids_.begin(), done_ids_.end(), f.h.exchange) != done_ids_.end()) {
-    // Finding 8: at 30% loss the ACKs of a block could all be lost within the linger time;
+    // At 30% loss the ACKs of a block could all be lost within the linger time;
     // the exchange completed here, so every block of it arrived.
     link_->send_control(src, FrameType::kAck, f.h.exchange, 0, static_cast<std::uint32_t>(FrameType::kData), f.h.block_len);
     return;
@@ -258,7 +258,7 @@ void Engine::keep_early(const Parsed& f) {
   link_->send_control(f.src_rank, FrameType::kAck, f.h.exchange, f.h.seq, static_cast<std::uint32_t>(f.h.type));
 }
 
-// Issue 14: a frame of an eager block, sent without waiting for our READY, came before we
+// A frame of an eager block, sent without waiting for our READY, came before we
 // started its exchange: kept (without an ACK) for the start, which checks it against the
 // posted block. Only eager blocks come early; what does not fit is dropped, and its sender's
 // poll brings it again.
@@ -296,7 +296,7 @@ void Engine::receive(Clock::time_point now) {
     if (f.reason == DropReason::kOk) f.reason = note_epoch(f, now);
     if (f.reason != DropReason::kOk) {
       // A frame of the peer's current incarnation that is merely of no use (a duplicate, for a
-      // finished exchange, dummy traffic) still shows that the peer is alive (finding 8).
+      // finished exchange, dummy traffic) still shows that the peer is alive.
       const bool alive = (f.reason == DropReason::kDummy || f.reason == DropReason::kNotLive || f.reason == DropReason::kDuplicate) && alive_epoch(f);
       if (alive) link_->heard_from(f.src_rank, now);
       // Reasons found after the CRC matched can be charged to the exchange.

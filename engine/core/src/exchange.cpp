@@ -90,7 +90,7 @@ void Exchange::begin(Clock::time_point now, const EarlyFrames& early) {
   for (auto [id, src] : early.syncs)
     if (id < have_sync_.size() && member(src)) have_sync_[id] = 1;
   // READY before data: every peer that sends to us learns that the buffer is posted. Eager
-  // blocks come without one (issue 14): a round trip saved.
+  // blocks come without one: a round trip saved.
   for (std::size_t r = 0; r < n_; ++r)
     if (in_[r].len > 0 && !in_[r].eager) post_ready(static_cast<Rank>(r), now);
   // A block of zero bytes (alltoallv) is complete from the start: its receipt tokens go now.
@@ -214,7 +214,7 @@ void Exchange::check_done(Clock::time_point now) {
   settle_check();
   if (!running() || round_ < spec_.program.rounds.size()) return;
   if (incomplete_blocks_ > 0 || !late_emits_.empty()) return;
-  // Done here once every block is in and every round has run (issue 14): what still waits
+  // Done here once every block is in and every round has run: what still waits
   // for an acknowledgement is resent while settling, from our own copy of the eager blocks and
   // of the tokens; blocks that go from the caller's memory must be acknowledged first. (Every
   // READY is answered by now: its sender's block is here.)

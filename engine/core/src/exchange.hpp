@@ -76,7 +76,7 @@ class Exchange {
   bool member(Rank r) const { return r >= 0 && static_cast<std::size_t>(r) < member_.size() && member_[static_cast<std::size_t>(r)]; }
   ExchangeState state() const { return state_; }
   bool running() const { return state_ == ExchangeState::kRunning; }
-  // Issue 14: done here (every block in, every round run), and reported so, while eager blocks
+  // Done here (every block in, every round run), and reported so, while eager blocks
   // and tokens of ours still wait for their acknowledgement: they are resent from the
   // exchange's own copy until acknowledged, or given up after the retries.
   bool settling() const { return settling_; }
@@ -123,7 +123,7 @@ class Exchange {
     ++counters_.drops[static_cast<std::size_t>(reason)];
     link_.count_drop(reason);
   }
-  // Issue 14: DATA from `src` for a block of `len` bytes where another length (or none) is
+  // DATA from `src` for a block of `len` bytes where another length (or none) is
   // posted here. A sender of an eager block has had no READY that says what we expect: it and
   // every other peer that sends to us get one (each running one names the mismatch from its
   // side), and the exchange fails naming both lengths.
@@ -197,7 +197,7 @@ class Exchange {
   bool owes_late_ready(std::size_t r) const { return in_[r].eager && !in_[r].complete && ready_out_[r].to < 0; }
   // The eager frames that came before our start (Engine::keep_early_data).
   void replay_early(const EarlyFrames& early, Clock::time_point now);
-  // Issue 15, finding 10 (exchange_agree.cpp): true when `theirs` (a descriptor from `src`, or
+  // exchange_agree.cpp: true when `theirs` (a descriptor from `src`, or
   // nothing) describes this exchange; else the exchange fails, naming the difference, and
   // `src` gets our descriptor (an ACK of `type`) so that it names it from its side.
   bool agrees(Rank src, std::span<const std::uint8_t> theirs, FrameType type, Clock::time_point now);
@@ -292,11 +292,11 @@ class Exchange {
   std::vector<Clock::time_point> pinged_;
   std::vector<bool> waiting_;                    // by peer: waited on at the last keepalive
   std::vector<Clock::time_point> waiting_since_;  // by peer: since when
-  // Keepalive PINGs sent to each peer since it was last heard (heard_seen_), finding 8.
+  // Keepalive PINGs sent to each peer since it was last heard (heard_seen_).
   std::vector<int> pings_;
   std::vector<Clock::time_point> heard_seen_;
   // How long each peer has been silent while this engine was running its timers: a host that
-  // did not run us for a while must not charge that time to the peers (finding 8).
+  // did not run us for a while must not charge that time to the peers.
   std::vector<Clock::duration> silent_for_;
   Clock::time_point last_keepalive_{};
   std::vector<std::uint8_t> have_sync_;

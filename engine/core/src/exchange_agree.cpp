@@ -1,4 +1,4 @@
-// Issue 15, finding 10: the ranks agree on what the exchange is (descriptor.hpp). READY and
+// The ranks agree on what the exchange is (descriptor.hpp). READY and
 // SYNC carry the sender's descriptor, their ACKs the receiver's; a READY also says which block
 // it expects. A mismatch fails the exchange at once on both sides, naming the peer and the
 // difference, instead of after the polls run out (18.7 s) or never (barrier vs alltoall).

@@ -51,7 +51,7 @@ std::optional<std::string> combine_problem(const ExchangeSpec& spec, Rank me) {
   if (spec.combine.size() != spec.program.rounds.size())
     return "a combining schedule needs one round per step (" + std::to_string(spec.combine.size()) + " steps, " +
            std::to_string(spec.program.rounds.size()) + " rounds)";
-  // The ranks the steps name: all of them, or a group's (issue 13), whose exchange leaves the
+  // The ranks the steps name: all of them, or a group's, whose exchange leaves the
   // other ranks of the cluster out.
   std::vector<bool> named(spec.send.size(), false);
   for (const auto& step : spec.combine)

@@ -55,7 +55,7 @@ void Exchange::late_readies(Clock::time_point now) {
 }
 
 void Exchange::send_pending(Pending& p, Clock::time_point now) {
-  // READY says which block it expects; both carry our descriptor (issue 15, finding 10).
+  // READY says which block it expects; both carry our descriptor.
   const std::uint64_t expected = p.type == FrameType::kReady ? in_[idx(p.to)].len : 0;
   link_.send_control(p.to, p.type, spec_.id, p.seq, 0, expected, descriptor_.data(), descriptor_.size());
   ++counters_.control_frames_sent;
@@ -95,7 +95,7 @@ void Exchange::waited_on(std::vector<std::uint8_t>& why) const {
 // frames in one exchange). A peer nobody waits on is not needed: whoever needs it next waits
 // on it, finds it silent and aborts the exchange everywhere. Silence counts from when the
 // wait began.
-// Issue 15, finding 8: a waited-on peer we have not heard from for a fifth of the deadline
+// A waited-on peer we have not heard from for a fifth of the deadline
 // gets a PING, and another every 1/50 of the deadline while it stays silent. At 30% loss per
 // port direction a PING and its ACK both arrive only 24% of the time: the old keepalive (4
 // PINGs per deadline) declared live peers silent at 20% loss; 40 tries all fail once in

@@ -92,9 +92,9 @@ void Exchange::on_nack(const Parsed& f, Clock::time_point now) {
   if (was_empty && !b.resend.empty()) resend_blocks_.push_back(o);
   // The receiver answers: only polls in a row that get no answer count towards giving up,
   // and back off. (At 30% loss per port direction, 41 polls in all were used up by a block
-  // that kept making progress, finding 8; and a block whose polls had backed off to rto_max
+  // that kept making progress; and a block whose polls had backed off to rto_max
   // before this answer went on polling every 500 ms while each round trip failed 88% of the
-  // time, issue 15.)
+  // time.)
   b.polls = 0;
   b.rto = link_.config().rto;
   b.poll_at = now + b.rto;

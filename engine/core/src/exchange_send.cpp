@@ -184,7 +184,7 @@ bool Exchange::send_next(Clock::time_point now) {
     b.resend.pop_front();
     clear_bit(b.queued, f);
     // The burst's last frame asks the receiver to answer (kFlagLast): if others of the burst
-    // were lost, their NACK comes at once instead of after our next poll (issue 15).
+    // were lost, their NACK comes at once instead of after our next poll.
     send_data(&b, b.dst, f, b.len, b.phase, kFlagRetransmit | (b.resend.empty() || f + 1 == b.frames ? kFlagLast : 0));
     if (b.resend.empty()) {
       resend_blocks_.pop_front();

@@ -37,7 +37,7 @@ class Link {
   // Builds a frame to `dst` (our epoch and rank filled in, sealed with the cluster key if
   // any) and queues it behind the pacing bucket; false when no mbuf was available.
   // With `region` (that holds the payload), on a port that can and without a cluster key, the
-  // payload is not copied but attached (issue 17): its frames then refer to the region's
+  // payload is not copied but attached: its frames then refer to the region's
   // memory until the port frees them.
   bool send_frame(Rank dst, const Header& h, const std::uint8_t* payload, std::size_t len,
                   const nic::ExternalRegion* region = nullptr);
@@ -57,7 +57,7 @@ class Link {
   Clock::time_point drained_at() const { return pace_last_start_ - pace_last_start_slack(); }
   // The last time a valid frame of `peer`'s current incarnation arrived.
   Clock::time_point last_heard(Rank peer) const { return last_heard_[static_cast<std::size_t>(peer)]; }
-  // Issue 15, finding 7: an exchange failed because `peer` stayed silent. Unless something
+  // An exchange failed because `peer` stayed silent. Unless something
   // came from it within the deadline, it is remembered as dead: exchanges that involve it
   // fail at start, and it is probed with PINGs until any valid frame of it arrives.
   void peer_silent(Rank peer, const std::string& why, Clock::time_point now);

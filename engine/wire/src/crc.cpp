@@ -8,7 +8,7 @@
 //   by byte): one run alone waits for each step's three-cycle latency.
 // - a table, a byte at a time.
 // Every payload byte is checked twice (sent and received), so at 10-100 GbE the CRC is a
-// large part of the engine's work per byte (issue 17).
+// large part of the engine's work per byte.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

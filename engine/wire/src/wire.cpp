@@ -306,7 +306,7 @@ DropReason check_data(Parsed& out, const std::uint8_t* p, bool crc_later, const 
     if (out.offset + h.payload_len > e.block_len) return DropReason::kBadOffset;  // implied, kept as a guard
   }
   if (!crc_later) return DropReason::kOk;
-  // Issue 17: the payload is read once on receive, copied into place while its CRC is computed.
+  // The payload is read once on receive, copied into place while its CRC is computed.
   const std::uint32_t crc = header_crc(p);
   const std::uint32_t want = get32(p + crc_at(hlen_of(p)));
   if (std::uint8_t* dst = e.early ? nullptr : ctx.place_at(h.exchange, out.src_rank, h.seq); dst != nullptr) {
@@ -421,7 +421,7 @@ Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> t
   const std::uint8_t* p = f + kEthHeaderLen;
   auto crc_ok = [&] { return crc_matches(p, tail.data(), h.payload_len); };
   auto reject = [&](DropReason r) { return drop(crc_later && !crc_ok() ? DropReason::kBadCrc : r); };
-  // Issue 15, finding 4: with a cluster key nothing passes without a tag that verifies; and a
+  // With a cluster key nothing passes without a tag that verifies; and a
   // tagged frame at a node without the key means the cluster is configured in two ways. The
   // tag authenticates header and payload as one run of bytes: they must lie together.
   if (tagged_version(p[2]) != (ctx.key != nullptr)) return reject(DropReason::kBadAuth);
@@ -447,7 +447,7 @@ Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> t
     }
     case FrameType::kSync:
     case FrameType::kReady:
-      // The sender's exchange descriptor (issue 15, finding 10), or nothing.
+      // The sender's exchange descriptor, or nothing.
       if (h.payload_len != 0 && !descriptor_valid(out.payload)) return drop(DropReason::kBadLength);
       break;
     case FrameType::kPoll:

@@ -1,4 +1,4 @@
-// A process's doorbell (issue 13): a datagram socket in Linux's abstract namespace, named
+// A process's doorbell: a datagram socket in Linux's abstract namespace, named
 // after the process's pid, that the other processes of its machine ring when they have left
 // it something to read in its own memory (single_copy.hpp: a rank's description for its
 // leader, the leader's word that a call is over). A waiting process pauses on its bell rather

@@ -1,4 +1,4 @@
-// Single-copy hand-overs between the ranks of a machine (issue 13): the leader copies a local
+// Single-copy hand-overs between the ranks of a machine: the leader copies a local
 // rank's blocks straight from that process's memory into its staging, and back, with Linux's
 // process_vm_readv/process_vm_writev (cross-memory attach, as Open MPI's shared-memory
 // transport does for large messages). One copy, made by the leader alone: the other process

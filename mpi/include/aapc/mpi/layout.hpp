@@ -1,5 +1,5 @@
 // Where every rank's blocks go when an MPI communicator's all-to-all runs on aapc with several
-// ranks per machine (issue 13). Pure arithmetic, no MPI: the unit suite checks it.
+// ranks per machine. Pure arithmetic, no MPI: the unit suite checks it.
 //
 // The composition of MPICH's MPIDI_Alltoall_intra_composition_alpha, with aapc as the
 // inter-node step: the ranks of a machine hand their blocks to the machine's leader (through

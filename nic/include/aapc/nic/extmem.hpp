@@ -1,4 +1,4 @@
-// Memory that frames carry without a copy (issue 17, part 2): the payload of a frame is an
+// Memory that frames carry without a copy: the payload of a frame is an
 // mbuf attached to the sender's own buffer (rte_pktmbuf_attach_extbuf), chained behind a
 // header mbuf. The buffer must then stay mapped, and unchanged, until every frame that
 // refers to it has left the port: in_flight() says how many still may.

@@ -1,4 +1,4 @@
-// I/O lcores (issue 17, part 3): more than one core for a port when one is not enough.
+// I/O lcores: more than one core for a port when one is not enough.
 //
 // The engine builds, checks and places every payload byte on its own core. An I/O lcore takes
 // the port's bursts off that core: it receives from the device into a ring the engine drains,

@@ -88,7 +88,7 @@ class Engine final : private ParseContext {
   void close_slot(std::uint32_t slot, std::uint32_t from, const std::string& reason, const std::vector<Rank>& members = {});
   void reopen_slot(std::uint32_t slot) { closed_.erase(slot); }
   // True while `peer` is remembered as dead (an exchange found it silent, and nothing came
-  // from it since): start() refuses exchanges that involve it (issue 15, finding 7).
+  // from it since): start() refuses exchanges that involve it.
   bool peer_dead(Rank peer) const;
   // Called when a peer shows up with a later epoch (it restarted); running exchanges with it
   // have failed by then.

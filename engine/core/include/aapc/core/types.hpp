@@ -38,7 +38,7 @@ struct EngineConfig {
   std::uint32_t pace_burst_bytes = 0;     // 0: half a millisecond at pace_bps (at least 4 frames)
   std::uint32_t pace_overhead_bytes = 0;  // counted per frame on top of its length (24 on a real wire)
   std::chrono::microseconds rto{20'000};        // first retransmission timeout
-  // Backoff cap. Issue 15: at 30% loss per port direction a poll, its NACK and the frame
+  // Backoff cap. At 30% loss per port direction a poll, its NACK and the frame
   // resent all arrive 12% of the time; with polls 500 ms apart a frame lost again took 4 s on
   // average, and 15 s (the stall deadline) in 2% of such recoveries.
   std::chrono::microseconds rto_max{100'000};
@@ -56,13 +56,13 @@ struct EngineConfig {
   std::chrono::milliseconds timeout_allowance{12'000};
   std::chrono::milliseconds linger{15'000};     // finished exchanges still answer late frames
   // And of one group, at most this many: a benchmark of tiny blocks finishes thousands a
-  // second, and each holds a few KiB (issue 14). An exchange that lingers stops once this many
+  // second, and each holds a few KiB. An exchange that lingers stops once this many
   // later ones of its group have finished here; the peers took part in all of those, so none
   // still runs it unless it has that many collectives of the group in flight.
   std::uint32_t linger_max = 1024;
   std::uint32_t epoch = 0;                      // 0: derived from the clock (later is newer)
   // Epochs are the senders' start times in wall-clock ms. A peer's epoch is taken only if it is
-  // no later than our clock plus this skew (issue 15, finding 5: one forged frame with a
+  // no later than our clock plus this skew (one forged frame with a
   // far-future epoch made every real frame of its sender stale until restart). 0: no bound,
   // for engines given an epoch that is not a clock reading.
   std::chrono::milliseconds max_epoch_skew{600'000};
@@ -76,18 +76,18 @@ struct EngineConfig {
   // make 64 leaders here. With 16, the 17th exchange failed. An idle running exchange costs a
   // few hundred bytes per peer and a look in each poll pass.
   std::size_t max_live_exchanges = 256;
-  // Issue 15, finding 4: the cluster key (load_cluster_key in auth.hpp). When set, every frame
+  // The cluster key (load_cluster_key in auth.hpp). When set, every frame
   // is tagged with it and only frames tagged with it are taken; each frame's chunk is
   // kTagLen bytes smaller. Every node of a cluster must have the same key, or none.
   std::optional<FrameKey> key;
   std::uint16_t rx_burst = 32;
-  // Issue 17: data frames whose payload is at least this many bytes are sent without copying
+  // Data frames whose payload is at least this many bytes are sent without copying
   // it (SendBlock::region, on a port that can); shorter ones are copied. Measured with
   // aapc-engine-bench over net_ring (two engines on one core, median of 7 runs' ratios): 10%
   // slower than the copy at 1,456-byte payloads (MTU 1500: the second mbuf and the free
   // callback cost more than copying what is in cache anyway), 11% faster at 8,956 (MTU 9000).
   std::size_t zero_copy_min = 4096;
-  // Issue 17: an exchange that receives at least this many bytes in all, in frames of at least
+  // An exchange that receives at least this many bytes in all, in frames of at least
   // stream_min_chunk bytes of payload, writes the payloads into its blocks by non-temporal
   // stores, around the caches, which would not keep them for the client anyway: a cached store
   // first reads its line, so a payload byte crossed the memory bus twice. Smaller exchanges
@@ -104,7 +104,7 @@ struct EngineConfig {
   // an exchange that receives `in_bytes` in frames of `chunk` bytes of payload streams them.
   bool attaches(std::size_t len) const { return len >= std::max<std::size_t>(zero_copy_min, 1) && len <= UINT16_MAX; }
   bool streams(std::uint64_t in_bytes, std::uint32_t chunk) const { return in_bytes >= stream_bytes && chunk >= stream_min_chunk; }
-  // Issue 14: blocks of at most this many frames are eager: sent at once, without waiting for
+  // Blocks of at most this many frames are eager: sent at once, without waiting for
   // the receiver's READY (a round trip), and a receiver that has not started the exchange yet
   // keeps their frames (up to early_data_bytes in all) for its start. Larger blocks wait for
   // READY, so that a receiver never holds more than that. Every node of a cluster must use
@@ -140,8 +140,8 @@ struct RecvBlock {
 // One exchange as this node sees it. Buffers belong to the caller and must stay valid until
 // the exchange is reported finished; the engine reads `send` and writes `recv` directly.
 struct ExchangeSpec {
-  // The group slot in the top 8 bits (0: the cluster-wide session), the sequence below
-  // (issue 13): later than every id of its slot started before on this engine.
+  // The group slot in the top 8 bits (0: the cluster-wide session), the sequence below:
+  // later than every id of its slot started before on this engine.
   std::uint32_t id = 0;
   sched::Program program;   // this node's rounds and tokens
   std::uint32_t sync_count = 0;  // sync ids of the plan are below this
@@ -212,7 +212,7 @@ std::uint64_t paced_burst(std::uint64_t smallest_buffer_bytes, std::size_t strea
 // over the 16 of 8 machines on two switches 328 us at 100 Mbit/s.
 Clock::duration token_slack(std::uint64_t smallest_buffer_bytes, std::size_t phases, std::uint64_t pace_bps);
 
-// Issue 15, finding 6: the deadline of an exchange whose caller gave none. A collective that a
+// The deadline of an exchange whose caller gave none. A collective that a
 // rank never joins (it exited, or called another one) otherwise hangs as long as the rank's
 // daemon answers. kTimeoutFactor times the time `bottleneck_bytes` take at `link_bps` (the
 // bound of the physics, with room for loss and retransmission), plus `allowance`.
@@ -231,7 +231,7 @@ std::chrono::milliseconds stall_allowance(const EngineConfig& config);
 // The spec of node `me` in a planned schedule: its program, the plan's token targets, its
 // descriptor's plan, and room for the buffers (send and recv sized to the cluster, empty).
 ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32_t id);
-// The same for a group (issue 13): `schedule` is planned over the group, whose rank i is
+// The same for a group: `schedule` is planned over the group, whose rank i is
 // cluster rank members[i]; `me` is our rank in the group. The spec is in cluster ranks, with
 // room for `cluster_size` blocks: ranks outside the group have none and take no part.
 ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32_t id, const std::vector<Rank>& members, std::size_t cluster_size);
@@ -279,7 +279,7 @@ struct EngineCounters {
   std::array<std::uint64_t, kDropReasons> drops{};
 };
 
-// A DATA frame of an eager block that came before its exchange started here (issue 14).
+// A DATA frame of an eager block that came before its exchange started here.
 struct EarlyData {
   Header h;
   Rank src = -1;

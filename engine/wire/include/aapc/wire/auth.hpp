@@ -1,4 +1,4 @@
-// The cluster key (issue 15, finding 4): one secret shared by every aapcd of a cluster, so that
+// The cluster key: one secret shared by every aapcd of a cluster, so that
 // a node without it cannot forge DATA, SYNC, ABORT or PING frames (wire.hpp, version 2).
 #pragma once
 

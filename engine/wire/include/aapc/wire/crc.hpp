@@ -16,13 +16,13 @@ std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t len);
 // (kDestination). The other side is an mbuf, in cache. The block's next bytes, those of the
 // copy after this one, are fetched ahead while this one runs.
 //
-// Why (issue 17): with both engines of aapc-engine-bench on one core, most of the copies' time
+// Why: with both engines of aapc-engine-bench on one core, most of the copies' time
 // went to waiting for the block's lines. Fetched ahead, the bench moves 1.40x the payload at
 // MTU 1500 and 1.16x at 9000 (docs/benchmarks.md).
 //
 // kStream: the destination is written around the caches (non-temporal stores, nothing fetched
 // ahead), for a receive area larger than the caches would keep (EngineConfig::stream_bytes).
-// Issue 17: a cached store first reads the line it writes, so the receive pass moved each
+// A cached store first reads the line it writes, so the receive pass moved each
 // payload byte over the memory bus twice. The stores are not fenced: the thread calls
 // stream_fence() before it lets anyone else read the bytes (once a burst: a fence a frame
 // cost 10% of aapc-engine-bench's time at MTU 9000).

@@ -1,4 +1,4 @@
-// What an exchange is, as the ranks tell each other at its start (issue 15, finding 10): the
+// What an exchange is, as the ranks tell each other at its start: the
 // collective called, an alltoall's block size, the schedule and sync as resolved. A rank that
 // called another collective, or the same with other blocks or another schedule, used to be
 // found out only when its peers gave up on it (18.7 s, "did not acknowledge its block after 41

@@ -17,7 +17,7 @@ inline std::uint32_t clock_epoch() {
 // Serial-number comparison (RFC 1982): is a later than b?
 inline bool later(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) > 0; }
 
-// Exchange ids (issue 13): a group slot in the top 8 bits (kWorldSlot: the cluster-wide
+// Exchange ids: a group slot in the top 8 bits (kWorldSlot: the cluster-wide
 // session), a sequence below, numbered per slot. Ids of one slot compare as 24-bit serial
 // numbers; ids of different slots are unordered.
 inline constexpr unsigned kSlotShift = 24;

@@ -6,8 +6,8 @@
 //   offset size field
 //    0     2   magic 0xAA9C
 //    2     1   version: 5, or 6 for a frame authenticated with the cluster key (below).
-//               Versions 1 and 2 had no payload in READY, SYNC and ACK (before issue 15,
-//               finding 10), 3 and 4 a 44-byte DATA header (before issue 17, part 4); their
+//               Versions 1 and 2 had no payload in READY, SYNC and ACK (the exchange
+//               descriptor), 3 and 4 a 44-byte DATA header; their
 //               frames are dropped as bad_version
 //    3     1   type: DATA, SYNC, READY, NACK, ACK, ABORT, POLL, PING, JOIN
 //    4     1   flags: RETRANSMIT, DUMMY, LAST, ACK_LIST (an ACK whose payload lists AckEntry)
@@ -28,9 +28,9 @@
 //   44     n   payload (payload length bytes): NACK ranges, ABORT reason; for READY and SYNC
 //               the sender's exchange descriptor (descriptor.hpp), for their ACKs the
 //               receiver's once its exchange has started (else none); for ACK_LIST ACKs the
-//               acknowledgements gathered (issue 14), 20 bytes each
+//               acknowledgements gathered, 20 bytes each
 //
-// DATA: the data header, 30 bytes (issue 17, part 4: only what every frame needs; 14 more
+// DATA: the data header, 30 bytes (only what every frame needs; 14 more
 // payload bytes a frame, 1,470 instead of 1,456 at MTU 1500).
 //    0..23     as above (phase, exchange, epoch, ranks, seq = the frame's index)
 //   24     2   payload length
@@ -52,7 +52,7 @@
 // A sender seals with its key's cipher (aapcd --cipher); a receiver with the key checks both,
 // so a cluster may mix them as long as every node can compute AES-256-GCM.
 //
-// Authentication (issue 15, finding 4): CRC32C guards against noise, not against crafted
+// Authentication: CRC32C guards against noise, not against crafted
 // frames. With a cluster key every frame is version 6 (kVersionAuth) and carries the tag; the frame's chunk
 // is 24 bytes smaller so that it still fits the MTU. Every sender numbers its frames, so that
 // no nonce repeats under one key (ranks differ; a restart has a later epoch): a repeated
@@ -65,8 +65,8 @@
 // parse() is the only way in: it checks everything, including DATA offsets against the
 // block the receiver posted, before a single byte is written anywhere, but for one pass: the
 // payload of a DATA frame that passed every other check is copied into its place in the
-// posted block, a place that no frame has filled yet, while its CRC is computed (issue 17:
-// the payload is read once; ParseContext::place_at). It does not depend on DPDK, so it can be
+// posted block, a place that no frame has filled yet, while its CRC is computed (the
+// payload is read once; ParseContext::place_at). It does not depend on DPDK, so it can be
 // fuzzed alone (the fuzz target places payloads too).
 #pragma once
 
@@ -95,7 +95,7 @@ inline constexpr std::size_t kTagLen = 24;  // counter (8) + MAC (16)
 inline constexpr std::size_t kKeyLen = 32;
 inline constexpr std::size_t kEthHeaderLen = 14;
 inline constexpr std::size_t kHeaderLen = 44;      // the control header: every frame but DATA
-inline constexpr std::size_t kDataHeaderLen = 30;  // the data header (issue 17, part 4)
+inline constexpr std::size_t kDataHeaderLen = 30;  // the data header
 inline constexpr std::size_t kFrameOverhead = kEthHeaderLen + kHeaderLen;
 inline constexpr std::size_t kDataFrameOverhead = kEthHeaderLen + kDataHeaderLen;
 // How much longer a control header is than a data header: a control frame's payload is that
@@ -128,7 +128,7 @@ enum Flags : std::uint8_t {
   // receiver answers it at once, with a NACK of what is still missing or an ACK.
   kFlagLast = 4,
   // ACK: its payload is a list of acknowledgements (AckEntry), of eager blocks and tokens
-  // whose senders do not wait for them (issue 14): gathered for a while, one frame for many.
+  // whose senders do not wait for them: gathered for a while, one frame for many.
   kFlagAckList = 8,
 };
 
@@ -163,11 +163,11 @@ enum class DropReason : std::uint8_t {
   kBadOffset,        // frame index / chunk / payload length do not fit the posted block
   kDuplicate,        // DATA already received
   kDummy,            // dummy traffic
-  // Issue 15, finding 5: an epoch later than the receiver's clock allows (now + a bounded
+  // An epoch later than the receiver's clock allows (now + a bounded
   // skew). A forged frame with a far-future epoch would otherwise make every real frame of
   // the sender look stale until the receiver restarts.
   kFutureEpoch,
-  // Issue 15, finding 4: with a cluster key, a frame without a tag or whose tag does not
+  // With a cluster key, a frame without a tag or whose tag does not
   // verify; without one, a frame that carries a tag (the sender has a key).
   kBadAuth,
   // A frame for an exchange from a rank that is not one of its members (ExchangeSpec::members):
@@ -239,10 +239,10 @@ void seal(std::uint8_t* frame, const FrameKey* key = nullptr, std::uint64_t coun
 void copy_and_seal(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len, const FrameKey* key = nullptr,
                    std::uint64_t counter = 0);
 // seal() for a frame whose `len` payload bytes are not after its header but in a segment of
-// their own (sent without a copy, issue 17): the CRC covers the header and `payload`, which
+// their own (sent without a copy): the CRC covers the header and `payload`, which
 // is only read. No cluster key: its tag would have to follow the payload.
 void seal_apart(std::uint8_t* frame, const std::uint8_t* payload, std::size_t len);
-// seal() in two steps, for a frame sealed on another thread (an I/O lcore, issue 17 part 3):
+// seal() in two steps, for a frame sealed on another thread (an I/O lcore):
 // seal_later() marks the frame (its version, and `counter` in the tag's place) where seal()
 // would seal it; seal_marked() then seals it with the same key.
 void seal_later(std::uint8_t* frame, const FrameKey* key, std::uint64_t counter);
@@ -267,11 +267,11 @@ class ParseContext {
     DropReason status = DropReason::kNotLive;  // kOk when the block exists
     std::uint64_t block_len = 0;
     std::uint32_t chunk = 0;  // this node's: the sender's is the same (wire format above)
-    // Issue 14: the exchange has not started here, and its eager frames are kept for its
+    // The exchange has not started here, and its eager frames are kept for its
     // start: the frame is checked against the chunk only here, and against the posted block
     // when the exchange starts (data_fits).
     bool early = false;
-    // Issue 17: the block's receive area is larger than the caches would keep, and payloads are
+    // The block's receive area is larger than the caches would keep, and payloads are
     // written around them (EngineConfig::stream_bytes).
     bool stream = false;
   };
@@ -304,7 +304,7 @@ DropReason data_fits(Header& h, std::uint64_t posted, std::uint32_t chunk);
 Parsed parse(std::span<const std::uint8_t> frame, const ParseContext& ctx);
 // The same for a frame in two pieces: `head` holds the Ethernet and our header (exactly, as
 // frame_header_len() says), `tail` the payload (and tag) that follow them, wherever they are
-// (a payload received as a segment of its own, issue 17). With a cluster key, the tag
+// (a payload received as a segment of its own). With a cluster key, the tag
 // verifies only when `tail` lies right after the header.
 //
 // `integrity_checked`: integrity_holds() said so of this frame with the same key (on an I/O
@@ -314,7 +314,7 @@ Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> t
 // Whether a frame (as parse() takes it) is one of ours whose header fields and lengths make
 // sense and whose CRC32C holds, and with `key`, whose tag verifies; without a key, a tagged
 // frame is not. The part of parse() that reads every byte and needs no state: it may run on
-// another thread (issue 17, part 3).
+// another thread.
 bool integrity_holds(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const FrameKey* key);
 // How many of a frame's first bytes are its Ethernet and our header, as its header-length
 // byte says: kEthHeaderLen + 30 or + 44, or 0 when the frame is too short to say or says
