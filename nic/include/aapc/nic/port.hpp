@@ -1,4 +1,4 @@
-// A narrow port interface that works in bursts (DESIGN.md, nic/): one implementation for every
+// A narrow port interface that works in bursts (docs/design.md, "The parts"): one implementation for every
 // DPDK ethdev, and wrappers that inject faults or capture frames.
 //
 // Thread safety: a port is used by one thread at a time (the engine's poll loop).

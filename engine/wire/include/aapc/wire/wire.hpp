@@ -1,4 +1,4 @@
-// The wire format (DESIGN.md): an Ethernet frame of EtherType 0x88B5 (IEEE local
+// The wire format (docs/design.md, "The wire"): an Ethernet frame of EtherType 0x88B5 (IEEE local
 // experimental, configurable) carrying one of two headers and a payload. Multi-byte fields
 // are big-endian. Both headers begin alike (bytes 0..23), and both end with their CRC.
 //
