@@ -189,7 +189,7 @@ TEST_CASE("one notation for a schedule and its sync variant") {
   CHECK(sched::read_spec("group-shuffle:4:none").algorithm == "group-shuffle:4");
   auto plan = sched::parse_plan_spec("group-shuffle:3+receiver-all");
   REQUIRE(plan.algorithm);
-  CHECK(plan.algorithm->group == 3);
+  CHECK(plan.algorithm->param == 3);
   CHECK(plan.sync->kind == sched::SyncKind::kReceiverAll);
   CHECK(sched::format_plan_spec(*plan.algorithm, *plan.sync) == "group-shuffle:3+receiver-all");
   CHECK_FALSE(sched::parse_plan_spec("auto").algorithm);
