@@ -153,8 +153,9 @@ PlanSpec parse_plan_spec(std::string_view text) {
 std::string format_plan_spec(const AlgorithmSpec& algorithm, const SyncSpec& sync) { return join_spec(algorithm.name(), sync.name()); }
 
 Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block_bytes) {
-  if (read_spec(spec).algorithm == "auto") return auto_choice(model, block_bytes);  // its own sync, whatever was given
+  // Parsed whole first: a sync variant that is not one is refused after every algorithm, auto too.
   const PlanSpec plan = parse_plan_spec(spec);
+  if (!plan.algorithm) return auto_choice(model, block_bytes);  // its own sync, whichever was given
   if (plan.sync) return {*plan.algorithm, *plan.sync, "given"};
   const bool tree = plan.algorithm->algorithm == Algorithm::kTree;
   return {*plan.algorithm, tree ? SyncSpec{SyncKind::kSenderAll, 1} : SyncSpec{}, tree ? "given; the tree's default tokens" : "given; no tokens by default"};

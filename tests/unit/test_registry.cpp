@@ -1,5 +1,6 @@
 // The registry of algorithms (aapc/sched/algorithms.def): every row parses, names itself and
-// builds; and the docs list exactly the registry's rows.
+// builds; a selection "ALGORITHM[:PARAM][+SYNC]" is parsed alike for every algorithm, auto too;
+// and the docs list exactly the registry's rows.
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -8,12 +9,24 @@
 
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/alltomany.hpp"
+#include "aapc/sched/choice.hpp"
 #include "aapc/sched/dot.hpp"
 #include "aapc/sched/generate.hpp"
 #include "aapc/sched/verify.hpp"
 #include "paths.hpp"
 
 using namespace aapc::sched;
+
+namespace {
+
+// Every name a spec may give as its algorithm part: auto, then the registry's dense rows.
+std::vector<std::string> selectable() {
+  std::vector<std::string> out{"auto"};
+  for (const auto& name : AlgorithmSpec::names()) out.push_back(name);
+  return out;
+}
+
+}  // namespace
 
 TEST_CASE("every dense row parses, names itself as it parsed, and builds a verified schedule of a row") {
   const Topology one = single_switch_topology(8);
@@ -60,6 +73,22 @@ TEST_CASE("a parameter is taken by the rows that have one, and refused by the ot
   }
   CHECK(AlgorithmSpec::names() == std::vector<std::string>{"tree", "linear", "ring", "pairwise", "pairwise-xor", "pairwise-ec", "lp", "sync-shuffle",
                                                            "group-shuffle:4", "paced-shuffle", "bruck", "hypercube"});
+}
+
+TEST_CASE("every algorithm, auto too, takes every sync variant and refuses an unknown one alike") {
+  const Topology topology = load_topology(aapc::test::topology_path("8-two-switch"));
+  const TreeModel model(topology);
+  for (const auto& algorithm : selectable()) {
+    INFO(algorithm);
+    for (const auto& sync : SyncSpec::names()) CHECK_NOTHROW(choose(model, algorithm + "+" + sync, 1 << 20));
+    CHECK_NOTHROW(choose(model, algorithm + "+auto", 1 << 20));
+    // Until the registry, "auto+often" ran auto while "ring+often" was refused.
+    CHECK_THROWS_WITH(choose(model, algorithm + "+often", 1 << 20), "unknown sync variant 'often'");
+    CHECK_THROWS_WITH(parse_plan_spec(algorithm + "+often"), "unknown sync variant 'often'");
+  }
+  CHECK_THROWS_WITH(choose(model, "trees+often", 1 << 20), "unknown schedule 'trees'");
+  CHECK_THROWS_WITH(choose(model, "ring:3", 1 << 20), "unknown schedule 'ring:3'");
+  CHECK_THROWS_WITH(choose(model, "cgm", 1 << 20), "unknown schedule 'cgm'");  // an alltoallv's pattern only
 }
 
 TEST_CASE("the all-to-many rows build a pattern's partial permutations; a dense name does not") {
