@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "aapc/client.hpp"
+#include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/alltomany.hpp"
 #include "aapc/sched/topology.hpp"
 #include "pattern.h"
@@ -231,8 +232,11 @@ int main(int argc, char** argv) {
   RunArgs a;
   auto* runc = app.add_subcommand("run", "exchanges of --size bytes per pair, timed as in the papers (exchange, then barrier)");
   runc->add_option("--size,-s", a.size, "block per pair of machines, e.g. 64K, 1M")->capture_default_str();
-  runc->add_option("--schedule", a.options.schedule, "auto, tree, sync-shuffle, group-shuffle, pairwise, ring, linear, ...")->capture_default_str();
-  runc->add_option("--group", a.options.group, "w of group-shuffle")->capture_default_str();
+  runc->add_option("--schedule", a.options.schedule,
+                   "auto, " + aapc::sched::algorithm_usages(aapc::sched::AlgorithmInput::kDense) + "; with --sparse also " +
+                       aapc::sched::algorithm_usages(aapc::sched::AlgorithmInput::kPattern))
+      ->capture_default_str();
+  runc->add_option_function<int>("--group", [&a](int w) { a.options.group = w; }, "the schedule's parameter when --schedule gives none (group-shuffle's W)");
   runc->add_option("--sync", a.options.sync, "auto, none, sender-all, receiver-all, barrier-all, sender-partial:4, ...")->capture_default_str();
   runc->add_option("--iters,-n", a.iters, "timed exchanges")->check(CLI::PositiveNumber)->capture_default_str();
   runc->add_option("--warmup", a.warmup, "untimed exchanges first")->check(CLI::NonNegativeNumber)->capture_default_str();

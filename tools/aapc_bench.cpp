@@ -18,6 +18,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/dot.hpp"
 #include "aapc/sched/tree.hpp"
 #include "bench/bench.hpp"
@@ -165,7 +166,8 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->excludes("--rate");
   app.add_option("--sizes", a.sizes, "block sizes")->capture_default_str();
-  app.add_option("--schedules", a.schedules, "aapc schedules")->capture_default_str();
+  app.add_option("--schedules", a.schedules, "aapc schedules: auto, " + aapc::sched::algorithm_usages(aapc::sched::AlgorithmInput::kDense))
+      ->capture_default_str();
   app.add_option("--tree-syncs", a.tree_syncs, "sync variants swept for the tree schedule")->capture_default_str();
   app.add_option("--mpi", a.mpi, "MPI baselines: openmpi, mpich (none for no MPI)")->capture_default_str();
   app.add_flag("!--default-mpi-algorithms-only", a.all_mpi_algorithms, "only the MPIs' default algorithm, not every forced one");

@@ -4,6 +4,7 @@
 //   aapc-sched show TOPO --algo ALGO [--sync SYNC] [--format text|json]
 //   aapc-sched verify TOPO --algo ALGO [--sync SYNC]
 //   aapc-sched list
+//   aapc-sched algorithms [--markdown]
 //   aapc-sched predict TOPO [--size 64K] [--rate R] [--algo ALGO] [--sync SYNC] [hand-over terms] [--json]
 //   aapc-sched generate --machines N --switches S [--shape random|chain|star|one|two-level] [--seed X]
 #include <CLI/CLI.hpp>
@@ -76,9 +77,27 @@ int cmd_info(const std::string& path) {
   return 0;
 }
 
+// The registry (aapc/sched/algorithms.def), one algorithm a line, or as docs/guide.md's table.
+int cmd_algorithms(bool markdown) {
+  if (markdown) {
+    std::cout << algorithms_markdown();
+    return 0;
+  }
+  std::size_t width = 0;
+  for (const AlgorithmInfo& info : algorithms()) width = std::max(width, info.usage().size());
+  for (const AlgorithmInfo& info : algorithms()) {
+    const std::string usage = info.usage();
+    std::cout << usage << std::string(width + 2 - usage.size(), ' ') << info.description;
+    if (!info.param.empty()) std::cout << " (" << info.param << " = " << info.param_default << " by default)";
+    if (info.input == AlgorithmInput::kPattern) std::cout << "; alltoallv only";
+    std::cout << "\n";
+  }
+  return 0;
+}
+
 AlgorithmSpec algorithm_option(const std::string& algo) {
   auto spec = AlgorithmSpec::parse(algo);
-  if (!spec) throw CLI::ValidationError("--algo", "unknown algorithm '" + algo + "'; one of: " + join(AlgorithmSpec::names(), ", "));
+  if (!spec) throw CLI::ValidationError("--algo", "unknown algorithm '" + algo + "'; one of: " + algorithm_usages(AlgorithmInput::kDense));
   return *spec;
 }
 
@@ -616,7 +635,7 @@ int main(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "machines, switches, root and subtrees, bottleneck links, load, peak aggregate throughput");
   info->add_option("TOPO", topo, "topology file or shipped name")->required();
 
-  auto algo_help = "schedule: " + join(AlgorithmSpec::names(), ", ") + " (group-shuffle:W sets the group size)";
+  auto algo_help = "schedule: " + algorithm_usages(AlgorithmInput::kDense) + " (`aapc-sched algorithms` says what each is)";
   auto sync_help = "synchronisation of phases: " + join(SyncSpec::names(), ", ") + " (:N sets the block size bs)";
 
   auto* show = app.add_subcommand("show", "the phase table (like the papers' Table 4); with --sync, the plan and its size");
@@ -632,6 +651,9 @@ int main(int argc, char** argv) {
   ver->add_option("--sync,-s", sync, sync_help)->capture_default_str();
 
   app.add_subcommand("list", "the shipped topologies with their load and peak throughput");
+  bool markdown = false;
+  auto* algos = app.add_subcommand("algorithms", "the registry of algorithms: name, parameter, where contention-free, what it schedules, what it is");
+  algos->add_flag("--markdown", markdown, "as the table in docs/guide.md");
 
   int machines = 8, switches = 2;
   std::string shape = "random", rate = "1Gbit";
@@ -666,6 +688,7 @@ int main(int argc, char** argv) {
     if (ver->parsed()) return cmd_verify(topo, algo, sync);
     if (sparse->parsed()) return cmd_sparse(topo, degree, sparse->count("--seed") != 0 ? seed : 14, size, sparse_rate);
     if (gen->parsed()) return cmd_generate(machines, switches, shape, seed, rate);
+    if (algos->parsed()) return cmd_algorithms(markdown);
     return cmd_list();
   } catch (const CLI::Error& e) {
     app.exit(e);

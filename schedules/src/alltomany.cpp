@@ -4,6 +4,9 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "aapc/sched/generate.hpp"
+#include "builders.hpp"
+
 namespace aapc::sched {
 namespace {
 
@@ -192,28 +195,46 @@ std::string check_permutations(const SparsePattern& pattern, const Permutations&
   return {};
 }
 
-Schedule sparse_schedule(const SparsePattern& pattern, const std::string& algorithm, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  Permutations perms;
-  if (algorithm == "cgm") {
-    perms = compact_global_masking(pattern, rng);
-  } else if (algorithm == "gm") {
-    perms = global_masking(pattern, rng);
-  } else if (algorithm == "lp") {
-    perms = linear_permutation(pattern);
-  } else {
-    throw std::invalid_argument("unknown all-to-many algorithm '" + algorithm + "' (cgm, gm or lp)");
-  }
+namespace {
+
+// Permutations of `in.pattern` as a schedule of one partner per round, without self messages.
+// Contention-free on one switch only: in a partial permutation a node sends and receives at most
+// once (Ranka/Wang/Fox), but on a tree two of its messages may share a link.
+Schedule permutation_schedule(const char* name, const BuildInput& in, Permutations perms) {
+  const SparsePattern& pattern = *in.pattern;
   Schedule s;
-  s.algorithm = algorithm;
+  s.algorithm = name;
   s.machines = pattern.n;
-  s.contention_free = true;
+  s.contention_free = in.topology.single_switch();
   for (auto& perm : perms) {
     perm.erase(std::remove_if(perm.begin(), perm.end(), [](const Message& m) { return m.src == m.dst; }), perm.end());
     if (!perm.empty()) s.phases.push_back(std::move(perm));
   }
   s.programs = programs_from_phases(pattern.n, s.phases);
   return s;
+}
+
+}  // namespace
+
+// The registry's builders (algorithms.def). lp schedules every pair (single_switch.cpp) or,
+// given one, a pattern.
+Schedule build_cgm(const BuildInput& in) {
+  std::mt19937_64 rng(in.seed);
+  return permutation_schedule("cgm", in, compact_global_masking(*in.pattern, rng));
+}
+
+Schedule build_gm(const BuildInput& in) {
+  std::mt19937_64 rng(in.seed);
+  return permutation_schedule("gm", in, global_masking(*in.pattern, rng));
+}
+
+Schedule build_lp(const BuildInput& in) {
+  if (in.pattern == nullptr) return lp_schedule(in.topology.machine_count());
+  return permutation_schedule("lp", in, linear_permutation(*in.pattern));
+}
+
+Schedule sparse_schedule(const SparsePattern& pattern, const std::string& algorithm, std::uint64_t seed) {
+  return pattern_schedule(single_switch_topology(pattern.n), pattern, algorithm, seed);
 }
 
 }  // namespace aapc::sched

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "aapc/sched/frame.hpp"
+
 namespace aapc::sched {
 
 namespace {
@@ -109,7 +111,7 @@ Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes) {
   // (2026-11-23, eager blocks): 8-one-switch (fits up to 358 B) 8 B bruck 1.92, hypercube 1.90,
   // sync-shuffle 2.08; 256 B 1.99 / 1.97 / 2.13; 1 KiB 2.92 / 2.93 / 2.45; 2 KiB 4.08 / 4.07 /
   // 3.18. Bruck rather than the hypercube: within noise of it, and for any number of machines.
-  constexpr std::uint64_t kFrameHeadroom = 30 + 24;  // the DATA header (engine's wire.hpp) and a key's tag
+  constexpr std::uint64_t kFrameHeadroom = kFrameDataHeaderBytes + kFrameTagBytes;  // the DATA header and a key's tag
   const auto half = static_cast<std::uint64_t>((model.topology().machine_count() + 1) / 2);
   const std::uint64_t payload = topology.mtu() > static_cast<int>(kFrameHeadroom) ? static_cast<std::uint64_t>(topology.mtu()) - kFrameHeadroom : 0;
   if (block_bytes > 0 && block_bytes != kAnyBlockSize && half * block_bytes <= payload)
@@ -153,8 +155,9 @@ PlanSpec parse_plan_spec(std::string_view text) {
 std::string format_plan_spec(const AlgorithmSpec& algorithm, const SyncSpec& sync) { return join_spec(algorithm.name(), sync.name()); }
 
 Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block_bytes) {
-  if (read_spec(spec).algorithm == "auto") return auto_choice(model, block_bytes);  // its own sync, whatever was given
+  // Parsed whole first: a sync variant that is not one is refused after every algorithm, auto too.
   const PlanSpec plan = parse_plan_spec(spec);
+  if (!plan.algorithm) return auto_choice(model, block_bytes);  // its own sync, whichever was given
   if (plan.sync) return {*plan.algorithm, *plan.sync, "given"};
   const bool tree = plan.algorithm->algorithm == Algorithm::kTree;
   return {*plan.algorithm, tree ? SyncSpec{SyncKind::kSenderAll, 1} : SyncSpec{}, tree ? "given; the tree's default tokens" : "given; no tokens by default"};

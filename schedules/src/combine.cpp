@@ -8,6 +8,7 @@
 #include <string>
 
 #include "aapc/sched/algorithms.hpp"
+#include "builders.hpp"
 
 namespace aapc::sched {
 namespace {
@@ -119,5 +120,8 @@ Schedule hypercube_schedule(int p) {
   return simulate("hypercube", p, steps, partner, partner,
                   [](Rank holder, const CombinePiece& piece, int k) { return ((holder ^ piece.dest) >> k) & 1 ? holder ^ (1 << k) : -1; });
 }
+
+Schedule build_bruck(const BuildInput& in) { return bruck_schedule(in.topology.machine_count()); }
+Schedule build_hypercube(const BuildInput& in) { return hypercube_schedule(in.topology.machine_count()); }
 
 }  // namespace aapc::sched

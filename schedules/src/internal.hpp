@@ -1,8 +1,10 @@
-// Helpers shared by the sync planner and the verifier (not installed).
+// Helpers shared by the sync planner, the verifier and the parsers (not installed).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -11,6 +13,11 @@
 #include "aapc/sched/verify.hpp"
 
 namespace aapc::sched::detail {
+
+// Splits "name:4", "name(4)" or "name=4" into name and parameter (at least 1); false when the
+// parameter is not such a number. The one grammar of an algorithm's and a sync variant's
+// parameter (AlgorithmSpec::parse, SyncSpec::parse).
+bool split_param(std::string_view text, std::string_view& name, std::optional<int>& param);
 
 // The checks of a combining schedule (verify_combine.cpp), added to `report`.
 void verify_combine(const Topology& topology, const Schedule& schedule, VerifyReport& report);

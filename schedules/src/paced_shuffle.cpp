@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "aapc/sched/algorithms.hpp"
+#include "builders.hpp"
 
 namespace aapc::sched {
 
@@ -25,5 +26,7 @@ Schedule paced_shuffle_schedule(const TreeModel& model, double share) {
   s.contention_free = false;
   return s;
 }
+
+Schedule build_paced_shuffle(const BuildInput& in) { return paced_shuffle_schedule(TreeModel(in.topology)); }
 
 }  // namespace aapc::sched

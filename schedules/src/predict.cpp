@@ -11,17 +11,17 @@
 #include <stdexcept>
 #include <string>
 
+#include "aapc/sched/frame.hpp"
 #include "aapc/sched/sync.hpp"
 #include "aapc/sched/tree.hpp"
 
 namespace aapc::sched {
 namespace {
 
-// What aapc puts in a frame (engine/wire/include/aapc/wire/wire.hpp; schedules/ includes no
-// engine header, so the sizes are repeated here): the Ethernet header, then a 30-byte data
-// header and up to MTU - 30 bytes of a block.
-constexpr std::uint64_t kEthHeaderBytes = 14;
-constexpr std::uint64_t kDataHeaderBytes = 30;
+// What aapc puts in a frame (aapc/sched/frame.hpp, the lengths the wire lays out): the Ethernet
+// header, then the data header and up to MTU minus that header of a block.
+constexpr std::uint64_t kEthHeaderBytes = kFrameEthHeaderBytes;
+constexpr std::uint64_t kDataHeaderBytes = kFrameDataHeaderBytes;
 
 std::size_t idx(std::int64_t x) { return static_cast<std::size_t>(x); }
 

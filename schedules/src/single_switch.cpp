@@ -4,6 +4,7 @@
 #include <string>
 
 #include "aapc/sched/algorithms.hpp"
+#include "builders.hpp"
 
 namespace aapc::sched {
 namespace {
@@ -163,5 +164,17 @@ Schedule group_shuffle_schedule(int p, int w) {
   }
   return s;
 }
+
+// The registry's builders (algorithms.def).
+Schedule build_linear(const BuildInput& in) { return linear_schedule(in.topology.machine_count()); }
+Schedule build_ring(const BuildInput& in) { return ring_schedule(in.topology.machine_count()); }
+Schedule build_pairwise(const BuildInput& in) {
+  const int p = in.topology.machine_count();
+  return (p & (p - 1)) == 0 ? pairwise_xor_schedule(p) : pairwise_ec_schedule(p);
+}
+Schedule build_pairwise_xor(const BuildInput& in) { return pairwise_xor_schedule(in.topology.machine_count()); }
+Schedule build_pairwise_ec(const BuildInput& in) { return pairwise_ec_schedule(in.topology.machine_count()); }
+Schedule build_sync_shuffle(const BuildInput& in) { return sync_shuffle_schedule(in.topology.machine_count()); }
+Schedule build_group_shuffle(const BuildInput& in) { return group_shuffle_schedule(in.topology.machine_count(), in.param); }
 
 }  // namespace aapc::sched

@@ -5,6 +5,7 @@
 
 #include "aapc/sched/alltomany.hpp"
 #include "aapc/sched/sync.hpp"
+#include "builders.hpp"
 
 namespace aapc::sched {
 namespace {
@@ -163,26 +164,24 @@ Schedule broadcast_schedule(int machines, Rank root) {
   return s;
 }
 
-std::optional<std::string> forced_sparse_algorithm(std::string_view algorithm) {
-  if (algorithm == "cgm" || algorithm == "gm" || algorithm == "cgm-links" || algorithm == "sparse") return std::string(algorithm);
-  return std::nullopt;
+// The registry's builders (algorithms.def).
+Schedule build_cgm_links(const BuildInput& in) {
+  Schedule s;
+  s.algorithm = "cgm-links";
+  s.machines = in.pattern->n;
+  s.contention_free = true;
+  s.phases = link_masking(in.topology, *in.pattern);
+  s.programs = programs_from_phases(s.machines, s.phases);
+  return s;
 }
+
+Schedule build_sparse(const BuildInput& in) { return in.topology.single_switch() ? build_cgm(in) : build_cgm_links(in); }
 
 Schedule planned_sparse(const Topology& topology, const SparsePattern& pattern, const std::string& algorithm,
                         const std::optional<SyncSpec>& sync) {
   if (pattern.n != topology.machine_count())
     throw std::invalid_argument("a pattern of " + std::to_string(pattern.n) + " ranks on " + std::to_string(topology.machine_count()) + " machines");
-  const std::string name = algorithm != "sparse" ? algorithm : topology.single_switch() ? "cgm" : "cgm-links";
-  Schedule s;
-  if (name == "cgm-links") {
-    s.algorithm = name;
-    s.machines = pattern.n;
-    s.phases = link_masking(topology, pattern);
-    s.programs = programs_from_phases(pattern.n, s.phases);
-  } else {
-    s = sparse_schedule(pattern, name);
-  }
-  s.contention_free = topology.single_switch() || name == "cgm-links";
+  Schedule s = pattern_schedule(topology, pattern, algorithm);
   const SyncSpec given = sync ? *sync : topology.single_switch() ? SyncSpec{} : SyncSpec{SyncKind::kSenderAll, 1};
   return plan_sync(topology, s, given);
 }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "aapc/sched/algorithms.hpp"
+#include "builders.hpp"
 
 namespace aapc::sched {
 namespace {
@@ -253,5 +254,7 @@ Schedule tree_schedule(const TreeModel& model) {
   sched.programs = programs_from_phases(sched.machines, sched.phases);
   return sched;
 }
+
+Schedule build_tree(const BuildInput& in) { return tree_schedule(TreeModel(in.topology)); }
 
 }  // namespace aapc::sched

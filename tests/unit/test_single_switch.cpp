@@ -91,7 +91,7 @@ TEST_CASE("algorithm names parse and print") {
     REQUIRE(spec);
     CHECK(spec->name() == name);
   }
-  CHECK(AlgorithmSpec::parse("group-shuffle(5)")->group == 5);
+  CHECK(AlgorithmSpec::parse("group-shuffle(5)")->param == 5);
   CHECK(!AlgorithmSpec::parse("ring:3"));
   CHECK(!AlgorithmSpec::parse("bogus"));
   CHECK(!AlgorithmSpec::parse("group-shuffle:0"));

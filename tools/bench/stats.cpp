@@ -10,11 +10,19 @@
 #include <optional>
 #include <sstream>
 
+#include "aapc/sched/algorithms.hpp"
 #include "bench/bench.hpp"
 
 namespace aapc::bench {
 
 namespace {
+
+// Whether what ran ("tree", "group-shuffle:4", "cgm-links: 12 phases, ...") keeps every link of a
+// tree within its rate: contention-free phases, or pacing (docs/design.md, Fast links).
+bool contention_free_on_trees(const std::string& ran) {
+  const sched::AlgorithmInfo* info = sched::find_algorithm(std::string_view(ran).substr(0, ran.find(':')));
+  return info != nullptr && (info->kind == sched::AlgorithmKind::kTree || info->kind == sched::AlgorithmKind::kPaced);
+}
 
 // Why a point falls short of 90% of the limit, from what it measured.
 std::string why(const Json& p, double fraction, bool multi_switch) {
@@ -33,8 +41,7 @@ std::string why(const Json& p, double fraction, bool multi_switch) {
   if (wait > 0.1 * secs) reasons.push_back("sync wait " + std::to_string(static_cast<int>(wait / secs * 100)) + "%");
   if (cpu > 0.8 * secs) reasons.push_back("daemon CPU " + std::to_string(static_cast<int>(cpu / secs * 100)) + "%");
   const std::string s = p.value("schedule", std::string());
-  // The paced shuffle keeps every link within its rate by pacing (docs/design.md, Fast links).
-  if (multi_switch && s != "tree" && s != "paced-shuffle") reasons.push_back("not contention-free on this tree");
+  if (multi_switch && !contention_free_on_trees(s)) reasons.push_back("not contention-free on this tree");
   const double fixed = secs - p.value("exchange_s", secs);
   if (fixed > 0.1 * secs) reasons.push_back("barrier/start " + std::to_string(static_cast<int>(fixed / secs * 100)) + "%");
   if (reasons.empty()) reasons.push_back("per-exchange overhead at this size");

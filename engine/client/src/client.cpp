@@ -401,11 +401,11 @@ struct StartMessage {
   proto::StartRequest request;
 };
 
-// The spec of aapc/sched/spec.hpp for `o`: the group size belongs to the group shuffle's name.
+// The spec of aapc/sched/spec.hpp for `o`: a parameter given apart is written after the name.
 StartMessage Client::start_message(int kind, const Options& o) const {
   StartMessage m;
   m.request.kind = static_cast<proto::Kind>(kind);
-  const std::string schedule = o.schedule == "group-shuffle" ? "group-shuffle:" + std::to_string(std::max(1, o.group)) : o.schedule;
+  const std::string schedule = o.group ? o.schedule + ":" + std::to_string(*o.group) : o.schedule;
   m.request.spec = sched::join_spec(schedule, o.sync);
   m.request.timeout_ms = static_cast<std::uint32_t>(o.timeout.count());
   if (group_) m.request.group = group_->slot;

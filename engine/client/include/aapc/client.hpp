@@ -44,14 +44,15 @@
 namespace aapc {
 
 struct Options {
-  // "auto" (chosen from the topology and the block size), "tree", "sync-shuffle",
-  // "group-shuffle" (w = group), "pairwise", "ring", "linear", "pairwise-ec", "pairwise-xor",
-  // "lp", and for alltoall with tiny blocks the combining "bruck" (any number of ranks) and
-  // "hypercube" (a power of two). For alltoallv also the all-to-many decompositions "sparse"
-  // (cgm on one switch, cgm-links on a tree), "cgm", "gm", "cgm-links": the daemons first agree
-  // on the pattern (docs/sparse.md), as `auto` does on a tree of switches.
+  // "auto" (chosen from the topology and the block size) or an algorithm of the registry, with
+  // its parameter if it takes one ("group-shuffle:8"): docs/guide.md lists them, and so does
+  // `aapc-sched --help`. For alltoallv also the all-to-many decompositions ("sparse", "cgm",
+  // ...): the daemons first agree on the pattern (docs/sparse.md), as `auto` does on a tree of
+  // switches.
   std::string schedule = "auto";
-  int group = 4;
+  // The schedule's parameter when `schedule` gives none (group-shuffle's W); unset: the
+  // algorithm's default. An algorithm without a parameter refuses one.
+  std::optional<int> group;
   // "auto", or one of "none", "dummy", "sender-all", "sender-partial:BS", "receiver-all",
   // "receiver-partial:BS", "barrier-all", "barrier-partial-none:BS",
   // "barrier-partial-sender:BS", "barrier-partial-receiver:BS".

@@ -1,7 +1,10 @@
-// The schedule algorithms of the papers.
+// The schedule algorithms of the papers, and their registry (algorithms.def): one row per
+// algorithm that the parser, names(), the tools' --help and the docs read.
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,20 +15,66 @@
 
 namespace aapc::sched {
 
+struct SparsePattern;  // alltomany.hpp
+
+// The algorithms of the registry (algorithms.def), one enumerator per row.
 enum class Algorithm : std::uint8_t {
-  kLinear,        // every node sends to 0..N-1 in order: the unscheduled baseline (Ranka's AC)
-  kRing,          // shift: round k sends to i+k (Tam/Wang Alg. 1)
-  kPairwise,      // XOR pairing for powers of two, edge colouring otherwise
-  kPairwiseXor,   // XOR pairing; only for powers of two
-  kPairwiseEc,    // edge-colouring pairing of Tam/Wang Fig. 1 for any p
-  kLp,            // Ranka's linear permutation: XOR over the next power of two, idle slots
-  kSyncShuffle,   // Tam/Wang Alg. 2: one round, packet-level interleave of all destinations
-  kGroupShuffle,  // Tam/Wang Alg. 3: rounds of w edge-coloured partners, interleaved
-  kPacedShuffle,  // Alg. 2's one round, every block paced at its bottleneck link's share
-  kTree,          // Faraj/Yuan contention-free phases for any tree
-  kBruck,         // Bruck et al. 1997 index algorithm: ceil(log2 p) combining steps, any p
-  kHypercube,     // Sur/Jin/Panda 3.2.1 hypercube combining: log2 p steps; p a power of two
+#define AAPC_ALGORITHM(ID, NAME, PARAM, DEFAULT, KIND, INPUT, BUILDER, DESCRIPTION) ID,
+#include "aapc/sched/algorithms.def"
+#undef AAPC_ALGORITHM
 };
+
+// Where an algorithm's phases are free of contention (docs/design.md, "Schedules and the papers").
+enum class AlgorithmKind : std::uint8_t {
+  kSwitch,     // on one switch; on a tree of switches an unscheduled baseline (contention_free false)
+  kTree,       // on any tree of switches
+  kPaced,      // every link within its rate by pacing, not phase by phase (docs/design.md, Fast links)
+  kCombining,  // blocks combined into few messages forwarded through other nodes: alltoall only
+};
+
+// What an algorithm schedules.
+enum class AlgorithmInput : std::uint8_t {
+  kDense,    // every ordered pair's block (alltoall; an alltoallv skips its empty blocks)
+  kPattern,  // an alltoallv's pattern of non-empty blocks, as partial permutations: alltoallv only
+  kEither,   // either
+};
+
+// What a builder gets: the topology, the parameter (the row's default when a spec gives none),
+// and for an alltoallv's decomposition its pattern (nullptr: every pair) and a random seed.
+struct BuildInput {
+  const Topology& topology;
+  int param = 0;
+  const SparsePattern* pattern = nullptr;
+  std::uint64_t seed = 1;
+};
+
+// One row of the registry (algorithms.def).
+struct AlgorithmInfo {
+  Algorithm id;
+  std::string_view name;
+  std::string_view param;  // the letter of its one integer parameter ("W"), empty for none
+  int param_default;
+  AlgorithmKind kind;
+  AlgorithmInput input;
+  Schedule (*build)(const BuildInput&);
+  std::string_view description;
+
+  // NAME, or NAME[:W] for an algorithm with a parameter.
+  std::string usage() const;
+};
+
+// Every row, in the registry's order.
+std::span<const AlgorithmInfo> algorithms();
+// The row of `name` (without a parameter); nullptr when there is none.
+const AlgorithmInfo* find_algorithm(std::string_view name);
+const AlgorithmInfo& algorithm_info(Algorithm id);
+// The usages of the algorithms a spec may name, joined with ", ", as --help lists them: with
+// kDense those that schedule every pair (make_schedule), with kPattern those that schedule only
+// an alltoallv's pattern (planned_sparse, which the daemon runs for them).
+std::string algorithm_usages(AlgorithmInput input);
+// The registry as the Markdown table in docs/guide.md (unit test "the docs list the registry's
+// algorithms").
+std::string algorithms_markdown();
 
 // What a paced schedule takes of each link's rate: the engine's timers wake late by tens of
 // microseconds on a busy host, and a link paced at exactly its rate keeps whatever queue that
@@ -33,19 +82,21 @@ enum class Algorithm : std::uint8_t {
 // 8-two-switch at 100 Mbit/s, with no frame resent at either.)
 inline constexpr double kPacedShare = 0.99;
 
+// A dense algorithm of the registry and its parameter.
 struct AlgorithmSpec {
   Algorithm algorithm = Algorithm::kTree;
-  int group = 4;  // w for group-shuffle
+  int param = 4;  // the row's parameter (group-shuffle's W); ignored by an algorithm without one
 
-  // "tree", "linear", "ring", "pairwise", "pairwise-xor", "pairwise-ec", "lp",
-  // "sync-shuffle", "group-shuffle" or "group-shuffle:W", "paced-shuffle", "bruck", "hypercube".
+  // "NAME" or "NAME:P" (also "NAME(P)", "NAME=P") for a row that takes a parameter and does not
+  // need an alltoallv's pattern (AlgorithmInput kDense, kEither); nullopt for anything else.
   static std::optional<AlgorithmSpec> parse(std::string_view text);
   std::string name() const;
+  // Every dense algorithm, with its default parameter ("group-shuffle:4").
   static std::vector<std::string> names();
 };
 
-// Builds the schedule of `spec` on `topology`; throws std::invalid_argument when the algorithm
-// does not apply (e.g. pairwise-xor on 6 machines).
+// Builds the schedule of `spec` on `topology` (the row's builder); throws std::invalid_argument
+// when the algorithm does not apply (e.g. pairwise-xor on 6 machines) or needs a pattern.
 Schedule make_schedule(const Topology& topology, const AlgorithmSpec& spec);
 
 // The single-switch algorithms need only the number of machines.

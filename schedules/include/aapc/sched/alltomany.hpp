@@ -44,9 +44,15 @@ Permutations compact_global_masking(const SparsePattern& pattern, std::mt19937_6
 // (a node sends at most once and receives at most once). Empty string when correct.
 std::string check_permutations(const SparsePattern& pattern, const Permutations& perms);
 
-// A schedule whose phases are the permutations of `algorithm` ("cgm", "gm" or "lp"), without
-// self messages; rounds of one partner each.
+// A schedule whose phases are the permutations of `algorithm` ("cgm", "gm" or "lp": any
+// algorithm of the registry that schedules a pattern, planned as on one switch), without self
+// messages; rounds of one partner each.
 Schedule sparse_schedule(const SparsePattern& pattern, const std::string& algorithm, std::uint64_t seed = 1);
+
+// The schedule of `pattern` by `algorithm`, a row of the registry (algorithms.def) whose input is
+// a pattern (lp, cgm, gm, cgm-links, sparse), on `topology`, without sync; throws
+// std::invalid_argument for any other name.
+Schedule pattern_schedule(const Topology& topology, const SparsePattern& pattern, std::string_view algorithm, std::uint64_t seed = 1);
 
 // --- alltoallv on the wire (issue 14, item 3) ------------------------------------------------
 
@@ -83,8 +89,9 @@ Schedule broadcast_schedule(int machines, Rank root);
 // the degree. On one switch it is a CGM ordered by load.
 Permutations link_masking(const Topology& topology, const SparsePattern& pattern);
 
-// The all-to-many algorithm a schedule spec's algorithm part forces: "cgm", "gm", "cgm-links", or
-// "sparse" (planned_sparse's choice); nullopt for every other (dense) name.
+// The all-to-many algorithm a schedule spec's algorithm part forces: a row of the registry that
+// schedules only a pattern ("cgm", "gm", "cgm-links", or "sparse", planned_sparse's choice);
+// nullopt for every other (dense) name.
 std::optional<std::string> forced_sparse_algorithm(std::string_view algorithm);
 
 // The all-to-many schedule `algorithm` ("cgm", "gm", "lp", "cgm-links", or "sparse": cgm on one

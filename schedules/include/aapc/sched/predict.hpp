@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/frame.hpp"
 #include "aapc/sched/schedule.hpp"
 #include "aapc/sched/topology.hpp"
 
@@ -39,9 +40,9 @@ struct HandOver {
   // Full frames the token queues behind at each link it crosses; a sender-based token's first
   // link holds its own round's last frame, which the round's time already counts.
   double frames_ahead = 1.0;
-  // The token's own frame, serialised at each link it crosses: the Ethernet header, the 44-byte
-  // control header and at most 64 bytes of the exchange's descriptor (before the wire's extra).
-  std::uint32_t token_bytes = 14 + 44 + 64;
+  // The token's own frame, serialised at each link it crosses: the Ethernet header, the control
+  // header and at most 64 bytes of the exchange's descriptor (before the wire's extra).
+  std::uint32_t token_bytes = kFrameEthHeaderBytes + kFrameControlHeaderBytes + 64;
   double per_switch_s = 0.5e-6;  // each switch it crosses: the switch's forwarding latency
   double per_nic_s = 1e-6;       // each NIC it crosses: the emitter's and the waiter's
   double engine_s = 0.2e-6;      // the two engines: build, parse and act on the token (measured)

@@ -78,6 +78,7 @@
 #include <string_view>
 #include <utility>
 
+#include "aapc/sched/frame.hpp"
 #include "aapc/wire/crc.hpp"  // crc32c()
 
 namespace aapc::engine {
@@ -91,11 +92,12 @@ inline constexpr std::uint8_t kVersion = 5;
 inline constexpr std::uint8_t kVersionAuth = 6;     // a ChaCha20-Poly1305 tag follows the payload
 inline constexpr std::uint8_t kVersionAuthGcm = 7;  // an AES-256-GCM tag follows the payload
 inline constexpr bool tagged_version(std::uint8_t version) { return version == kVersionAuth || version == kVersionAuthGcm; }
-inline constexpr std::size_t kTagLen = 24;  // counter (8) + MAC (16)
+inline constexpr std::size_t kTagLen = sched::kFrameTagBytes;  // counter (8) + MAC (16)
 inline constexpr std::size_t kKeyLen = 32;
-inline constexpr std::size_t kEthHeaderLen = 14;
-inline constexpr std::size_t kHeaderLen = 44;      // the control header: every frame but DATA
-inline constexpr std::size_t kDataHeaderLen = 30;  // the data header
+// The lengths are defined in aapc/sched/frame.hpp, where the schedules count frames too.
+inline constexpr std::size_t kEthHeaderLen = sched::kFrameEthHeaderBytes;
+inline constexpr std::size_t kHeaderLen = sched::kFrameControlHeaderBytes;  // the control header: every frame but DATA
+inline constexpr std::size_t kDataHeaderLen = sched::kFrameDataHeaderBytes;  // the data header
 inline constexpr std::size_t kFrameOverhead = kEthHeaderLen + kHeaderLen;
 inline constexpr std::size_t kDataFrameOverhead = kEthHeaderLen + kDataHeaderLen;
 // How much longer a control header is than a data header: a control frame's payload is that
