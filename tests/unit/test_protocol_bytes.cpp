@@ -5,11 +5,15 @@
 // encoders and decoders as first written, one function per message and direction.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "protocol_samples.hpp"
@@ -202,6 +206,26 @@ TEST_CASE("every control message encodes to the bytes protocol version 2 always 
     REQUIRE(g != golden().end());
     CHECK(test::hex(s.bytes) == g->second.hex);
   }
+}
+
+// Every request's types (kTypes), gathered from the requests the daemon serves.
+template <typename... M>
+std::set<std::uint16_t> request_types(std::type_identity<std::variant<M...>> /*requests*/) {
+  std::set<std::uint16_t> types;
+  (..., [&] {
+    for (const proto::RequestType& t : M::kTypes) types.insert(static_cast<std::uint16_t>(t.type));
+  }());
+  return types;
+}
+
+TEST_CASE("every message type has a sample here, so that its bytes are pinned") {
+  std::set<std::uint16_t> sampled;
+  for (const ProtocolSample& s : test::protocol_samples()) sampled.insert(proto::header_of(s.bytes)->type);
+  const std::set<std::uint16_t> requests = request_types(std::type_identity<proto::AnyRequest>{});
+  for (std::uint16_t t : requests) CHECK(sampled.contains(t));
+  // Replies have no list of their own: a type up to the highest in use is a message's.
+  const std::uint16_t highest = std::max(*requests.rbegin(), *sampled.rbegin());
+  for (std::uint16_t t = 1; t <= highest; ++t) CHECK(sampled.contains(t));
 }
 
 TEST_CASE("the decoders accept and refuse a message's neighbours as they always did") {
