@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -15,6 +16,7 @@
 #include "aapc/sched/choice.hpp"
 #include "aapc/sched/dot.hpp"
 #include "aapc/wire/serial.hpp"
+#include "protocol_samples.hpp"
 
 using namespace aapc;
 
@@ -162,6 +164,16 @@ void every_request_round_trips(std::type_identity<std::variant<M...>> /*requests
   (every_field_round_trips<M>(), ...);
 }
 
+// Every request's types (kTypes), gathered from the requests the daemon serves.
+template <typename... M>
+std::set<std::uint16_t> request_types(std::type_identity<std::variant<M...>> /*requests*/) {
+  std::set<std::uint16_t> types;
+  (..., [&] {
+    for (const proto::RequestType& t : M::kTypes) types.insert(static_cast<std::uint16_t>(t.type));
+  }());
+  return types;
+}
+
 }  // namespace
 
 TEST_CASE("every field of every control message is carried, read from its one field list") {
@@ -173,6 +185,16 @@ TEST_CASE("every field of every control message is carried, read from its one fi
   every_field_round_trips<proto::GroupQueryReply>();
   every_field_round_trips<proto::StatusReply>();
   every_field_round_trips<proto::ErrorReply>();
+}
+
+TEST_CASE("every message type has a sample in protocol_samples.hpp, so that its bytes are pinned") {
+  std::set<std::uint16_t> sampled;
+  for (const test::ProtocolSample& s : test::protocol_samples()) sampled.insert(proto::header_of(s.bytes)->type);
+  const std::set<std::uint16_t> requests = request_types(std::type_identity<proto::AnyRequest>{});
+  for (std::uint16_t t : requests) CHECK(sampled.contains(t));
+  // Replies have no list of their own: a type up to the highest in use is a message's.
+  const std::uint16_t highest = std::max(*requests.rbegin(), *sampled.rbegin());
+  for (std::uint16_t t = 1; t <= highest; ++t) CHECK(sampled.contains(t));
 }
 
 TEST_CASE("every control message round-trips, and a cut or a byte too many is refused") {
