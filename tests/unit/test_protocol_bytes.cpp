@@ -260,7 +260,7 @@ TEST_CASE("names and specs longer than their bounds are refused, the longest all
 
 TEST_CASE("random payloads of every type are read as they always were") {
   // Random bytes after a valid header, of every pinned type, many of them 0 (counts and lengths
-  // that fit), read by the request decoder and by every reply's decoder.
+  // that fit), read by the request decoder and by every pinned reply's decoder.
   const auto samples = test::protocol_samples();
   std::mt19937 rng(37);
   Digest d;
@@ -271,7 +271,7 @@ TEST_CASE("random payloads of every type are read as they always were") {
     const std::vector<std::uint8_t> msg = w.done();
     d.add(test::read_request(msg));
     for (const ProtocolSample& s : samples)
-      if (s.read != nullptr && s.malformed.empty()) d.add(s.read(msg));
+      if (s.read != nullptr && s.malformed.empty() && s.bytes[offsetof(proto::Header, type)] <= kPinnedTypes) d.add(s.read(msg));
   }
   CHECK(d.text() == "9103a33b9a3486e8");
 }
