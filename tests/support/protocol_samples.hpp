@@ -1,10 +1,15 @@
 // One message of every kind of the control protocol (aapc/proto/protocol.hpp), each field set to
 // a value of its own, and every optional or conditional part both present and absent: what the
-// protocol tests encode, cut and mutate (unit/test_protocol_bytes.cpp).
+// protocol tests encode, cut and mutate (unit/test_protocol_bytes.cpp), fill through the field
+// list (unit/test_protocol.cpp), and what the request fuzzer starts from. A message with a
+// sample here is tested in full.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "aapc/proto/protocol.hpp"
@@ -16,6 +21,10 @@ namespace aapc::test {
 // client's decode() of that reply for a reply. The text names the outcome (an error, "refused",
 // or "ok" and the decoded message encoded again), so that two decoders can be compared.
 using ReadFn = std::string (*)(const std::vector<std::uint8_t>&);
+// Fills a message of the sample's kind through its field list (Filler, `pick` 0 to
+// kFillerPicks - 1), sends it and reads it back as its receiver does: empty when it comes back
+// equal, else what went wrong.
+using FilledFn = std::string (*)(int pick);
 
 struct ProtocolSample {
   const char* name;
@@ -26,6 +35,7 @@ struct ProtocolSample {
   // A cut of the message that leaves a whole message of the older kind (an optional field at
   // the end left out); 0 when none.
   std::size_t valid_cut = 0;
+  FilledFn filled = nullptr;  // nullptr: a reply without a payload
 };
 
 inline constexpr std::uint32_t kSampleRequest = 0x01020304;
@@ -57,14 +67,100 @@ std::string read_reply(const std::vector<std::uint8_t>& msg) {
   return "ok " + hex(proto::message(m, h->request));
 }
 
+// Sets every field a message's field list names to a value of its own: numbers count up, texts
+// name their number, lists get `pick` % 3 items, an enumeration its (`pick` % 3)th value,
+// flags alternate, and the last optional field is there for `pick` 3 to 5. Over every `pick`
+// below kFillerPicks the list's every branch is taken; the list is all the test knows of a
+// message.
+inline constexpr int kFillerPicks = 6;
+class Filler {
+ public:
+  explicit Filler(int pick) : pick_(pick) {}
+  template <typename T>
+  void num(T& x) {
+    x = static_cast<T>(++n_);
+  }
+  void text(std::string& s, std::size_t /*max*/) { s = "field " + std::to_string(++n_); }
+  template <typename E>
+  void choice(E& e, E lowest, E highest) {
+    using U = std::underlying_type_t<E>;
+    e = static_cast<E>(std::min<int>(static_cast<U>(lowest) + pick_ % 3, static_cast<U>(highest)));
+  }
+  void flag(bool& b, std::uint8_t /*yes*/, std::uint8_t /*no*/) { b = (++n_ + pick_) % 2 == 0; }
+  template <typename T>
+  void list(std::vector<T>& v) {
+    v.resize(static_cast<std::size_t>(pick_ % 3));
+    for (T& x : v) item(x);
+  }
+  template <typename T>
+  void lists(std::vector<T>& a, std::vector<T>& b) {
+    list(a);
+    list(b);
+  }
+  template <typename T>
+  void fixed(std::vector<T>& v, std::size_t n) {
+    v.resize(n);
+    for (T& x : v) item(x);
+  }
+  template <typename T>
+  void last(T& x) {
+    if (pick_ < 3) return;
+    num(x);
+    if (x == T{}) x = 1;
+  }
+  void last(std::string& s, std::size_t max) {
+    if (pick_ >= 3) text(s, max);
+  }
+  void by_type(bool& b, proto::Type /*when*/) { b = pick_ % 2 == 1; }
+
+ private:
+  template <typename T>
+  void item(T& x) {
+    if constexpr (std::is_arithmetic_v<T>) {
+      num(x);
+    } else if constexpr (requires { x.first; x.second; }) {
+      num(x.first);
+      num(x.second);
+    } else {
+      T::fields(x, *this);
+    }
+  }
+  int pick_;
+  int n_ = 0;
+};
+
+template <typename M>
+std::string filled_request(int pick) {
+  M m{};
+  Filler filler(pick);
+  M::fields(m, filler);
+  const proto::DecodedRequest d = proto::decode_request(proto::message(m, kSampleRequest));
+  if (!d.request) return d.error;
+  const M* back = std::get_if<M>(&*d.request);
+  if (back == nullptr) return "decoded as another request";
+  return *back == m ? "" : "decoded as another message";
+}
+
+template <typename M>
+std::string filled_reply(int pick) {
+  M m{};
+  Filler filler(pick);
+  M::fields(m, filler);
+  const auto msg = proto::message(m, kSampleRequest);
+  proto::Reader r = proto::payload_of(msg);
+  M back{};
+  if (!proto::decode(r, back)) return "refused";
+  return back == m ? "" : "decoded as another message";
+}
+
 template <typename M>
 ProtocolSample request_sample(const char* name, const M& m, const char* malformed, std::size_t valid_cut = 0) {
-  return {name, proto::message(m, kSampleRequest), read_request, malformed, valid_cut};
+  return {name, proto::message(m, kSampleRequest), read_request, malformed, valid_cut, filled_request<M>};
 }
 
 template <typename M>
 ProtocolSample reply_sample(const char* name, const M& m) {
-  return {name, proto::message(m, kSampleRequest), read_reply<M>, "", 0};
+  return {name, proto::message(m, kSampleRequest), read_reply<M>, "", 0, filled_reply<M>};
 }
 
 inline proto::StartRequest sample_alltoallv() {
@@ -150,8 +246,8 @@ inline std::vector<ProtocolSample> protocol_samples() {
       reply_sample("group-query-reply", query),
       // Shorter lists than the slots: sent padded with zeros.
       reply_sample("group-query-reply-short", GroupQueryReply{{1}, {2, 3}}),
-      {"ok", message(EmptyReply{Type::kOk}, kSampleRequest), nullptr, "", 0},
-      {"running", message(EmptyReply{Type::kRunning}, kSampleRequest), nullptr, "", 0},
+      {"ok", message(EmptyReply{Type::kOk}, kSampleRequest), nullptr, "", 0, nullptr},
+      {"running", message(EmptyReply{Type::kRunning}, kSampleRequest), nullptr, "", 0, nullptr},
   };
 }
 
