@@ -144,9 +144,10 @@ inline std::optional<Header> header_of(const std::vector<std::uint8_t>& msg) {
 // --- how a message's fields are written and read ----------------------------------------------
 // Each message lists its payload once, in wire order: `static void fields(auto& m, auto& io)`.
 // encode() runs that list with an Encoder over the message, decode() with a Decoder into a
-// default one, and the protocol tests with both; which call of `io` names a field says what it
-// is on the wire (docs/internals.md, Control protocol). A decoder never stops half way: a bad
-// field fails its Reader, whose later reads then yield nothing, and decode() is false.
+// default one, and the protocol tests with a filler of their own; which call of `io` names a
+// field says what it is on the wire (docs/design.md, The control protocol). A bad field fails
+// the Reader and the list runs on to its end: once failed, no count sizes anything, and
+// decode() is false.
 
 inline constexpr std::size_t kMaxName = 4096;   // names, jobs and schedules
 inline constexpr std::size_t kMaxText = 65536;  // error messages
