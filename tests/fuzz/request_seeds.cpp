@@ -2,49 +2,20 @@
 #include <cstring>
 
 #include "aapc/proto/protocol.hpp"
+#include "protocol_samples.hpp"
 #include "replay.hpp"
 
 namespace aapc::fuzz {
 
 const char* const kReplayName = "fuzz_request_replay";
 
+// The requests of the protocol tests' samples: every request type, every optional and
+// conditional part present and absent.
 std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
-  using namespace aapc::proto;
-  StartRequest alltoall;
-  alltoall.spec = "tree+sender-all";
-  alltoall.send_buffer = 1;
-  alltoall.recv_buffer = 2;
-  alltoall.block = 4096;
-  StartRequest alltoallv = alltoall;
-  alltoallv.kind = Kind::kAlltoallv;
-  alltoallv.spec = "group-shuffle:4";
-  alltoallv.timeout_ms = 1000;
-  alltoallv.sends = {{0, 100}, {100, 0}, {100, 50}};
-  alltoallv.recvs = {{0, 10}, {10, 20}, {30, 0}};
-  StartRequest barrier;
-  barrier.kind = Kind::kBarrier;
-  StartRequest run = alltoall;  // START and WAIT in one (issue 14)
-  run.run = true;
-  StartRequest grouped = alltoallv;  // in a group (issue 13)
-  grouped.sends.resize(2);
-  grouped.recvs.resize(2);
-  grouped.group = 5;
-  return {
-      {"hello", message(HelloRequest{"aapc-client 1", ""}, 1)},
-      {"register", message(RegisterRequest{1 << 16}, 2)},
-      {"free", message(FreeRequest{1}, 3)},
-      {"start-alltoall", message(alltoall, 4)},
-      {"start-alltoallv", message(alltoallv, 5)},
-      {"start-barrier", message(barrier, 6)},
-      {"run-alltoall", message(run, 10)},
-      {"wait", message(WaitRequest{7, true}, 7)},
-      {"test", message(WaitRequest{7, false}, 8)},
-      {"status", message(StatusRequest{}, 9)},
-      {"start-group", message(grouped, 11)},
-      {"group-query", message(GroupQueryRequest{}, 12)},
-      {"group-open", message(GroupOpenRequest{5, 17, {2, 0, 1}}, 13)},
-      {"group-close", message(GroupCloseRequest{5, true}, 14)},
-  };
+  std::vector<std::pair<std::string, std::vector<std::uint8_t>>> out;
+  for (const test::ProtocolSample& s : test::protocol_samples())
+    if (!s.malformed.empty()) out.emplace_back(s.name, s.bytes);
+  return out;
 }
 
 std::string seed_fault(const std::vector<std::uint8_t>& input) {

@@ -3,13 +3,20 @@
 // Also the one notation of a schedule and its sync variant (aapc/sched/spec.hpp).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <variant>
+#include <vector>
 
 #include "aapc/proto/protocol.hpp"
 #include "aapc/result.hpp"
 #include "aapc/sched/choice.hpp"
 #include "aapc/sched/dot.hpp"
 #include "aapc/wire/serial.hpp"
+#include "protocol_samples.hpp"
 
 using namespace aapc;
 
@@ -68,7 +75,38 @@ void round_trip(const M& m, std::size_t valid_cut = 0) {
   CHECK_FALSE(proto::decode(longer, y));
 }
 
+// Every request's types (kTypes), gathered from the requests the daemon serves.
+template <typename... M>
+std::set<std::uint16_t> request_types(std::type_identity<std::variant<M...>> /*requests*/) {
+  std::set<std::uint16_t> types;
+  (..., [&] {
+    for (const proto::RequestType& t : M::kTypes) types.insert(static_cast<std::uint16_t>(t.type));
+  }());
+  return types;
+}
+
 }  // namespace
+
+TEST_CASE("every field of every control message is carried, read from its one field list") {
+  for (const test::ProtocolSample& s : test::protocol_samples()) {
+    if (s.filled == nullptr) continue;
+    INFO(s.name);
+    for (int pick = 0; pick < test::kFillerPicks; ++pick) {
+      INFO("pick " << pick);
+      CHECK(s.filled(pick).empty());
+    }
+  }
+}
+
+TEST_CASE("every message type has a sample in protocol_samples.hpp, so that its bytes are pinned") {
+  std::set<std::uint16_t> sampled;
+  for (const test::ProtocolSample& s : test::protocol_samples()) sampled.insert(proto::header_of(s.bytes)->type);
+  const std::set<std::uint16_t> requests = request_types(std::type_identity<proto::AnyRequest>{});
+  for (std::uint16_t t : requests) CHECK(sampled.contains(t));
+  // Replies have no list of their own: a type up to the highest in use is a message's.
+  const std::uint16_t highest = std::max(*requests.rbegin(), *sampled.rbegin());
+  for (std::uint16_t t = 1; t <= highest; ++t) CHECK(sampled.contains(t));
+}
 
 TEST_CASE("every control message round-trips, and a cut or a byte too many is refused") {
   round_trip(proto::HelloRequest{"aapc-client 1", ""});
