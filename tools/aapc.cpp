@@ -236,7 +236,7 @@ int main(int argc, char** argv) {
                    "auto, " + aapc::sched::algorithm_usages(aapc::sched::AlgorithmInput::kDense) + "; with --sparse also " +
                        aapc::sched::algorithm_usages(aapc::sched::AlgorithmInput::kPattern))
       ->capture_default_str();
-  runc->add_option_function<int>("--group", [&a](int w) { a.options.group = w; }, "the schedule's parameter when --schedule gives none (group-shuffle's W)");
+  runc->add_option("--group", a.options.group, "the parameter of an algorithm that takes one (group-shuffle's W) when --schedule gives none")->capture_default_str();
   runc->add_option("--sync", a.options.sync, "auto, none, sender-all, receiver-all, barrier-all, sender-partial:4, ...")->capture_default_str();
   runc->add_option("--iters,-n", a.iters, "timed exchanges")->check(CLI::PositiveNumber)->capture_default_str();
   runc->add_option("--warmup", a.warmup, "untimed exchanges first")->check(CLI::NonNegativeNumber)->capture_default_str();

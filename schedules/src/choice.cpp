@@ -103,7 +103,7 @@ Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes) {
   // virtual machine; measured round by round against each other, auto and the schedule it
   // ran agree within 2.2% (6.6% once at 1 KiB while the host took CPU): what the table above
   // resolves.
-  // Tiny blocks (issue 14): Bruck's combining exchange (Bruck et al. 1997, the index
+  // Tiny blocks: Bruck's combining exchange (Bruck et al. 1997, the index
   // algorithm) sends ceil(log2 p) messages of about p/2 blocks each instead of p - 1 blocks:
   // it wins while those messages are what one frame costs anyway, i.e. while half the
   // cluster's blocks fit one frame's payload (the MTU less our header and a cluster key's tag).

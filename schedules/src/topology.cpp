@@ -172,7 +172,7 @@ Node node_of(const TopologySpec& spec, const TopologySpec::NodeSpec& ns) {
   return n;
 }
 
-// Issue 15, finding 11: a machine whose mac was forgotten parses as a switch, and the error
+// A machine whose mac was forgotten parses as a switch, and the error
 // used to be only "has 1 machine(s)". Such a node is named, with a free mac to give it.
 std::string no_mac(const std::vector<Node>& nodes, const std::string& name) {
   std::set<Mac> used;

@@ -34,7 +34,7 @@ std::vector<std::uint8_t> frame(engine::FrameType type, std::uint32_t seq, std::
   return f;
 }
 
-// An ACK that lists acknowledgements gathered for a while (issue 14): a block and a token.
+// An ACK that lists acknowledgements gathered for a while: a block and a token.
 std::vector<std::uint8_t> ack_list() {
   auto f = frame(engine::FrameType::kAck, 0, 0, 2 * engine::kAckEntryLen, 0);
   f[engine::kEthHeaderLen + 4] = engine::kFlagAckList;
@@ -44,7 +44,7 @@ std::vector<std::uint8_t> ack_list() {
   return f;
 }
 
-// A READY, SYNC or ACK carrying an exchange descriptor (issue 15, finding 10).
+// A READY, SYNC or ACK carrying an exchange descriptor.
 std::vector<std::uint8_t> described(engine::FrameType type, std::uint32_t seq, int src) {
   const auto d = engine::encode_descriptor({engine::Collective::kAlltoall, 4096, "tree+sender-all"});
   auto f = frame(type, seq, type == engine::FrameType::kReady ? 4096 : 0, d.size(), src);

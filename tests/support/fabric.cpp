@@ -28,7 +28,7 @@ void start_eal() {
   o.program = "aapc-test";
   // The test's thread (every engine of a fabric) on the first CPU of the set, as the EAL put
   // it before aapcd's engines were let free (27fabe0). Free, the ASan vdev_adversary case
-  // "finding 8" (30% loss, 300 ms peer deadline) stalled for 5.6 s in 1 of 7 runs beside
+  // case of 30% loss with a 300 ms peer deadline stalled for 5.6 s in 1 of 7 runs beside
   // another vdev test, and in CI; pinned, 0 of 5. That stall is not explained yet.
   o.pin_main = 0;
   nic::eal_init(o);

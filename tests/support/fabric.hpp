@@ -40,7 +40,7 @@ struct FabricOptions {
   int late_node = -1;
   std::chrono::microseconds late_period{0};
   // run_exchange() gives every send block a registered region (nic/extmem.hpp): the engines
-  // send its payload without copying it (issue 17, part 2).
+  // send its payload without copying it.
   bool zero_copy = false;
   // One I/O lcore (nic/io_lcore.hpp, not pinned) takes every node's bursts and checks what
   // they receive (engine::integrity_hook), while the engines run in the calling thread.

@@ -88,7 +88,7 @@ TEST_CASE("sparse schedules from per-destination sizes") {
   CHECK_THROWS(sparse_schedule(pattern, "magic"));
 }
 
-// --- alltoallv on the wire (issue 14, item 3) ------------------------------------------------
+// --- alltoallv on the wire ------------------------------------------------
 
 namespace {
 

@@ -131,7 +131,7 @@ TEST_CASE("every control message round-trips, and a cut or a byte too many is re
   round_trip(proto::StatusRequest{});
   round_trip(proto::StatusReply{"{\"rank\": 0}"});
   round_trip(proto::ErrorReply{static_cast<std::uint32_t>(Errc::kInvalidArgument), "no buffer 3"});
-  // Issue 13: groups.
+  // Groups.
   round_trip(proto::GroupQueryRequest{});
   proto::GroupQueryReply query{std::vector<std::uint64_t>(4, 0x5555), std::vector<std::uint32_t>(256, 7)};
   query.next[200] = 0xABCDEF;

@@ -118,7 +118,7 @@ TEST_CASE("every malformed topology gets its own error naming the file and the c
       {"isolated switch", "graph g { " + two + " s -- a; s -- b; lonely; }", "node 'lonely' is not connected"},
       {"one machine", "graph g { a [mac=\"02:00:00:00:00:01\"]; s -- a; }", "has 1 machine(s)"},
       {"no machine", "graph g { s -- t; }", "has 0 machine(s)"},
-      // Issue 15, finding 11: the machine that lacks its mac is named, with a free one to give it.
+      // The machine that lacks its mac is named, with a free one to give it.
       {"machine without mac", "graph g { a [mac=\"02:00:00:00:00:01\"]; n3; s -- a; s -- n3; }",
        "has 1 machine(s); an exchange needs at least 2 (a machine is a node with a mac attribute): machine 'n3' has no mac attribute; "
        "give it mac=\"02:00:00:00:00:02\""},

@@ -145,7 +145,7 @@ TEST_CASE("copies that fetch the block ahead run in pieces with the CRC and byte
   use_crc32c_path(nullptr);
 }
 
-// Issue 17: payloads streamed into a block (non-temporal stores, Ahead::kStream) go in aligned
+// Payloads streamed into a block (non-temporal stores, Ahead::kStream) go in aligned
 // 64-byte lines, with cached stores before the destination's first line boundary and after its
 // last; the copy must be exact at every alignment of the destination, by every path.
 TEST_CASE("copies streamed around the caches are exact at every alignment of the destination") {
@@ -241,7 +241,7 @@ TEST_CASE("every malformed frame is dropped for its own reason") {
   r[kEthHeaderLen + 17] = 2;  // claims source rank 2 from rank 0's MAC
   seal(r.data());
   CHECK(reason(r) == DropReason::kRankMismatch);
-  // Against the posted block (issue 17, part 4: a DATA frame does not carry its block's
+  // Against the posted block (a DATA frame does not carry its block's
   // length; a frame that does not fit the posted block is of another block).
   h = data_header();
   h.exchange = 99;
@@ -272,7 +272,7 @@ TEST_CASE("every malformed frame is dropped for its own reason") {
   CHECK(reason(make(a, 0)) == DropReason::kOk);
 }
 
-// Issue 17, part 4: DATA frames carry only what every frame needs, in 30 bytes; the others
+// DATA frames carry only what every frame needs, in 30 bytes; the others
 // keep the 44-byte control header. At MTU 1500 a frame carries 1,470 payload bytes, not 1,456.
 TEST_CASE("DATA frames have a 30-byte header, control frames a 44-byte one") {
   static const fuzz::Context ctx;
@@ -344,7 +344,7 @@ TEST_CASE("DATA frames have a 30-byte header, control frames a 44-byte one") {
   CHECK(reason(bad) == DropReason::kRunt);
 }
 
-// Issue 17: a DATA payload is read once on receive. parse() copies it where it goes while it
+// A DATA payload is read once on receive. parse() copies it where it goes while it
 // computes the CRC; a frame whose CRC fails is dropped as such, whatever else is wrong with it.
 TEST_CASE("parse places a DATA payload while it checks the CRC, and only a frame not in yet") {
   fuzz::Context ctx;

@@ -39,7 +39,7 @@ struct Args {
   std::vector<std::string> configs;  // SCHEDULE[+SYNC] specs measured interleaved (--configs)
   bool plot = true;
   // MPI jobs with this many ranks per machine. Sizes stay per rank for MPI; aapc's own
-  // schedules run the machine-level equivalent, blocks of ppn^2 x size (issue 13).
+  // schedules run the machine-level equivalent, blocks of ppn^2 x size.
   int ppn = 1;
   std::string port = "auto";  // aapc-emu's --port: how the daemons open their interface
   bool aapc_mpi = false;  // also each MPI with libaapc-mpi.so preloaded ("openmpi+aapc")

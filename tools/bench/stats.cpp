@@ -119,7 +119,7 @@ bool trusted(const Json& p) { return p.value("check_ok", true) && p.value("over_
 
 // The highest fraction of the limit that an exchange of `block` bytes can show on the
 // emulated cluster: the limiting link's full bucket passes its first burst_s at once, and
-// eager blocks (issue 14) leave ranks that are out of the barrier before rank 0 starts its
+// eager blocks leave ranks that are out of the barrier before rank 0 starts its
 // clock (5%). With a fixed 1.02, 4 KiB points of real exchanges on 8-two-switch (a burst of
 // 38% of the busiest link's bytes) were cast out, and with them every pairing of auto with the
 // best schedule. Infinite where the burst holds the exchange's whole share of that link.

@@ -100,7 +100,7 @@ struct Connection {
   }
 
   Result<void> hello() {
-    auto reply = exchange_raw(proto::message(proto::HelloRequest{"aapc-client 1", job_id()}, next_request++), -1);
+    auto reply = round_trip(proto::message(proto::HelloRequest{"aapc-client 1", job_id()}, next_request++), -1);
     if (!reply) return reply.error();
     auto h = reply_as<proto::HelloReply>(*reply, "HELLO");
     if (!h) return h.error();
@@ -117,7 +117,7 @@ struct Connection {
   }
 
   // One request and its reply on the current socket.
-  Result<std::vector<std::uint8_t>> exchange_raw(const std::vector<std::uint8_t>& msg, int fd) {
+  Result<std::vector<std::uint8_t>> round_trip(const std::vector<std::uint8_t>& msg, int fd) {
     if (sock < 0) return Error(Errc::kIo, "lost the connection to aapcd at " + path);
     // A failed send is not the end: a daemon that refused us left its reason to read.
     (void)proto::send_message(sock, msg, fd);
@@ -135,14 +135,14 @@ struct Connection {
   template <typename M>
   void tell(const M& request, std::uint32_t of_generation) {
     std::lock_guard<std::recursive_mutex> hold(mutex);
-    if (of_generation == generation) (void)exchange_raw(proto::message(request, next_request++), -1);
+    if (of_generation == generation) (void)round_trip(proto::message(request, next_request++), -1);
   }
 
   // A request; a broken connection is looked into: a restarted daemon is reported as such.
   template <typename M>
   Result<std::vector<std::uint8_t>> call(const M& request, int fd = -1) {
     std::lock_guard<std::recursive_mutex> hold(mutex);
-    auto reply = exchange_raw(proto::message(request, next_request++), fd);
+    auto reply = round_trip(proto::message(request, next_request++), fd);
     if (reply) return reply;
     if (reply.error().code() != Errc::kIo) return reply;
     // Reconnect to tell a restart from a daemon that is gone.
@@ -401,11 +401,26 @@ struct StartMessage {
   proto::StartRequest request;
 };
 
-// The spec of aapc/sched/spec.hpp for `o`: a parameter given apart is written after the name.
+namespace {
+
+// Whether the registry's algorithm `name` (without a parameter) takes one. The registry's rows
+// are read here as a list, without linking the schedules library into libaapc.
+bool takes_parameter(const std::string& name) {
+#define AAPC_ALGORITHM(id, row_name, param, ...) \
+  if (name == (row_name)) return std::string_view(param).size() != 0;
+#include "aapc/sched/algorithms.def"
+#undef AAPC_ALGORITHM
+  return false;
+}
+
+}  // namespace
+
+// The spec of aapc/sched/spec.hpp for `o`: Options::group is written after the name of an
+// algorithm that takes a parameter (the registry's row says) when the name gives none.
 StartMessage Client::start_message(int kind, const Options& o) const {
   StartMessage m;
   m.request.kind = static_cast<proto::Kind>(kind);
-  const std::string schedule = o.group ? o.schedule + ":" + std::to_string(*o.group) : o.schedule;
+  const std::string schedule = takes_parameter(o.schedule) ? o.schedule + ":" + std::to_string(std::max(1, o.group)) : o.schedule;
   m.request.spec = sched::join_spec(schedule, o.sync);
   m.request.timeout_ms = static_cast<std::uint32_t>(o.timeout.count());
   if (group_) m.request.group = group_->slot;

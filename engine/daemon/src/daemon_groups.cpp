@@ -1,4 +1,4 @@
-// Groups (issue 13): GROUP_QUERY, GROUP_OPEN and GROUP_CLOSE. A group is some machines of the
+// Groups: GROUP_QUERY, GROUP_OPEN and GROUP_CLOSE. A group is some machines of the
 // cluster whose collectives have ids of their own: a slot, and a sequence in it (serial.hpp).
 // Its members' clients agree on both before they open it (Client::open_group: a slot free on
 // every member, as MPICH agrees on context ids with an allreduce of free masks, and the largest

@@ -64,7 +64,7 @@ struct ExchangeRecord {
 // the same exchange id, and ids are numbered per node: a second client's START would take
 // ids that the other nodes give to the first client's collectives, and both would "succeed"
 // with each other's bytes. So one client at a time holds the rank, from its first START until
-// it goes away. Groups (several clients sharing the rank, issue 13) grow from here.
+// it goes away. Groups (several clients sharing the rank) grow from here.
 struct RankHolder {
   int client = -1;  // fd of the holder; -1 while the rank is free
   pid_t pid = 0;
@@ -73,7 +73,7 @@ struct RankHolder {
   bool held_by_other_than(int fd) const { return client >= 0 && client != fd; }
 };
 
-// Plans exchanges over a tree: the whole cluster's, or a group's (issue 13). Schedules are
+// Plans exchanges over a tree: the whole cluster's, or a group's. Schedules are
 // cached by "algorithm+sync". Not moved: the model refers to the tree.
 struct Planner {
   explicit Planner(sched::Topology tree, int radix = 0, std::size_t plans = 64)
@@ -100,7 +100,7 @@ struct Planner {
   sched::SparsePlanCache sparse_plans{16};
 };
 
-// Issue 13: some machines of the cluster whose collectives are numbered in a slot of their own
+// Some machines of the cluster whose collectives are numbered in a slot of their own
 // (serial.hpp), so that several clients of a machine can each run a group's collectives, and a
 // group need not span the cluster. Its members' clients agreed on the slot and the first id.
 struct Group {
@@ -137,7 +137,7 @@ struct Prepared {
 // and broadcasts the verdict (empty, or what disagrees) and every rank's bitmap of
 // destinations. Then exchange `id` runs with the schedule the pattern calls for.
 struct Counting {
-  Prepared p;                          // p.slot: the whole cluster's, or a group's (issue 13)
+  Prepared p;                          // p.slot: the whole cluster's, or a group's
   std::vector<Rank> members;           // a group's, told when it fails; empty: every rank
   std::uint32_t broadcast_id = 0, id = 0;
   bool gathered = false;               // the gather is done; the broadcast runs

@@ -49,7 +49,7 @@ void Daemon::Impl::open_port() {
   ec.mtu = topo.mtu();
   ec.peer_deadline = cfg.peer_deadline;
   ec.pace_bps = pace_bps;
-  // The slowest link bounds the deadline derived for exchanges given none (issue 15, finding 6).
+  // The slowest link bounds the deadline derived for exchanges given none.
   for (const auto& link : topo.links())
     if (link.rate_bps != 0 && (ec.link_bps == 0 || link.rate_bps < ec.link_bps)) ec.link_bps = link.rate_bps;
   ec.key = key;

@@ -52,7 +52,7 @@ void Daemon::Impl::start_or_join(ClientState& c, std::uint32_t request, const pr
   // node's part of the session ends (drop_client), and the next client joins anew.
   c.started = true;
   if (!joined) {
-    // Issue 15, finding 6: a rank whose client exited before its first collective must not
+    // A rank whose client exited before its first collective must not
     // hang the others in the join; they wait as long as for the exchange itself.
     const ExchangeSpec spec = spec_of(*p, 0);
     if (!engine->joining()) engine->start_join(next_id, p->timeout_ms != 0 ? spec.timeout : engine->default_timeout(spec), {holder.uid, job_tag(holder.job)});
@@ -79,9 +79,8 @@ void Daemon::Impl::joins() {
     if (clients.count(p.client) != 0) launch(std::move(p));
 }
 
-// The engine's spec of a prepared START. Issue 15: its descriptor says what the ranks must
-// agree on (finding 10); with no timeout, the engine derives one from the bytes over the
-// topology's bottleneck (finding 6).
+// The engine's spec of a prepared START. Its descriptor says what the ranks must agree on;
+// with no timeout, the engine derives one from the bytes over the topology's bottleneck.
 ExchangeSpec Daemon::Impl::slot_spec(std::uint32_t slot, const sched::Schedule& plan, std::uint32_t id) const {
   if (slot == kWorldSlot) return exchange_spec(plan, rank, id);
   const Group& g = groups.at(slot);

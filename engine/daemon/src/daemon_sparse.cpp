@@ -1,10 +1,10 @@
-// alltoallv with Ranka/Wang/Fox's all-to-many decomposition (issue 14, item 3). Each daemon
+// alltoallv with Ranka/Wang/Fox's all-to-many decomposition. Each daemon
 // knows only its own rank's send and receive sizes; the schedule of a sparse pattern depends
 // on all of them. So an alltoallv that may run sparse (schedule "auto" on a tree of switches,
 // "cgm", "gm", "cgm-links", "sparse") first agrees on the pattern with two small exchanges of
 // its own on the next two exchange ids: every rank's sizes gathered at rank 0, which checks them
 // against each other, then rank 0's verdict and every rank's destinations broadcast (Counting).
-// The client's exchange takes the id after them. A group's alltoallv (issue 13) agrees the same
+// The client's exchange takes the id after them. A group's alltoallv agrees the same
 // way among its members, in its ranks, over the tree that joins them, on its slot's ids. All
 // three ids are used up on every rank whatever happens, as every collective's is; a rank that
 // fails a step tells the others with ABORT for the ids it will not start. All ranks decide the

@@ -15,7 +15,7 @@
 // one, until it disconnects. Another client's collectives fail at once with Errc::kBusy, naming
 // the holder; status() and allocate() work for every client.
 //
-// Groups (issue 13) run collectives among some machines, or among all of them for several
+// Groups run collectives among some machines, or among all of them for several
 // clients of a machine at once. Every member's client opens the group together:
 //
 //   aapc::Result<aapc::Client> g = client.open_group({0, 2, 5}, reduce);  // ranks of the cluster
@@ -50,9 +50,9 @@ struct Options {
   // ...): the daemons first agree on the pattern (docs/sparse.md), as `auto` does on a tree of
   // switches.
   std::string schedule = "auto";
-  // The schedule's parameter when `schedule` gives none (group-shuffle's W); unset: the
-  // algorithm's default. An algorithm without a parameter refuses one.
-  std::optional<int> group;
+  // The parameter of an algorithm that takes one (group-shuffle's W, at least 1) when
+  // `schedule` gives none; other algorithms ignore it.
+  int group = 4;
   // "auto", or one of "none", "dummy", "sender-all", "sender-partial:BS", "receiver-all",
   // "receiver-partial:BS", "barrier-all", "barrier-partial-none:BS",
   // "barrier-partial-sender:BS", "barrier-partial-receiver:BS".

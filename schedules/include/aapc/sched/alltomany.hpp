@@ -54,7 +54,7 @@ Schedule sparse_schedule(const SparsePattern& pattern, const std::string& algori
 // std::invalid_argument for any other name.
 Schedule pattern_schedule(const Topology& topology, const SparsePattern& pattern, std::string_view algorithm, std::uint64_t seed = 1);
 
-// --- alltoallv on the wire (issue 14, item 3) ------------------------------------------------
+// --- alltoallv on the wire ---------------------------------------------------------------------
 
 // The largest in- or out-degree of `pattern` without its self messages: what CGM's number of
 // permutations approaches (Ranka/Wang/Fox section 4: about d for Figure 7's patterns).

@@ -1,5 +1,5 @@
 // Schedules: phases of messages, and for every machine the program of rounds that the engine
-// executes (DESIGN.md, "The per-node program").
+// executes (docs/design.md, "One exchange").
 //
 // A Schedule is plain data. `phases` is what the papers tabulate (every ordered pair of
 // machines exactly once); `programs` is what each node does: rounds whose destinations are

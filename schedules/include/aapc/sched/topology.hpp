@@ -73,7 +73,7 @@ struct Link {
 };
 
 // The wire's source and destination ranks are 16-bit fields (aapc/wire/wire.hpp, kMaxRanks);
-// schedules/ includes no engine header, so the limit is repeated here (issue 15, finding 11).
+// schedules/ includes no engine header, so the limit is repeated here.
 inline constexpr std::size_t kMaxMachines = 0xFFFF;
 
 inline constexpr std::uint64_t kDefaultRateBps = 1'000'000'000ULL;
@@ -153,7 +153,7 @@ class Topology {
 };
 
 // The tree that joins `members` (distinct ranks of `topology`, at least 2), for an exchange among
-// them alone (issue 13, groups): member i becomes rank i, and only the switches and links on
+// them alone (groups): member i becomes rank i, and only the switches and links on
 // paths between members remain, with their rates and buffers. A schedule free of contention
 // on it is free of contention on the whole tree: its paths are the same edges. Throws
 // TopologyError naming the member at fault.

@@ -63,7 +63,7 @@ struct DaemonConfig {
   std::size_t max_buffers_others = 32768;
   // Schedules kept per group (and the cluster's), by plan spec; the least recently used goes.
   std::size_t max_plans = 64;
-  // I/O lcores (issue 17, part 3; nic/io_lcore.hpp): empty, the engine's thread drives the
+  // I/O lcores (nic/io_lcore.hpp): empty, the engine's thread drives the
   // port; one CPU, a thread pinned there receives and sends for it and checks every received
   // frame's CRC (and tag); two, one thread receives (and checks) on the first and one sends
   // on the second.
