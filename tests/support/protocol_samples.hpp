@@ -116,14 +116,7 @@ class Filler {
  private:
   template <typename T>
   void item(T& x) {
-    if constexpr (std::is_arithmetic_v<T>) {
-      num(x);
-    } else if constexpr (requires { x.first; x.second; }) {
-      num(x.first);
-      num(x.second);
-    } else {
-      T::fields(x, *this);
-    }
+    proto::walk_item(*this, x);
   }
   int pick_;
   int n_ = 0;

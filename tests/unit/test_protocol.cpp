@@ -22,32 +22,6 @@ using namespace aapc;
 
 namespace {
 
-proto::StartRequest alltoallv() {
-  return {.kind = proto::Kind::kAlltoallv,
-          .spec = "tree+sender-partial:4",
-          .timeout_ms = 2500,
-          .send_buffer = 3,
-          .recv_buffer = 4,
-          .sends = {{0, 10}, {10, 0}, {10, 7}},
-          .recvs = {{5, 5}, {0, 5}, {10, 1}}};
-}
-
-proto::DoneReply done() {
-  proto::DoneReply m;
-  m.exchange = 12;
-  m.ok = true;
-  m.schedule = "tree";
-  m.sync = "sender-all";
-  m.duration_ns = 123456789;
-  m.bytes_sent = 1 << 20;
-  m.bytes_received = 1 << 21;
-  m.retransmissions = 3;
-  m.wait_ns = 5;
-  m.cpu_ns = 6;
-  m.rounds = {{1, 2}, {3, 4}};
-  return m;
-}
-
 // Encodes `m`, checks the header, decodes it back; then every cut of the payload and one byte
 // too many are refused; `valid_cut`: a cut there leaves a whole message of the older kind (an
 // optional field at the end).
@@ -115,14 +89,14 @@ TEST_CASE("every control message round-trips, and a cut or a byte too many is re
   round_trip(proto::RegisterRequest{1 << 20});
   round_trip(proto::RegisterReply{5});
   round_trip(proto::FreeRequest{5});
-  round_trip(alltoallv());
+  round_trip(test::sample_alltoallv());
   round_trip(proto::StartRequest{.kind = proto::Kind::kAlltoall, .send_buffer = 1, .recv_buffer = 2, .block = 65536, .sends = {}, .recvs = {}});
   round_trip(proto::StartRequest{.kind = proto::Kind::kBarrier, .sends = {}, .recvs = {}});
   round_trip(proto::StartedReply{9, "tree", "sender-all"});
   round_trip(proto::WaitRequest{9, true});
   round_trip(proto::WaitRequest{9, false});
-  round_trip(done());
-  proto::DoneReply failed = done();
+  round_trip(test::sample_done());
+  proto::DoneReply failed = test::sample_done();
   failed.ok = false;
   failed.code = static_cast<std::uint32_t>(Errc::kPeerSilent);
   failed.message = "rank 3 stayed silent";
@@ -142,8 +116,8 @@ TEST_CASE("every control message round-trips, and a cut or a byte too many is re
 }
 
 TEST_CASE("a START outside groups is version 2's first kind of START; a group's adds one byte, never 0") {
-  const auto plain = proto::message(alltoallv(), 1);
-  proto::StartRequest grouped = alltoallv();
+  const auto plain = proto::message(test::sample_alltoallv(), 1);
+  proto::StartRequest grouped = test::sample_alltoallv();
   grouped.group = 3;
   auto with_group = proto::message(grouped, 1);
   REQUIRE(with_group.size() == plain.size() + 1);
@@ -173,7 +147,7 @@ TEST_CASE("an alltoall carries its block size once; its blocks lie at d x block"
   CHECK(proto::fits(m.send_block(3), 4000));
   CHECK_FALSE(proto::fits(m.send_block(3), 3999));
   CHECK_FALSE(proto::fits({~std::uint64_t{0} - 10, 100}, 4096));  // the offset would overflow
-  CHECK(alltoallv().send_block(2) == proto::Block{10, 7});
+  CHECK(test::sample_alltoallv().send_block(2) == proto::Block{10, 7});
 }
 
 TEST_CASE("the request decoder names what is wrong and never crashes") {
@@ -194,7 +168,7 @@ TEST_CASE("the request decoder names what is wrong and never crashes") {
   proto::Writer unknown(proto::Type::kDone, 3);
   CHECK(error_of(unknown.done()) == "unknown request type " + std::to_string(static_cast<int>(proto::Type::kDone)));
   // A forged block count larger than the message is refused before anything is sized by it.
-  auto start = proto::message(alltoallv(), 4);
+  auto start = proto::message(test::sample_alltoallv(), 4);
   const std::size_t count_at = start.size() - 6 * 16 - 4;
   start[count_at + 3] = 0x7f;
   CHECK(error_of(start) == "malformed START");

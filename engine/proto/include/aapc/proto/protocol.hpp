@@ -153,6 +153,22 @@ inline constexpr std::size_t kMaxName = 4096;   // names, jobs and schedules
 inline constexpr std::size_t kMaxText = 65536;  // error messages
 inline constexpr std::size_t kMaxSpec = 256;    // a schedule spec ("tree+sender-partial:4")
 
+// One item of a list or a fixed run, whatever `io` does with numbers: a number, a pair of
+// numbers, or a record that lists its own fields (T::fields). The Encoder, the Decoder and the
+// protocol tests' filler walk items alike.
+template <typename Io, typename T>
+void walk_item(Io& io, T& x) {
+  using V = std::remove_const_t<T>;
+  if constexpr (std::is_arithmetic_v<V>) {
+    io.num(x);
+  } else if constexpr (requires { x.first; x.second; }) {
+    io.num(x.first);
+    io.num(x.second);
+  } else {
+    V::fields(x, io);
+  }
+}
+
 class Encoder {
  public:
   explicit Encoder(Writer& w) : w_(w) {}
@@ -205,14 +221,7 @@ class Encoder {
  private:
   template <typename T>
   void item(const T& x) {
-    if constexpr (std::is_arithmetic_v<T>) {
-      num(x);
-    } else if constexpr (requires { x.first; x.second; }) {
-      num(x.first);
-      num(x.second);
-    } else {
-      T::fields(x, *this);
-    }
+    walk_item(*this, x);
   }
   Writer& w_;
 };
@@ -283,14 +292,7 @@ class Decoder {
  private:
   template <typename T>
   void item(T& x) {
-    if constexpr (std::is_arithmetic_v<T>) {
-      num(x);
-    } else if constexpr (requires { x.first; x.second; }) {
-      num(x.first);
-      num(x.second);
-    } else {
-      T::fields(x, *this);
-    }
+    walk_item(*this, x);
   }
   // The bytes of one item on the wire: its numbers' sizes.
   template <typename T>
