@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "aapc/proto/protocol.hpp"
+#include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/spec.hpp"
 
 namespace aapc {
@@ -401,26 +402,12 @@ struct StartMessage {
   proto::StartRequest request;
 };
 
-namespace {
-
-// Whether the registry's algorithm `name` (without a parameter) takes one. The registry's rows
-// are read here as a list, without linking the schedules library into libaapc.
-bool takes_parameter(const std::string& name) {
-#define AAPC_ALGORITHM(id, row_name, param, ...) \
-  if (name == (row_name)) return std::string_view(param).size() != 0;
-#include "aapc/sched/algorithms.def"
-#undef AAPC_ALGORITHM
-  return false;
-}
-
-}  // namespace
-
 // The spec of aapc/sched/spec.hpp for `o`: Options::group is written after the name of an
 // algorithm that takes a parameter (the registry's row says) when the name gives none.
 StartMessage Client::start_message(int kind, const Options& o) const {
   StartMessage m;
   m.request.kind = static_cast<proto::Kind>(kind);
-  const std::string schedule = takes_parameter(o.schedule) ? o.schedule + ":" + std::to_string(std::max(1, o.group)) : o.schedule;
+  const std::string schedule = sched::takes_parameter(o.schedule) ? o.schedule + ":" + std::to_string(std::max(1, o.group)) : o.schedule;
   m.request.spec = sched::join_spec(schedule, o.sync);
   m.request.timeout_ms = static_cast<std::uint32_t>(o.timeout.count());
   if (group_) m.request.group = group_->slot;

@@ -67,6 +67,15 @@ struct AlgorithmInfo {
 std::span<const AlgorithmInfo> algorithms();
 // The row of `name` (without a parameter); nullptr when there is none.
 const AlgorithmInfo* find_algorithm(std::string_view name);
+// Whether the algorithm `name` (without a parameter) takes one. Read from the rows here, inline,
+// so that libaapc's client asks it without linking the schedules library.
+inline bool takes_parameter(std::string_view name) {
+#define AAPC_ALGORITHM(id, row_name, param, ...) \
+  if (name == (row_name)) return std::string_view(param).size() != 0;
+#include "aapc/sched/algorithms.def"
+#undef AAPC_ALGORITHM
+  return false;
+}
 const AlgorithmInfo& algorithm_info(Algorithm id);
 // The usages of the algorithms a spec may name, joined with ", ", as --help lists them: with
 // kDense those that schedule every pair (make_schedule), with kPattern those that schedule only
