@@ -119,6 +119,39 @@ TEST_CASE("an ABORT or a token from a rank outside an exchange's members is drop
   CHECK(drops(fabric.engine(2), DropReason::kNotMember) >= 2);
 }
 
+// The other user's daemons heard of our JOIN first, refused, and ended their sessions: their
+// JOIN and the ABORT that ends their session can land together, before this rank looks. The
+// refusal still names the other user, not "its client went away".
+TEST_CASE("a join that meets another user's JOIN and its session's end in one batch still names that user") {
+  test::Fabric fabric(test::nodes(4));
+  fabric.engine(3).start_join(1, std::chrono::milliseconds(2'000), engine::JoinOwner{65534, 0});
+  for (int src = 0; src < 3; ++src) {
+    engine::Header join;
+    join.type = FrameType::kJoin;
+    join.seq = 1;
+    join.aux = 0;  // uid 0
+    join.epoch = fabric.engine(src).epoch();
+    fabric.inject(3, test::fabric_frame(join, src, 3, {}));
+    engine::Header end = join;
+    end.type = FrameType::kAbort;
+    end.exchange = 1;
+    end.seq = engine::Engine::kAbortEndsSession;
+    end.aux = static_cast<std::uint32_t>(Errc::kAborted);
+    const std::string why = "another user (uid 65534; this one's is uid 0)";
+    fabric.inject(3, test::fabric_frame(end, src, 3, std::span(reinterpret_cast<const std::uint8_t*>(why.data()), why.size())));
+  }
+  std::optional<Result<std::uint32_t>> got;
+  REQUIRE(fabric.run_until(
+      [&] {
+        got = fabric.engine(3).join_result();
+        return got.has_value();
+      },
+      std::chrono::milliseconds(10'000)));
+  REQUIRE_FALSE(*got);
+  CHECK(got->error().code() == Errc::kBusy);
+  CHECK_THAT(got->error().message(), Catch::Contains("another user (uid 0"));
+}
+
 TEST_CASE("the session's join fails on every rank, naming the other user or job, when one machine's rank runs another's collectives") {
   test::Fabric fabric(test::nodes(4));
   auto join = [&](const std::array<engine::JoinOwner, 4>& owners) {

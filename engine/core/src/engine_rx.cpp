@@ -129,10 +129,15 @@ void Engine::on_abort(const Parsed& f, Clock::time_point now) {
     // (abort_unstarted): starting exactly that id fails at once, for a peer deadline.
     aborted_by_[static_cast<std::size_t>(src)][id_slot(f.h.exchange)] = {f.h.exchange, now, reason, true};
     // The peer's session is over (its client went): a proposal it made for the cluster's ids
-    // is void, and the next join waits for its next one.
-    if (id_slot(f.h.exchange) == kWorldSlot && f.h.aux == static_cast<std::uint32_t>(Errc::kAborted) && f.h.seq == kAbortEndsSession) {
-      peer_proposal_[static_cast<std::size_t>(src)].reset();
-      if (joining_) join_left_[static_cast<std::size_t>(src)] = true;
+    // is void, and the next join waits for its next one. Except, while we join, one made for
+    // another owner: that peer's session most likely ended on meeting ours, and its JOIN and
+    // this ABORT may have landed together; the join's refusal names that owner
+    // (join_owner_mismatch), not a client that went away.
+    const auto s = static_cast<std::size_t>(src);
+    if (id_slot(f.h.exchange) == kWorldSlot && f.h.aux == static_cast<std::uint32_t>(Errc::kAborted) && f.h.seq == kAbortEndsSession &&
+        !(joining_ && peer_proposal_[s] && peer_owner_[s] != owner_)) {
+      peer_proposal_[s].reset();
+      if (joining_) join_left_[s] = true;
     }
   } else {
     link_->count_drop(DropReason::kNotLive);
