@@ -625,7 +625,9 @@ KillFigures kill_mid_exchange(const std::string& block, bool the_daemon = true) 
 TEST_CASE("a daemon killed with SIGKILL: every other rank's call fails within seconds, and each later call at once (default deadlines)") {
   for (const char* block : {"65536", "1000000"}) {
     const KillFigures k = kill_mid_exchange(block);
-    CHECK(k.worst_first < 4000);  // the peer deadline (1.5 s) after the first wait on the dead peer
+    // The peer deadline (1.5 s) after the kill: a peer is waited on from the moment its block
+    // stops arriving mid-stream, not only once a node's own sends are done (2.8 s at 1 MB).
+    CHECK(k.worst_first < 2500);
     CHECK(k.worst_later < 100);
   }
 }

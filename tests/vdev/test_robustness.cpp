@@ -29,6 +29,47 @@ using test::write_pcap;
 
 std::uint64_t drops(const engine::Engine& e, DropReason r) { return e.counters().drops[static_cast<std::size_t>(r)]; }
 
+// Every node of the fabric starts exchange 1 of `s` with blocks of `block` bytes; the
+// buffers are returned, to outlive the exchange.
+std::vector<std::vector<std::uint8_t>> start_everywhere(test::Fabric& fabric, const Schedule& s, std::size_t block) {
+  const auto n = static_cast<std::size_t>(fabric.size());
+  std::vector<std::vector<std::uint8_t>> buffers(2 * n, std::vector<std::uint8_t>(n * block, 1));
+  for (std::size_t me = 0; me < n; ++me) {
+    auto spec = engine::exchange_spec(s, static_cast<int>(me), 1);
+    for (std::size_t p = 0; p < n; ++p) {
+      spec.send[p] = {buffers[me].data() + p * block, block};
+      spec.recv[p] = {buffers[n + me].data() + p * block, block};
+    }
+    REQUIRE(fabric.engine(static_cast<int>(me)).start(std::move(spec)));
+  }
+  return buffers;
+}
+
+// Steps the fabric until every node reported its exchange (false after 10 s: a hang).
+bool every_report(test::Fabric& fabric, std::vector<std::optional<engine::ExchangeReport>>& reports) {
+  reports.assign(static_cast<std::size_t>(fabric.size()), std::nullopt);
+  return fabric.run_until(
+      [&] {
+        for (int me = 0; me < fabric.size(); ++me)
+          for (auto& r : fabric.engine(me).take_finished()) reports[static_cast<std::size_t>(me)] = r;
+        return std::all_of(reports.begin(), reports.end(), [](const auto& r) { return r.has_value(); });
+      },
+      std::chrono::milliseconds(10'000));
+}
+
+// Every report failed, and those of the others name the victim.
+void expect_victim_named(const std::vector<std::optional<engine::ExchangeReport>>& reports, int victim, const std::string& name) {
+  for (std::size_t me = 0; me < reports.size(); ++me) {
+    const auto& r = *reports[me];
+    INFO("rank " << me << ": " << r.error);
+    CHECK(r.state == engine::ExchangeState::kFailed);
+    if (static_cast<int>(me) != victim) {
+      CHECK_THAT(r.error, Catch::Contains(name));
+      CHECK((r.code == Errc::kPeerSilent || r.code == Errc::kPeerAborted));
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("an unreachable peer: the others report an error naming it within the deadline") {
@@ -45,40 +86,17 @@ TEST_CASE("an unreachable peer: the others report an error naming it within the 
     Schedule s = plan_sync(t, make_schedule(t, {Algorithm::kTree, 0}), {SyncKind::kSenderAll, 1});
     const int victim = 3;
     if (!mid_exchange) fabric.unplug(victim);
-    std::vector<std::vector<std::uint8_t>> send(6, std::vector<std::uint8_t>(6 * 400'000, 1)), recv = send;
-    for (int me = 0; me < 6; ++me) {
-      auto spec = engine::exchange_spec(s, me, 1);
-      for (int p = 0; p < 6; ++p) {
-        spec.send[static_cast<std::size_t>(p)] = {send[static_cast<std::size_t>(me)].data() + p * 400'000, 400'000};
-        spec.recv[static_cast<std::size_t>(p)] = {recv[static_cast<std::size_t>(me)].data() + p * 400'000, 400'000};
-      }
-      REQUIRE(fabric.engine(me).start(std::move(spec)));
-    }
+    const auto buffers = start_everywhere(fabric, s, 400'000);
     if (mid_exchange) {
       fabric.run_until([] { return false; }, std::chrono::milliseconds(5));
       fabric.unplug(victim);
     }
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::optional<engine::ExchangeReport>> reports(6);
-    bool all = fabric.run_until(
-        [&] {
-          for (int me = 0; me < 6; ++me)
-            for (auto& r : fabric.engine(me).take_finished()) reports[static_cast<std::size_t>(me)] = r;
-          return std::all_of(reports.begin(), reports.end(), [](const auto& r) { return r.has_value(); });
-        },
-        std::chrono::milliseconds(10'000));
+    std::vector<std::optional<engine::ExchangeReport>> reports;
+    REQUIRE(every_report(fabric, reports));  // nothing hangs
     auto took = std::chrono::steady_clock::now() - t0;
-    REQUIRE(all);  // nothing hangs
     CHECK(took < deadline + std::chrono::milliseconds(600));
-    for (int me = 0; me < 6; ++me) {
-      const auto& r = *reports[static_cast<std::size_t>(me)];
-      INFO("rank " << me << ": " << r.error);
-      CHECK(r.state == engine::ExchangeState::kFailed);
-      if (me != victim) {
-        CHECK_THAT(r.error, Catch::Contains("rank 3 (02:00:00:00:00:04)"));
-        CHECK((r.code == Errc::kPeerSilent || r.code == Errc::kPeerAborted));
-      }
-    }
+    expect_victim_named(reports, victim, "rank 3 (02:00:00:00:00:04)");
     // Resources are released: every mbuf is back in its pool once the fabric is quiet.
     fabric.settle();
     for (int me = 0; me < 6; ++me) {
@@ -86,6 +104,32 @@ TEST_CASE("an unreachable peer: the others report an error naming it within the 
       CHECK(rte_mempool_avail_count(fabric.engine(me).config().peers.empty() ? nullptr : fabric.eth(me).pool()) == 4095);
     }
   }
+}
+
+// A node of a paced shuffle sends its blocks for the whole exchange, while every peer's block
+// streams in. A peer that stops mid-block (its daemon killed) is found silent about a deadline
+// later, not a deadline after the node's own last frame has left: here each block takes 2 s
+// at its paced rate, and the deadline is 0.4 s.
+TEST_CASE("a peer that stops in the middle of its block is found silent within about the deadline, by nodes still sending") {
+  const auto deadline = std::chrono::milliseconds(400);
+  auto opts = test::nodes(6);
+  opts.tune = [&](engine::EngineConfig& c) { c.peer_deadline = deadline; };
+  test::Fabric fabric(opts);
+  Topology t = single_switch_topology(6, 10'000'000);
+  Schedule s = paced_shuffle_schedule(TreeModel(t));
+  const std::size_t block = 500'000;  // 2 s at the block rate, about 2 Mbit/s
+  REQUIRE(static_cast<double>(block) * 8 / static_cast<double>(s.block_rate_bps) > 1.8);
+  const auto buffers = start_everywhere(fabric, s, block);
+  fabric.run_until([] { return false; }, std::chrono::milliseconds(200));
+  const int victim = 2;
+  fabric.unplug(victim);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::optional<engine::ExchangeReport>> reports;
+  REQUIRE(every_report(fabric, reports));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  INFO("every node reported " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms after the cut");
+  CHECK(took < deadline + std::chrono::milliseconds(600));
+  expect_victim_named(reports, victim, "rank 2 (02:00:00:00:00:03)");
 }
 
 TEST_CASE("replayed, forged and lying frames are dropped and counted; the buffer is untouched") {

@@ -76,6 +76,12 @@ void Exchange::waited_on(std::vector<std::uint8_t>& why) const {
   for (const auto& [id, p] : syncs_out_) mark(p.to, kAckOfToken);
   for (const auto& b : out_)
     if (b.first_done && !b.acked) mark(b.dst, kAckOfBlock);
+  // A block begun and not finished: its sender is sending it now, whatever our own rounds
+  // are doing. A paced shuffle's node sends for the whole exchange and would otherwise wait
+  // on nobody until its last frame left: a daemon killed mid-stream was found silent only a
+  // deadline after that (2.8 s for 1 MB blocks on 8-two-switch, where 1.5 s is the deadline).
+  for (std::size_t r = 0; r < n_; ++r)
+    if (in_[r].got > 0 && !in_[r].complete) mark(static_cast<Rank>(r), kItsBlock);
   if (round_ < spec_.program.rounds.size()) {
     if (round_state_ != RoundState::kWaiting) return;
     const sched::Round& round = spec_.program.rounds[round_];
