@@ -53,16 +53,18 @@ int alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MP
   if (!fits) return raise(comm, "MPI_Alltoallw of more than 2 GiB per rank on one side is not carried (its packed blocks' offsets are ints)");
   std::vector<std::uint8_t> spacked(static_cast<std::size_t>(stotal) + 1), rpacked(static_cast<std::size_t>(rtotal) + 1);
   const auto* sbase = static_cast<const std::uint8_t*>(sbuf);
+  // A block of no bytes (a count of zero, or a type of size zero) is neither packed nor
+  // unpacked: MPICH 4.0's MPI_Unpack divides by the type's size.
   for (std::size_t p = 0; p < un; ++p) {
     int position = sat[p];
-    PMPI_Pack(sbase + sdispls[p], scounts[p], stypes[p], spacked.data(), stotal, &position, comm);
+    if (slen[p] > 0) PMPI_Pack(sbase + sdispls[p], scounts[p], stypes[p], spacked.data(), stotal, &position, comm);
   }
   const int rc = alltoallv(spacked.data(), slen.data(), sat.data(), MPI_BYTE, rpacked.data(), rlen.data(), rat.data(), MPI_BYTE, comm);
   if (rc != MPI_SUCCESS) return rc;
   auto* rbase = static_cast<std::uint8_t*>(rbuf);
   for (std::size_t p = 0; p < un; ++p) {
     int position = rat[p];
-    PMPI_Unpack(rpacked.data(), rtotal, &position, rbase + rdispls[p], rcounts[p], rtypes[p], comm);
+    if (rlen[p] > 0) PMPI_Unpack(rpacked.data(), rtotal, &position, rbase + rdispls[p], rcounts[p], rtypes[p], comm);
   }
   return MPI_SUCCESS;
 }

@@ -67,6 +67,7 @@ bool in_order(MPI_Datatype t, int depth) {
 // Every block of `side` between the user's buffer and b's packed bytes (MPI_Pack, or
 // MPI_Unpack when not `into_packed`), in runs of at most 2 GiB (element_runs).
 void packing(const Side& side, const TypeInfo& t, MPI_Comm comm, const Blocks& b, bool into_packed) {
+  if (t.size == 0) return;  // no bytes to move (and MPICH 4.0's MPI_Unpack divides by the size)
   for (std::size_t r = 0; r < side.counts.size(); ++r) {
     auto* user = static_cast<std::uint8_t*>(side.buf) + side.displs[r] * t.extent;
     for (const Run& run : element_runs(static_cast<std::uint64_t>(side.counts[r]), t.size)) {

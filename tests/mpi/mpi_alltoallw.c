@@ -2,7 +2,8 @@
  * datatype of its own for every peer, on each side: ints or doubles by pair, contiguous or
  * strided (a vector of stride 2 on the sending side, 3 on the receiving one), counts that
  * differ by pair (some zero), byte displacements. Every received value is checked, and the
- * gaps between strided elements must stay untouched.
+ * gaps between strided elements must stay untouched. Each round also runs an in-place
+ * MPI_Alltoallw whose types include one of size zero.
  *
  *   mpi-alltoallw [ROUNDS]    rank 0 prints "mpi-alltoallw: N ranks, R rounds, all values ok"
  */
@@ -77,6 +78,36 @@ static long one_round(MPI_Comm comm, int round) {
   return wrong;
 }
 
+/* MPI_IN_PLACE, each peer's block one element of a contiguous type of (me + p) % 4 ints, as
+ * MPICH's alltoallw2 does: a type of zero ints (size 0) where me + p is a multiple of 4. What
+ * was sent to p is replaced by what p sent. */
+static long in_place_round(MPI_Comm comm, int round) {
+  int me = 0, n = 0;
+  MPI_Comm_rank(comm, &me);
+  MPI_Comm_size(comm, &n);
+  int* r = malloc(sizeof(int) * 4 * (size_t)n);
+  int* args = malloc(sizeof(int) * 2 * (size_t)n);
+  MPI_Datatype* types = malloc(sizeof(MPI_Datatype) * (size_t)n);
+  if (r == NULL || args == NULL || types == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+  int *counts = args, *displs = args + n;
+  for (int p = 0; p < n; ++p) {
+    MPI_Type_contiguous((me + p) % 4, MPI_INT, &types[p]);
+    MPI_Type_commit(&types[p]);
+    counts[p] = 1;
+    displs[p] = p * 4 * (int)sizeof(int);
+    for (int k = 0; k < 4; ++k) r[p * 4 + k] = (int)(value(me, p, k, round) * 2);
+  }
+  MPI_Alltoallw(MPI_IN_PLACE, NULL, NULL, NULL, r, counts, displs, types, comm);
+  long wrong = 0;
+  for (int p = 0; p < n; ++p) {
+    for (int k = 0; k < 4; ++k) /* beyond the block: untouched */
+      wrong += r[p * 4 + k] != (int)(value(k < (me + p) % 4 ? p : me, k < (me + p) % 4 ? me : p, k, round) * 2);
+    MPI_Type_free(&types[p]);
+  }
+  free(r), free(args), free(types);
+  return wrong;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int me = 0, n = 0;
@@ -87,7 +118,10 @@ int main(int argc, char** argv) {
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   MPI_Comm_set_name(dup, "alltoallw"); /* AAPC_MPI_VERBOSE names it */
   long wrong = 0;
-  for (int round = 0; round < rounds; ++round) wrong += one_round(round % 2 != 0 ? MPI_COMM_WORLD : dup, round);
+  for (int round = 0; round < rounds; ++round) {
+    wrong += one_round(round % 2 != 0 ? MPI_COMM_WORLD : dup, round);
+    wrong += in_place_round(round % 2 != 0 ? dup : MPI_COMM_WORLD, round);
+  }
   long all = 0;
   MPI_Allreduce(&wrong, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
   if (me == 0) printf("mpi-alltoallw: %d ranks, %d rounds, %s (%ld wrong)\n", n, rounds, all == 0 ? "all values ok" : "WRONG", all);
