@@ -29,6 +29,7 @@
 #include "aapc/nic/eth_port.hpp"
 #include "aapc/nic/fault.hpp"
 #include "aapc/proto/protocol.hpp"
+#include "aapc/result.hpp"
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/alltomany.hpp"
 #include "aapc/sched/topology.hpp"
@@ -218,6 +219,7 @@ struct Daemon::Impl {
   void bind_socket(gid_t gid);
   void watch_socket_and_port();
   static void reply_error(int fd, std::uint32_t request, Errc code, const std::string& message);
+  static void reply_error(int fd, std::uint32_t request, const Error& error) { reply_error(fd, request, error.code(), error.message()); }
   void accept_clients();
   void close_client_resources(ClientState& c);
   void drop_client(int fd);
@@ -225,17 +227,18 @@ struct Daemon::Impl {
 
   // daemon_admission.cpp
   bool allowed(int fd, const ucred& cred) const;
-  std::optional<Error> admission(int fd, const ucred& cred) const;
+  Result<void> admission(int fd, const ucred& cred) const;
   void refuse_connection(int fd, const ucred& cred, Errc code, const std::string& why);
   void close_idle_clients();
-  std::optional<std::string> claim_rank(ClientState& c);
+  Result<void> rank_free_for(const ClientState& c) const;  // kBusy while another client holds it
+  void claim_rank(ClientState& c);
   void release_rank(const ClientState& c);
 
   // daemon_quotas.cpp
   bool limited(const ClientState& c) const;  // other than root and the daemon's uid
   std::size_t in_flight(const ClientState& c) const;  // its collectives waiting, running or not yet collected
-  std::optional<std::string> start_quota(const ClientState& c, const proto::StartRequest& m) const;
-  std::optional<std::string> buffer_quota(const ClientState& c, std::uint64_t size) const;
+  Result<void> start_quota(const ClientState& c, const proto::StartRequest& m) const;  // kBusy past a cap
+  Result<void> buffer_quota(const ClientState& c, std::uint64_t size) const;            // kBusy past a cap
 
   // daemon_requests.cpp
   void serve(ClientState& c, std::uint32_t request, const proto::HelloRequest& m);
@@ -254,11 +257,11 @@ struct Daemon::Impl {
   void serve(ClientState& c, std::uint32_t request, const proto::GroupQueryRequest& m);
   void serve(ClientState& c, std::uint32_t request, const proto::GroupOpenRequest& m);
   void serve(ClientState& c, std::uint32_t request, const proto::GroupCloseRequest& m);
-  std::optional<Error> open_group(const ClientState& c, const proto::GroupOpenRequest& m);
+  Result<void> open_group(const ClientState& c, const proto::GroupOpenRequest& m);
   // Closes a group; `why` tells peers waiting in its next collective (empty: nobody is told).
   void close_group(std::uint32_t slot, const std::string& why);
-  // The group of a START's slot, held by client `c`; why not, if not.
-  std::optional<std::string> group_problem(const ClientState& c, std::uint32_t slot) const;
+  // The group of a START's slot is open here and held by client `c`; kInvalidArgument if not.
+  Result<void> group_held_by(const ClientState& c, std::uint32_t slot) const;
   Planner& planner_of(std::uint32_t slot) { return slot == kWorldSlot ? *world : *groups.at(slot).planner; }
   const Planner& planner_of(std::uint32_t slot) const { return slot == kWorldSlot ? *world : *groups.at(slot).planner; }
   // A slot's engine spec of `plan` (in the slot's ranks) as exchange `id`, over the cluster's
@@ -274,10 +277,11 @@ struct Daemon::Impl {
   void joins();
   void launch(Prepared p);
   ExchangeSpec spec_of(const Prepared& p, std::uint32_t id) const;
-  std::optional<Prepared> prepare(ClientState& c, std::uint32_t request, const proto::StartRequest& m);
-  std::optional<std::string> place_blocks(const ClientState& c, const proto::StartRequest& m, std::size_t n, Prepared& p) const;
-  static std::optional<std::string> overlapping_blocks(const proto::StartRequest& m, std::size_t n, const Mapping& send, const Mapping& recv);
-  std::optional<std::string> plan(const proto::StartRequest& m, Prepared& p);
+  // A START's checks, each kInvalidArgument with what the request got wrong.
+  Result<Prepared> prepare(const ClientState& c, std::uint32_t request, const proto::StartRequest& m);
+  Result<void> place_blocks(const ClientState& c, const proto::StartRequest& m, std::size_t n, Prepared& p) const;
+  static Result<void> blocks_apart(const proto::StartRequest& m, std::size_t n, const Mapping& send, const Mapping& recv);
+  Result<void> plan(const proto::StartRequest& m, Prepared& p);
 
   // daemon_sparse.cpp
   static bool counts_first(const std::string& spec, const sched::Topology& tree);
@@ -287,7 +291,7 @@ struct Daemon::Impl {
   Result<void> start_counts(Counting& k, std::uint32_t id, bool broadcast);
   void judge_counts(Counting& k) const;
   bool counted(const ExchangeReport& rep);
-  std::optional<std::string> plan_counted(Counting& k);
+  Result<void> plan_counted(Counting& k);  // kInvalidArgument: the counts disagree, or no schedule fits
   void fail_exchange(std::uint32_t id, Errc code, const std::string& why);
   void launch_waiting();
 

@@ -172,8 +172,8 @@ bool Daemon::Impl::counted(const ExchangeReport& rep) {
     counting[k.broadcast_id] = std::move(k);
     return true;
   }
-  if (auto why = plan_counted(k)) {
-    fail_exchange(k.id, Errc::kInvalidArgument, *why);
+  if (auto planned = plan_counted(k); !planned) {
+    fail_exchange(k.id, planned.error().code(), planned.error().message());
     return true;
   }
   ex->second.schedule = k.p.rec.schedule;
@@ -188,11 +188,11 @@ bool Daemon::Impl::counted(const ExchangeReport& rep) {
 
 // The schedule of the agreed pattern, or why there is none: the same on every rank, which all
 // hold the same verdict (and a spec that differs is found by the exchange's descriptor).
-std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
+Result<void> Daemon::Impl::plan_counted(Counting& k) {
   Planner& planner = planner_of(k.p.slot);  // the tree of the slot's ranks
   const std::size_t n = k.row.size() / 2;
   const std::size_t length = std::min<std::size_t>(k.verdict[0], kVerdictWords * sizeof(std::uint64_t));
-  if (length > 0) return std::string(reinterpret_cast<const char*>(k.verdict.data() + 1), length);
+  if (length > 0) return Error(Errc::kInvalidArgument, std::string(reinterpret_cast<const char*>(k.verdict.data() + 1), length));
   sched::SparsePattern pattern;
   pattern.n = static_cast<int>(n);
   pattern.dsts.resize(n);
@@ -212,7 +212,7 @@ std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
     if (!forced && !verdict.sparse) {
       k.p.rec.schedule = dense->algorithm;
       k.p.rec.sync = dense->sync.name();
-      return std::nullopt;
+      return {};
     }
     std::optional<sched::SyncSpec> sync;
     if (!spec.sync.empty() && spec.sync != "auto") sync = sched::parse_plan_spec("auto+" + spec.sync).sync;
@@ -223,9 +223,9 @@ std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
                        std::to_string(dense->syncs.size()) + " tokens; " + verdict.reason + ")";
     k.p.rec.sync = s.sync.name();
   } catch (const std::exception& e) {
-    return std::string("alltoallv: ") + e.what();
+    return Error(Errc::kInvalidArgument, std::string("alltoallv: ") + e.what());
   }
-  return std::nullopt;
+  return {};
 }
 
 // The collectives that waited for an agreement, each slot's in order, until one of the slot
