@@ -58,7 +58,7 @@ Result<void> Daemon::Impl::open_group(const ClientState& c, const proto::GroupOp
   }
   if (g.me < 0) return invalid("the members do not include this machine (rank " + std::to_string(rank) + ")");
   try {
-    g.planner = std::make_unique<Planner>(sched::sub_topology(topo, g.members), cfg.barrier_radix, cfg.max_plans);
+    g.schedules = std::make_unique<TreeSchedules>(sched::sub_topology(topo, g.members), cfg.barrier_radix, cfg.max_plans);
   } catch (const sched::TopologyError& e) {
     return invalid(e.what());
   }

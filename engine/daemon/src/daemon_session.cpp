@@ -16,28 +16,28 @@ Error invalid(std::string why) { return Error(Errc::kInvalidArgument, std::move(
 
 }  // namespace
 
-std::shared_ptr<const sched::Schedule> Planner::schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync) {
+std::shared_ptr<const sched::Schedule> TreeSchedules::schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync) {
   std::string key = sched::format_plan_spec(algo, sync);
-  auto it = schedules.find(key);
-  if (it != schedules.end()) {
+  auto it = cached.find(key);
+  if (it != cached.end()) {
     it->second.used = ++uses;
     return it->second.schedule;
   }
-  if (schedules.size() >= std::max<std::size_t>(max_plans, 1)) {
-    auto oldest = std::min_element(schedules.begin(), schedules.end(), [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
-    schedules.erase(oldest);
+  if (cached.size() >= std::max<std::size_t>(max_plans, 1)) {
+    auto oldest = std::min_element(cached.begin(), cached.end(), [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+    cached.erase(oldest);
   }
   auto s = std::make_shared<const sched::Schedule>(sched::plan_sync(topo, sched::make_schedule(topo, algo), sync));
-  schedules[key] = {s, ++uses};
+  cached[key] = {s, ++uses};
   return s;
 }
 
-std::shared_ptr<const sched::Schedule> Planner::barrier() {
-  if (!barrier_plan) {
+std::shared_ptr<const sched::Schedule> TreeSchedules::barrier() {
+  if (!barrier_schedule) {
     const int n = topo.machine_count();
-    barrier_plan = std::make_shared<const sched::Schedule>(sched::barrier_schedule(n, sched::barrier_radix(n, barrier_radix)));
+    barrier_schedule = std::make_shared<const sched::Schedule>(sched::barrier_schedule(n, sched::barrier_radix(n, barrier_radix)));
   }
-  return barrier_plan;
+  return barrier_schedule;
 }
 
 // A request is checked at once; the first exchange of a session then waits until the
@@ -89,10 +89,10 @@ void Daemon::Impl::joins() {
 
 // The engine's spec of a prepared START. Its descriptor says what the ranks must agree on;
 // with no timeout, the engine derives one from the bytes over the topology's bottleneck.
-ExchangeSpec Daemon::Impl::slot_spec(std::uint32_t slot, const sched::Schedule& plan, std::uint32_t id) const {
-  if (slot == kWorldSlot) return exchange_spec(plan, rank, id);
+ExchangeSpec Daemon::Impl::slot_spec(std::uint32_t slot, const sched::Schedule& schedule, std::uint32_t id) const {
+  if (slot == kWorldSlot) return exchange_spec(schedule, rank, id);
   const Group& g = groups.at(slot);
-  return exchange_spec(plan, g.me, id, g.members, static_cast<std::size_t>(topo.machine_count()));
+  return exchange_spec(schedule, g.me, id, g.members, static_cast<std::size_t>(topo.machine_count()));
 }
 
 std::size_t Daemon::Impl::cluster_rank(std::uint32_t slot, std::size_t r) const {
@@ -100,21 +100,21 @@ std::size_t Daemon::Impl::cluster_rank(std::uint32_t slot, std::size_t r) const 
 }
 
 ExchangeSpec Daemon::Impl::spec_of(const Prepared& p, std::uint32_t id) const {
-  ExchangeSpec spec = slot_spec(p.slot, *p.plan, id);
+  ExchangeSpec spec = slot_spec(p.slot, *p.schedule, id);
   for (std::size_t i = 0; i < p.send.size(); ++i) {  // by group rank: the cluster rank is the member's
     const std::size_t r = cluster_rank(p.slot, i);
     spec.send[r] = p.send[i];
     spec.recv[r] = p.recv[i];
   }
   spec.timeout = std::chrono::milliseconds(p.timeout_ms);
-  spec.token_slack = token_slack(slack_buffer, p.plan->phases.size(), pace_bps);
-  if (p.plan->block_rate_bps > 0)
-    spec.paced_burst_bytes = paced_burst(slack_buffer, static_cast<std::size_t>(p.plan->machines - 1),
-                                         static_cast<std::uint64_t>(planner_of(p.slot).model.load()), static_cast<std::uint64_t>(topo.mtu()) + kEthHeaderLen);
+  spec.token_slack = token_slack(slack_buffer, p.schedule->phases.size(), pace_bps);
+  if (p.schedule->block_rate_bps > 0)
+    spec.paced_burst_bytes = paced_burst(slack_buffer, static_cast<std::size_t>(p.schedule->machines - 1),
+                                         static_cast<std::uint64_t>(schedules_of(p.slot).model.load()), static_cast<std::uint64_t>(topo.mtu()) + kEthHeaderLen);
   spec.descriptor.kind = p.kind;
   spec.descriptor.block = p.block;
-  spec.combine_block = p.block;  // a combining schedule's blocks (alltoall only, plan())
-  spec.bottleneck_load = std::max<std::uint64_t>(spec.bottleneck_load, static_cast<std::uint64_t>(planner_of(p.slot).model.load()));
+  spec.combine_block = p.block;  // a combining schedule's blocks (alltoall only, choose_schedule())
+  spec.bottleneck_load = std::max<std::uint64_t>(spec.bottleneck_load, static_cast<std::uint64_t>(schedules_of(p.slot).model.load()));
   return spec;
 }
 
@@ -160,15 +160,15 @@ Result<Prepared> Daemon::Impl::prepare(const ClientState& c, std::uint32_t reque
   if (m.kind == proto::Kind::kAlltoall) p.block = m.block;
   p.rec.client = c.fd;
   p.slot = m.group;
-  Planner& planner = planner_of(p.slot);
+  TreeSchedules& tree = schedules_of(p.slot);
   if (m.kind == proto::Kind::kBarrier) {
-    p.plan = planner.barrier();
+    p.schedule = tree.barrier();
     p.rec.schedule = "barrier";
     p.rec.sync = "tokens";
-  } else if (auto placed = place_blocks(c, m, static_cast<std::size_t>(planner.topo.machine_count()), p); !placed) {
+  } else if (auto placed = place_blocks(c, m, static_cast<std::size_t>(tree.topo.machine_count()), p); !placed) {
     return placed.error();
-  } else if (auto planned = plan(m, p); !planned) {
-    return planned.error();
+  } else if (auto chosen = choose_schedule(m, p); !chosen) {
+    return chosen.error();
   }
   return p;
 }
@@ -220,17 +220,17 @@ Result<void> Daemon::Impl::blocks_apart(const proto::StartRequest& m, std::size_
 // The schedule of `m`'s spec. Every rank must pick the same one: an alltoall's block size is
 // the same on all of them (the collective's contract), an alltoallv's largest block is not,
 // so it gets the choice for large blocks.
-Result<void> Daemon::Impl::plan(const proto::StartRequest& m, Prepared& p) {
+Result<void> Daemon::Impl::choose_schedule(const proto::StartRequest& m, Prepared& p) {
   try {
     const bool sparse = sched::forced_sparse_algorithm(sched::read_spec(m.spec).algorithm).has_value();
     if (sparse && m.kind != proto::Kind::kAlltoallv)
       return invalid("schedule '" + sched::read_spec(m.spec).algorithm + "' decomposes an alltoallv's pattern; an alltoall is dense");
     if (const auto given = sched::read_spec(m.spec).sync; sparse && !given.empty()) (void)sched::parse_plan_spec("auto+" + given);  // throws
-    Planner& planner = planner_of(m.group);
-    const sched::Choice choice = sched::choose(planner.model, sparse ? "auto" : m.spec, m.kind == proto::Kind::kAlltoall ? m.block : sched::kAnyBlockSize);
-    p.plan = planner.schedule(choice.algorithm, choice.sync);
-    if (m.kind == proto::Kind::kAlltoallv && counts_first(m.spec, planner.topo)) {
-      p.counts_first = true;  // the plan above only sizes the join's deadline
+    TreeSchedules& tree = schedules_of(m.group);
+    const sched::Choice choice = sched::choose(tree.model, sparse ? "auto" : m.spec, m.kind == proto::Kind::kAlltoall ? m.block : sched::kAnyBlockSize);
+    p.schedule = tree.schedule(choice.algorithm, choice.sync);
+    if (m.kind == proto::Kind::kAlltoallv && counts_first(m.spec, tree.topo)) {
+      p.counts_first = true;  // the schedule above only sizes the join's deadline
       p.spec = m.spec;
       p.rec.schedule = "alltoallv: agreeing on counts";
       return {};
@@ -238,11 +238,11 @@ Result<void> Daemon::Impl::plan(const proto::StartRequest& m, Prepared& p) {
   } catch (const std::exception& e) {
     return invalid(e.what());
   }
-  if (p.plan->combining() && m.kind != proto::Kind::kAlltoall)
-    return invalid("schedule " + p.plan->algorithm + " combines blocks into one message per step and forwards them through other ranks, which needs " +
+  if (p.schedule->combining() && m.kind != proto::Kind::kAlltoall)
+    return invalid("schedule " + p.schedule->algorithm + " combines blocks into one message per step and forwards them through other ranks, which needs " +
                    "blocks of one size on every rank: it runs alltoall, not alltoallv");
-  p.rec.schedule = p.plan->algorithm;
-  p.rec.sync = p.plan->sync.name();
+  p.rec.schedule = p.schedule->algorithm;
+  p.rec.sync = p.schedule->sync.name();
   return {};
 }
 
