@@ -61,7 +61,7 @@ Sweep plan_sweep(const Args& a) {
   s.tools = self_dir();
   // Configurations: every schedule, and the tree with each sync variant asked for.
   for (const auto& sched : a.schedules) {
-    if (sched == "tree") {
+    if (aapc::sched::algorithm_of(sched) == aapc::sched::Algorithm::kTree) {
       for (const auto& y : a.tree_syncs) s.configs.emplace_back(sched, y);
     } else {
       s.configs.emplace_back(sched, "auto");

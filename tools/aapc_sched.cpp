@@ -115,7 +115,7 @@ Schedule build(const Topology& t, const std::string& algo, const std::string& sy
 // grouped by the sending subtree and local messages by subtree.
 void print_phase_table(const Topology& t, const Schedule& s) {
   TreeModel model(t);
-  const bool grouped = s.algorithm == "tree";
+  const bool grouped = algorithm_of(s.algorithm) == Algorithm::kTree;
   const std::size_t k = model.subtrees().size();
   std::vector<std::string> header{"phase"};
   if (grouped) {

@@ -60,7 +60,7 @@ double peak_mb() {
 // 4,096 machines in under 10 s and 2 GB. Run last: the peak memory is the process's so far.
 void bench_predict(int repeat) {
   std::cout << "\npredict, two-level tree at 100 Gbit/s, 64 KiB blocks (peak memory of the process so far)\n";
-  for (const char* algo : {"tree", "paced-shuffle"}) {
+  for (const Algorithm algo : {Algorithm::kTree, Algorithm::kPacedShuffle}) {
     double base = 0;
     for (int leaves : {8, 16, 32, 64}) {
       RandomTreeOptions o;
@@ -70,14 +70,14 @@ void bench_predict(int repeat) {
       o.rate_bps = 100'000'000'000ULL;
       std::mt19937_64 rng(1);
       const Topology t = random_tree(o, rng);
-      const AlgorithmSpec spec = *AlgorithmSpec::parse(algo);
-      const SyncSpec sync = *SyncSpec::parse(spec.algorithm == Algorithm::kTree ? "sender-all" : "none");
+      const AlgorithmSpec spec{algo, algorithm_info(algo).param_default};
+      const SyncSpec sync = default_sync(spec.algorithm);
       Prediction p;
       const double secs = best_of(repeat, [&] { p = predict(t, spec, sync, PredictOptions{}); });
       if (base == 0) base = secs;
       std::ostringstream extra;
       extra << std::setprecision(3) << 100.0 * p.fraction() << "% of the limit; peak " << std::setprecision(4) << peak_mb() << " MB";
-      row(std::string("predict ") + algo, o.machines, secs, base, extra.str(), o.machines == 4096 ? 10.0 : 0);
+      row("predict " + spec.name(), o.machines, secs, base, extra.str(), o.machines == 4096 ? 10.0 : 0);
     }
   }
 }

@@ -6,7 +6,7 @@
 
 namespace aapc::sched {
 
-#define AAPC_ALGORITHM(ID, NAME, PARAM, DEFAULT, KIND, INPUT, BUILDER, DESCRIPTION) Schedule BUILDER(const BuildInput& in);
+#define AAPC_ALGORITHM(ID, NAME, PARAM, DEFAULT, KIND, INPUT, SYNC, BUILDER, DESCRIPTION) Schedule BUILDER(const BuildInput& in);
 #include "aapc/sched/algorithms.def"
 #undef AAPC_ALGORITHM
 

@@ -159,8 +159,9 @@ Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block
   const PlanSpec plan = parse_plan_spec(spec);
   if (!plan.algorithm) return auto_choice(model, block_bytes);  // its own sync, whichever was given
   if (plan.sync) return {*plan.algorithm, *plan.sync, "given"};
-  const bool tree = plan.algorithm->algorithm == Algorithm::kTree;
-  return {*plan.algorithm, tree ? SyncSpec{SyncKind::kSenderAll, 1} : SyncSpec{}, tree ? "given; the tree's default tokens" : "given; no tokens by default"};
+  const SyncSpec sync = default_sync(plan.algorithm->algorithm);
+  if (sync.kind == SyncKind::kNone) return {*plan.algorithm, sync, "given; no tokens by default"};
+  return {*plan.algorithm, sync, "given; the " + std::string(algorithm_info(plan.algorithm->algorithm).name) + "'s default tokens"};
 }
 
 namespace {

@@ -11,8 +11,8 @@ namespace aapc::sched {
 namespace {
 
 constexpr AlgorithmInfo kAlgorithms[] = {
-#define AAPC_ALGORITHM(ID, NAME, PARAM, DEFAULT, KIND, INPUT, BUILDER, DESCRIPTION) \
-  {Algorithm::ID, NAME, PARAM, DEFAULT, AlgorithmKind::KIND, AlgorithmInput::INPUT, &BUILDER, DESCRIPTION},
+#define AAPC_ALGORITHM(ID, NAME, PARAM, DEFAULT, KIND, INPUT, SYNC, BUILDER, DESCRIPTION) \
+  {Algorithm::ID, NAME, PARAM, DEFAULT, AlgorithmKind::KIND, AlgorithmInput::INPUT, SYNC, &BUILDER, DESCRIPTION},
 #include "aapc/sched/algorithms.def"
 #undef AAPC_ALGORITHM
 };
@@ -99,6 +99,19 @@ std::vector<std::string> AlgorithmSpec::names() {
   for (const AlgorithmInfo& info : kAlgorithms)
     if (dense(info)) out.push_back(AlgorithmSpec{info.id, info.param_default}.name());
   return out;
+}
+
+std::optional<Algorithm> algorithm_of(std::string_view name) {
+  const auto spec = AlgorithmSpec::parse(name);
+  if (!spec) return std::nullopt;
+  return spec->algorithm;
+}
+
+SyncSpec default_sync(Algorithm algorithm) {
+  const AlgorithmInfo& info = algorithm_info(algorithm);
+  const auto sync = SyncSpec::parse(info.sync);
+  if (!sync) throw std::invalid_argument("the registry's row " + std::string(info.name) + " names no sync variant");
+  return *sync;
 }
 
 std::optional<std::string> forced_sparse_algorithm(std::string_view algorithm) {

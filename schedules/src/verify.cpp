@@ -4,6 +4,7 @@
 #include <deque>
 #include <sstream>
 
+#include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/tree.hpp"
 #include "internal.hpp"
 
@@ -55,7 +56,7 @@ class Verifier {
     check_pairs();
     if (s_.contention_free) check_contention();
     if (s_.block_rate_bps > 0) check_rates();
-    if (s_.algorithm == "tree" && report_.phases != report_.load)
+    if (algorithm_of(s_.algorithm) == Algorithm::kTree && report_.phases != report_.load)
       error("tree schedule has " + std::to_string(report_.phases) + " phases, the load is " + std::to_string(report_.load));
     check_programs();
     if (report_.ok()) check_syncs();

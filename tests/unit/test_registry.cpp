@@ -94,6 +94,32 @@ TEST_CASE("every algorithm, auto too, takes every sync variant and refuses an un
   CHECK_THROWS_WITH(choose(model, "cgm", 1 << 20), "unknown schedule 'cgm'");  // an alltoallv's pattern only
 }
 
+TEST_CASE("a spec that names no sync variant runs with its row's, and a schedule's name finds its row") {
+  const Topology topology = load_topology(aapc::test::topology_path("8-two-switch"));
+  const TreeModel model(topology);
+  for (const AlgorithmInfo& info : algorithms()) {
+    INFO(info.name);
+    if (info.input == AlgorithmInput::kPattern) {
+      CHECK(info.sync.empty());  // planned_sparse picks the tokens of a pattern's schedule
+      CHECK_FALSE(algorithm_of(info.name));
+      continue;
+    }
+    const auto sync = SyncSpec::parse(info.sync);
+    REQUIRE(sync);
+    CHECK(default_sync(info.id).name() == sync->name());
+    const Choice c = choose(model, info.name, 1 << 20);
+    CHECK(c.sync.kind == sync->kind);
+    CHECK(c.sync.block == sync->block);
+    CHECK(algorithm_of(info.name) == info.id);
+  }
+  CHECK(choose(model, "tree", 1 << 20).sync.kind == SyncKind::kSenderAll);
+  CHECK(choose(model, "tree", 1 << 20).reason == "given; the tree's default tokens");
+  CHECK(choose(model, "ring", 1 << 20).reason == "given; no tokens by default");
+  CHECK(algorithm_of(make_schedule(topology, {Algorithm::kGroupShuffle, 3}).algorithm) == Algorithm::kGroupShuffle);
+  CHECK(algorithm_of(barrier_schedule(8).algorithm) == std::nullopt);
+  CHECK_FALSE(algorithm_of("auto"));
+}
+
 TEST_CASE("the all-to-many rows build a pattern's partial permutations; a dense name does not") {
   const Topology tree = load_topology(aapc::test::topology_path("8-two-switch"));
   std::vector<std::vector<std::uint64_t>> sizes(8, std::vector<std::uint64_t>(8, 0));

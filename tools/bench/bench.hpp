@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "aapc/sched/algorithms.hpp"
 #include "common/mpilaunch.hpp"
 
 #include <cstdint>
@@ -19,12 +20,23 @@ namespace aapc::bench {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
+// The schedules a sweep compares unless told: auto, and the registry's rows worth running on a
+// tree of switches, by their names there.
+inline std::vector<std::string> default_schedules() {
+  using sched::Algorithm;
+  std::vector<std::string> out{"auto"};
+  for (Algorithm a : {Algorithm::kTree, Algorithm::kSyncShuffle, Algorithm::kGroupShuffle, Algorithm::kPairwise, Algorithm::kPairwiseEc,
+                      Algorithm::kRing, Algorithm::kLinear})
+    out.emplace_back(sched::algorithm_info(a).name);
+  return out;
+}
+
 struct Args {
   std::string topology = "8-two-switch";
   std::string rate;
   std::vector<std::string> rates;  // --rates: the whole sweep at each of these rates, and one plot against the rate
   std::vector<std::string> sizes = {"1K", "2K", "4K", "8K", "16K", "32K", "64K", "128K", "256K", "512K", "1M"};
-  std::vector<std::string> schedules = {"auto", "tree", "sync-shuffle", "group-shuffle", "pairwise", "pairwise-ec", "ring", "linear"};
+  std::vector<std::string> schedules = default_schedules();
   std::vector<std::string> tree_syncs = {"sender-all", "receiver-all", "none"};
   std::vector<std::string> mpi = {"openmpi", "mpich"};
   bool all_mpi_algorithms = true;

@@ -252,17 +252,18 @@ namespace {
 
 constexpr int kGroupTries = 8;  // a slot taken under us by another client of a member: try again
 
-// Why `members` cannot make a group of this client's, if they cannot.
-std::optional<std::string> members_problem(const std::vector<int>& members, int me, int size) {
-  if (members.size() < 2) return "a group needs at least 2 members";
+// Whether `members` can make a group of this client's; kInvalidArgument with why not.
+Result<void> members_fit(const std::vector<int>& members, int me, int size) {
+  auto invalid = [](const std::string& why) { return Error(Errc::kInvalidArgument, "open_group: " + why); };
+  if (members.size() < 2) return invalid("a group needs at least 2 members");
   std::vector<bool> seen(static_cast<std::size_t>(size), false);
   for (int r : members) {
-    if (r < 0 || r >= size) return "member " + std::to_string(r) + " is not a rank of the cluster (0.." + std::to_string(size - 1) + ")";
-    if (seen[static_cast<std::size_t>(r)]) return "member " + std::to_string(r) + " is named twice";
+    if (r < 0 || r >= size) return invalid("member " + std::to_string(r) + " is not a rank of the cluster (0.." + std::to_string(size - 1) + ")");
+    if (seen[static_cast<std::size_t>(r)]) return invalid("member " + std::to_string(r) + " is named twice");
     seen[static_cast<std::size_t>(r)] = true;
   }
-  if (!seen[static_cast<std::size_t>(me)]) return "the members do not include this machine (rank " + std::to_string(me) + ")";
-  return std::nullopt;
+  if (!seen[static_cast<std::size_t>(me)]) return invalid("the members do not include this machine (rank " + std::to_string(me) + ")");
+  return {};
 }
 
 // The lowest slot whose bit is set in `free`, if any.
@@ -279,7 +280,7 @@ Result<Client> Client::open_group(const std::vector<int>& members, const Reduce&
   // a problem of ours offers no slot (or a failed open), which fails the group everywhere.
   std::optional<Error> mine;
   if (group_) mine = Error(Errc::kInvalidArgument, "open groups from the cluster's client, not from a group's");
-  if (auto why = members_problem(members, conn_->info.rank, conn_->info.size)) mine = Error(Errc::kInvalidArgument, "open_group: " + *why);
+  if (auto fit = members_fit(members, conn_->info.rank, conn_->info.size); !fit) mine = fit.error();
   for (int attempt = 0; attempt < kGroupTries; ++attempt) {
     std::vector<std::uint64_t> free(proto::kGroupSlots / 64, 0), next(1, 0);
     proto::GroupQueryReply here;

@@ -101,7 +101,7 @@ std::unique_ptr<Daemon> Daemon::create(const DaemonConfig& config) {
   Impl& m = *d->impl_;
   m.cfg = config;
   m.topo = sched::load_topology(config.topology);
-  m.world = std::make_unique<Planner>(m.topo, m.cfg.barrier_radix, m.cfg.max_plans);
+  m.world = std::make_unique<TreeSchedules>(m.topo, m.cfg.barrier_radix, m.cfg.max_plans);
   if (config.rank && (*config.rank < 0 || *config.rank >= m.topo.machine_count()))
     fail("--rank " + std::to_string(*config.rank) + ": " + m.topo.source() + " has ranks 0.." + std::to_string(m.topo.machine_count() - 1));
   m.open_port();

@@ -61,7 +61,7 @@ bool Daemon::Impl::allowed(int fd, const ucred& cred) const {
 }
 
 // Why a client that just connected may not stay, if it may not.
-std::optional<Error> Daemon::Impl::admission(int fd, const ucred& cred) const {
+Result<void> Daemon::Impl::admission(int fd, const ucred& cred) const {
   if (!allowed(fd, cred))
     return Error(Errc::kPermission, "uid " + std::to_string(cred.uid) +
                                         " may not use this aapcd (run as root or as the daemon's user, join --socket-group, or start "
@@ -69,7 +69,7 @@ std::optional<Error> Daemon::Impl::admission(int fd, const ucred& cred) const {
   if (privileged(cred.uid)) {
     if (clients.size() >= cfg.max_clients)
       return Error(Errc::kBusy, "aapcd serves " + std::to_string(clients.size()) + " clients already (the limit)");
-    return std::nullopt;
+    return {};
   }
   const auto mine = static_cast<std::size_t>(std::count_if(clients.begin(), clients.end(), [&](const auto& e) { return e.second.uid == cred.uid; }));
   if (mine >= cfg.max_clients_per_uid)
@@ -78,7 +78,7 @@ std::optional<Error> Daemon::Impl::admission(int fd, const ucred& cred) const {
   const std::size_t open = cfg.max_clients > kPrivilegedReserve ? cfg.max_clients - kPrivilegedReserve : cfg.max_clients;
   if (clients.size() >= open)
     return Error(Errc::kBusy, "aapcd serves " + std::to_string(clients.size()) + " clients already (the limit for users other than root and the daemon's)");
-  return std::nullopt;
+  return {};
 }
 
 // Answers and closes at once. Shut down first, then drained: a peer cannot send more, and
@@ -114,14 +114,18 @@ void Daemon::Impl::close_idle_clients() {
   }
 }
 
-// The rank for `c`, unless another client holds it: then why not.
-std::optional<std::string> Daemon::Impl::claim_rank(ClientState& c) {
-  if (holder.held_by_other_than(c.fd))
-    return "rank " + std::to_string(rank) + " on " + topo.machine(rank).name + " is in use by pid " + std::to_string(holder.pid) + " (uid " +
-           std::to_string(holder.uid) + "): one client per machine runs the cluster's collectives; wait for it to finish, or run in a group (Client::open_group)";
+// Whether `c` may hold the rank: not while another client does.
+Result<void> Daemon::Impl::rank_free_for(const ClientState& c) const {
+  if (!holder.held_by_other_than(c.fd)) return {};
+  return Error(Errc::kBusy, "rank " + std::to_string(rank) + " on " + topo.machine(rank).name + " is in use by pid " + std::to_string(holder.pid) +
+                                " (uid " + std::to_string(holder.uid) +
+                                "): one client per machine runs the cluster's collectives; wait for it to finish, or run in a group (Client::open_group)");
+}
+
+// The rank for `c`, which rank_free_for() let have it.
+void Daemon::Impl::claim_rank(ClientState& c) {
   if (holder.client != c.fd) spdlog::info("client pid {} holds rank {} for collectives", c.pid, rank);
   holder = {c.fd, c.pid, c.uid, c.job};
-  return std::nullopt;
 }
 
 void Daemon::Impl::release_rank(const ClientState& c) {

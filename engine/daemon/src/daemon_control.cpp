@@ -118,8 +118,8 @@ void Daemon::Impl::accept_clients() {
       ::close(fd);
       continue;
     }
-    if (auto refused = admission(fd, cred)) {
-      refuse_connection(fd, cred, refused->code(), refused->message());
+    if (auto admitted = admission(fd, cred); !admitted) {
+      refuse_connection(fd, cred, admitted.error().code(), admitted.error().message());
       continue;
     }
     ClientState c;

@@ -22,7 +22,7 @@ void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::Gro
 }
 
 void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::GroupOpenRequest& m) {
-  if (auto why = open_group(c, m)) return reply_error(c.fd, request, why->code(), why->message());
+  if (auto opened = open_group(c, m); !opened) return reply_error(c.fd, request, opened.error());
   proto::send_message(c.fd, proto::message(proto::EmptyReply{proto::Type::kOk}, request));
 }
 
@@ -36,7 +36,7 @@ void Daemon::Impl::serve(ClientState& c, std::uint32_t request, const proto::Gro
 
 // Why `m` cannot open here, if it cannot. Busy when the slot was taken, or used, here since
 // GROUP_QUERY (another client's group): the members try again with another query.
-std::optional<Error> Daemon::Impl::open_group(const ClientState& c, const proto::GroupOpenRequest& m) {
+Result<void> Daemon::Impl::open_group(const ClientState& c, const proto::GroupOpenRequest& m) {
   const std::string what = "group slot " + std::to_string(m.slot) + ": ";
   auto invalid = [&](const std::string& why) { return Error(Errc::kInvalidArgument, what + why); };
   if (m.slot == kWorldSlot) return invalid("slot 0 is the whole cluster's; groups take slots 1 to " + std::to_string(kSlots - 1));
@@ -58,7 +58,7 @@ std::optional<Error> Daemon::Impl::open_group(const ClientState& c, const proto:
   }
   if (g.me < 0) return invalid("the members do not include this machine (rank " + std::to_string(rank) + ")");
   try {
-    g.planner = std::make_unique<Planner>(sched::sub_topology(topo, g.members), cfg.barrier_radix, cfg.max_plans);
+    g.schedules = std::make_unique<TreeSchedules>(sched::sub_topology(topo, g.members), cfg.barrier_radix, cfg.max_plans);
   } catch (const sched::TopologyError& e) {
     return invalid(e.what());
   }
@@ -66,7 +66,7 @@ std::optional<Error> Daemon::Impl::open_group(const ClientState& c, const proto:
   engine->reopen_slot(m.slot);
   spdlog::info("client pid {} opened group slot {} of {} machines (our rank {} in it), from id {}", c.pid, m.slot, g.members.size(), g.me, g.next_id);
   groups.emplace(m.slot, std::move(g));
-  return std::nullopt;
+  return {};
 }
 
 void Daemon::Impl::close_group(std::uint32_t slot, const std::string& why) {
@@ -92,11 +92,12 @@ void Daemon::Impl::close_group(std::uint32_t slot, const std::string& why) {
   groups.erase(it);
 }
 
-std::optional<std::string> Daemon::Impl::group_problem(const ClientState& c, std::uint32_t slot) const {
+Result<void> Daemon::Impl::group_held_by(const ClientState& c, std::uint32_t slot) const {
   auto it = groups.find(slot);
-  if (it == groups.end()) return "group slot " + std::to_string(slot) + " is not open here; open the group first (Client::open_group)";
-  if (it->second.client != c.fd) return "group slot " + std::to_string(slot) + " is another client's";
-  return std::nullopt;
+  if (it == groups.end())
+    return Error(Errc::kInvalidArgument, "group slot " + std::to_string(slot) + " is not open here; open the group first (Client::open_group)");
+  if (it->second.client != c.fd) return Error(Errc::kInvalidArgument, "group slot " + std::to_string(slot) + " is another client's");
+  return {};
 }
 
 }  // namespace aapc::engine

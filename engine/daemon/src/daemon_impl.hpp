@@ -29,6 +29,7 @@
 #include "aapc/nic/eth_port.hpp"
 #include "aapc/nic/fault.hpp"
 #include "aapc/proto/protocol.hpp"
+#include "aapc/result.hpp"
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/alltomany.hpp"
 #include "aapc/sched/topology.hpp"
@@ -73,13 +74,14 @@ struct RankHolder {
   bool held_by_other_than(int fd) const { return client >= 0 && client != fd; }
 };
 
-// Plans exchanges over a tree: the whole cluster's, or a group's. Schedules are
-// cached by "algorithm+sync". Not moved: the model refers to the tree.
-struct Planner {
-  explicit Planner(sched::Topology tree, int radix = 0, std::size_t plans = 64)
+// The schedules of one tree, built once and cached: the whole cluster's tree, or the one
+// that joins a group's members. Dense schedules are cached by plan spec ("algorithm+sync"),
+// all-to-many ones by pattern. Not moved: the model refers to the tree.
+struct TreeSchedules {
+  explicit TreeSchedules(sched::Topology tree, int radix = 0, std::size_t plans = 64)
       : topo(std::move(tree)), model(topo), barrier_radix(radix), max_plans(plans) {}
-  Planner(const Planner&) = delete;
-  Planner& operator=(const Planner&) = delete;
+  TreeSchedules(const TreeSchedules&) = delete;
+  TreeSchedules& operator=(const TreeSchedules&) = delete;
   std::shared_ptr<const sched::Schedule> schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync);
   std::shared_ptr<const sched::Schedule> barrier();
   sched::Topology topo;
@@ -92,11 +94,11 @@ struct Planner {
     std::shared_ptr<const sched::Schedule> schedule;
     std::uint64_t used = 0;
   };
-  std::map<std::string, Cached> schedules;
+  std::map<std::string, Cached> cached;
   std::uint64_t uses = 0;
   // An alltoallv's agreement on its pattern (daemon_sparse.cpp): its rows to rank 0 and the
   // verdict back, and the all-to-many schedules of patterns seen, over this tree.
-  std::shared_ptr<const sched::Schedule> gather, broadcast, barrier_plan;
+  std::shared_ptr<const sched::Schedule> gather, broadcast, barrier_schedule;
   sched::SparsePlanCache sparse_plans{16};
 };
 
@@ -108,7 +110,7 @@ struct Group {
   std::vector<Rank> members;  // cluster ranks, by group rank
   Rank me = -1;               // this node's group rank
   std::uint32_t next_id = 0;
-  std::unique_ptr<Planner> planner;  // over the tree that joins the members
+  std::unique_ptr<TreeSchedules> schedules;  // over the tree that joins the members
 };
 inline constexpr std::size_t kMaxGroupsPerClient = 64;
 
@@ -117,7 +119,7 @@ struct Prepared {
   int client = -1;
   std::uint32_t slot = kWorldSlot;  // the group it runs in (0: the whole cluster)
   std::uint32_t request = 0;
-  std::shared_ptr<const sched::Schedule> plan;
+  std::shared_ptr<const sched::Schedule> schedule;
   std::vector<SendBlock> send;
   std::vector<RecvBlock> recv;
   std::uint32_t timeout_ms = 0;
@@ -125,7 +127,7 @@ struct Prepared {
   std::uint64_t block = 0;
   bool run = false;  // RUN: the reply is DONE when it finished, no STARTED
   ExchangeRecord rec;
-  // An alltoallv whose schedule waits for the counts of every rank (daemon_sparse.cpp); `plan`
+  // An alltoallv whose schedule waits for the counts of every rank (daemon_sparse.cpp); `schedule`
   // is the dense one until then (it sizes the join's deadline).
   bool counts_first = false;
   std::string spec;  // the START's "ALGORITHM[+SYNC]"
@@ -155,7 +157,7 @@ std::int64_t cpu_now();
 struct Daemon::Impl {
   DaemonConfig cfg;
   sched::Topology topo;
-  std::unique_ptr<Planner> world;  // over topo
+  std::unique_ptr<TreeSchedules> world;  // over topo
   int rank = -1;
   std::unique_ptr<nic::EthPort> eth;
   std::unique_ptr<nic::FaultPort> faults;
@@ -218,6 +220,7 @@ struct Daemon::Impl {
   void bind_socket(gid_t gid);
   void watch_socket_and_port();
   static void reply_error(int fd, std::uint32_t request, Errc code, const std::string& message);
+  static void reply_error(int fd, std::uint32_t request, const Error& error) { reply_error(fd, request, error.code(), error.message()); }
   void accept_clients();
   void close_client_resources(ClientState& c);
   void drop_client(int fd);
@@ -225,17 +228,18 @@ struct Daemon::Impl {
 
   // daemon_admission.cpp
   bool allowed(int fd, const ucred& cred) const;
-  std::optional<Error> admission(int fd, const ucred& cred) const;
+  Result<void> admission(int fd, const ucred& cred) const;
   void refuse_connection(int fd, const ucred& cred, Errc code, const std::string& why);
   void close_idle_clients();
-  std::optional<std::string> claim_rank(ClientState& c);
+  Result<void> rank_free_for(const ClientState& c) const;  // kBusy while another client holds it
+  void claim_rank(ClientState& c);
   void release_rank(const ClientState& c);
 
   // daemon_quotas.cpp
   bool limited(const ClientState& c) const;  // other than root and the daemon's uid
   std::size_t in_flight(const ClientState& c) const;  // its collectives waiting, running or not yet collected
-  std::optional<std::string> start_quota(const ClientState& c, const proto::StartRequest& m) const;
-  std::optional<std::string> buffer_quota(const ClientState& c, std::uint64_t size) const;
+  Result<void> start_quota(const ClientState& c, const proto::StartRequest& m) const;  // kBusy past a cap
+  Result<void> buffer_quota(const ClientState& c, std::uint64_t size) const;            // kBusy past a cap
 
   // daemon_requests.cpp
   void serve(ClientState& c, std::uint32_t request, const proto::HelloRequest& m);
@@ -254,16 +258,16 @@ struct Daemon::Impl {
   void serve(ClientState& c, std::uint32_t request, const proto::GroupQueryRequest& m);
   void serve(ClientState& c, std::uint32_t request, const proto::GroupOpenRequest& m);
   void serve(ClientState& c, std::uint32_t request, const proto::GroupCloseRequest& m);
-  std::optional<Error> open_group(const ClientState& c, const proto::GroupOpenRequest& m);
+  Result<void> open_group(const ClientState& c, const proto::GroupOpenRequest& m);
   // Closes a group; `why` tells peers waiting in its next collective (empty: nobody is told).
   void close_group(std::uint32_t slot, const std::string& why);
-  // The group of a START's slot, held by client `c`; why not, if not.
-  std::optional<std::string> group_problem(const ClientState& c, std::uint32_t slot) const;
-  Planner& planner_of(std::uint32_t slot) { return slot == kWorldSlot ? *world : *groups.at(slot).planner; }
-  const Planner& planner_of(std::uint32_t slot) const { return slot == kWorldSlot ? *world : *groups.at(slot).planner; }
-  // A slot's engine spec of `plan` (in the slot's ranks) as exchange `id`, over the cluster's
+  // The group of a START's slot is open here and held by client `c`; kInvalidArgument if not.
+  Result<void> group_held_by(const ClientState& c, std::uint32_t slot) const;
+  TreeSchedules& schedules_of(std::uint32_t slot) { return slot == kWorldSlot ? *world : *groups.at(slot).schedules; }
+  const TreeSchedules& schedules_of(std::uint32_t slot) const { return slot == kWorldSlot ? *world : *groups.at(slot).schedules; }
+  // A slot's engine spec of `schedule` (in the slot's ranks) as exchange `id`, over the cluster's
   // ranks; and the cluster rank of the slot's rank `r`.
-  ExchangeSpec slot_spec(std::uint32_t slot, const sched::Schedule& plan, std::uint32_t id) const;
+  ExchangeSpec slot_spec(std::uint32_t slot, const sched::Schedule& schedule, std::uint32_t id) const;
   std::size_t cluster_rank(std::uint32_t slot, std::size_t r) const;
   Rank rank_in(std::uint32_t slot) const { return slot == kWorldSlot ? rank : groups.at(slot).me; }
   // The id the next collective of `slot` gets, used up.
@@ -274,10 +278,11 @@ struct Daemon::Impl {
   void joins();
   void launch(Prepared p);
   ExchangeSpec spec_of(const Prepared& p, std::uint32_t id) const;
-  std::optional<Prepared> prepare(ClientState& c, std::uint32_t request, const proto::StartRequest& m);
-  std::optional<std::string> place_blocks(const ClientState& c, const proto::StartRequest& m, std::size_t n, Prepared& p) const;
-  static std::optional<std::string> overlapping_blocks(const proto::StartRequest& m, std::size_t n, const Mapping& send, const Mapping& recv);
-  std::optional<std::string> plan(const proto::StartRequest& m, Prepared& p);
+  // A START's checks, each kInvalidArgument with what the request got wrong.
+  Result<Prepared> prepare(const ClientState& c, std::uint32_t request, const proto::StartRequest& m);
+  Result<void> place_blocks(const ClientState& c, const proto::StartRequest& m, std::size_t n, Prepared& p) const;
+  static Result<void> blocks_apart(const proto::StartRequest& m, std::size_t n, const Mapping& send, const Mapping& recv);
+  Result<void> choose_schedule(const proto::StartRequest& m, Prepared& p);
 
   // daemon_sparse.cpp
   static bool counts_first(const std::string& spec, const sched::Topology& tree);
@@ -287,7 +292,7 @@ struct Daemon::Impl {
   Result<void> start_counts(Counting& k, std::uint32_t id, bool broadcast);
   void judge_counts(Counting& k) const;
   bool counted(const ExchangeReport& rep);
-  std::optional<std::string> plan_counted(Counting& k);
+  Result<void> choose_counted_schedule(Counting& k);  // kInvalidArgument: the counts disagree, or no schedule fits
   void fail_exchange(std::uint32_t id, Errc code, const std::string& why);
   void launch_waiting();
 

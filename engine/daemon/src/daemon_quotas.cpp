@@ -18,25 +18,32 @@ std::size_t Daemon::Impl::in_flight(const ClientState& c) const {
          static_cast<std::size_t>(std::count_if(waiting_counts.begin(), waiting_counts.end(), mine));
 }
 
-std::optional<std::string> Daemon::Impl::start_quota(const ClientState& c, const proto::StartRequest& m) const {
+namespace {
+
+// A cap reached, with the option that sets it.
+Error busy(std::string why) { return Error(Errc::kBusy, std::move(why)); }
+
+}  // namespace
+
+Result<void> Daemon::Impl::start_quota(const ClientState& c, const proto::StartRequest& m) const {
   if (std::chrono::milliseconds(m.timeout_ms) > cfg.max_timeout)
-    return "a timeout of " + std::to_string(m.timeout_ms) + " ms is over this aapcd's cap of " + std::to_string(cfg.max_timeout.count()) +
-           " ms (aapcd --max-timeout-ms); give a shorter one, or 0 to have one derived from the exchange's size";
+    return busy("a timeout of " + std::to_string(m.timeout_ms) + " ms is over this aapcd's cap of " + std::to_string(cfg.max_timeout.count()) +
+                " ms (aapcd --max-timeout-ms); give a shorter one, or 0 to have one derived from the exchange's size");
   if (in_flight(c) >= cfg.max_exchanges_per_client)
-    return "this client has " + std::to_string(in_flight(c)) + " collectives running or not yet collected, the most one client may (aapcd " +
-           "--max-exchanges-per-client); wait for some first";
-  if (!limited(c)) return std::nullopt;
+    return busy("this client has " + std::to_string(in_flight(c)) + " collectives running or not yet collected, the most one client may (aapcd " +
+                "--max-exchanges-per-client); wait for some first");
+  if (!limited(c)) return {};
   std::size_t of_uid = 0;
   for (const auto& [fd, other] : clients)
     if (other.uid == c.uid) of_uid += in_flight(other);
   if (of_uid >= cfg.max_exchanges_per_uid)
-    return "uid " + std::to_string(c.uid) + " has " + std::to_string(of_uid) + " collectives running or not yet collected on this machine, the most " +
-           "one uid may (aapcd --max-exchanges-per-uid); wait for some first";
-  return std::nullopt;
+    return busy("uid " + std::to_string(c.uid) + " has " + std::to_string(of_uid) +
+                " collectives running or not yet collected on this machine, the most one uid may (aapcd --max-exchanges-per-uid); wait for some first");
+  return {};
 }
 
-std::optional<std::string> Daemon::Impl::buffer_quota(const ClientState& c, std::uint64_t size) const {
-  if (!limited(c)) return std::nullopt;
+Result<void> Daemon::Impl::buffer_quota(const ClientState& c, std::uint64_t size) const {
+  if (!limited(c)) return {};
   std::size_t count = 0, others = 0;
   std::uint64_t bytes = 0;
   for (const auto& [fd, other] : clients) {
@@ -48,14 +55,14 @@ std::optional<std::string> Daemon::Impl::buffer_quota(const ClientState& c, std:
   }
   const std::string uid = "uid " + std::to_string(c.uid);
   if (count >= cfg.max_buffers_per_uid)
-    return uid + " has " + std::to_string(count) + " buffers registered here, the most one uid may (aapcd --max-buffers-per-uid); free some first";
+    return busy(uid + " has " + std::to_string(count) + " buffers registered here, the most one uid may (aapcd --max-buffers-per-uid); free some first");
   if (bytes + size > cfg.max_buffer_bytes_per_uid)
-    return uid + " has " + std::to_string(bytes) + " bytes of buffers registered here; " + std::to_string(size) + " more would pass the cap of " +
-           std::to_string(cfg.max_buffer_bytes_per_uid) + " (aapcd --max-buffer-bytes-per-uid); free some first";
+    return busy(uid + " has " + std::to_string(bytes) + " bytes of buffers registered here; " + std::to_string(size) + " more would pass the cap of " +
+                std::to_string(cfg.max_buffer_bytes_per_uid) + " (aapcd --max-buffer-bytes-per-uid); free some first");
   if (others >= cfg.max_buffers_others)
-    return "users other than root hold " + std::to_string(others) + " buffers here, the most they may together (aapcd --max-buffers-others), " +
-           "so that root's still map; try again when some are freed";
-  return std::nullopt;
+    return busy("users other than root hold " + std::to_string(others) + " buffers here, the most they may together (aapcd --max-buffers-others), " +
+                "so that root's still map; try again when some are freed");
+  return {};
 }
 
 }  // namespace aapc::engine

@@ -17,18 +17,18 @@ namespace {
 // A memory file the client could shrink under our mapping would kill the daemon with SIGBUS
 // at the next access: it must be sealed against shrinking (and growing), by the client
 // (aapc::Client does) or here, when the file allows sealing. Why not, if it is not.
-std::optional<std::string> sealed(int fd) {
+Result<void> sealed(int fd) {
   constexpr int kNeeded = F_SEAL_SHRINK | F_SEAL_GROW;
   const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0)
-    return std::string("the descriptor cannot be sealed (F_GET_SEALS: ") + std::strerror(errno) +
-           "); pass a memfd made with memfd_create(name, MFD_ALLOW_SEALING) and sealed with F_SEAL_SHRINK | F_SEAL_GROW";
-  if ((seals & kNeeded) == kNeeded) return std::nullopt;
+    return Error(Errc::kInvalidArgument, std::string("the descriptor cannot be sealed (F_GET_SEALS: ") + std::strerror(errno) +
+                                             "); pass a memfd made with memfd_create(name, MFD_ALLOW_SEALING) and sealed with F_SEAL_SHRINK | F_SEAL_GROW");
+  if ((seals & kNeeded) == kNeeded) return {};
   if (::fcntl(fd, F_ADD_SEALS, kNeeded) != 0)
-    return std::string("the memory file is not sealed against shrinking and growing, and cannot be sealed (F_ADD_SEALS: ") +
-           std::strerror(errno) +
-           "); make it with memfd_create(name, MFD_ALLOW_SEALING) and seal it with F_SEAL_SHRINK | F_SEAL_GROW after sizing it";
-  return std::nullopt;
+    return Error(Errc::kInvalidArgument,
+                 std::string("the memory file is not sealed against shrinking and growing, and cannot be sealed (F_ADD_SEALS: ") + std::strerror(errno) +
+                     "); make it with memfd_create(name, MFD_ALLOW_SEALING) and seal it with F_SEAL_SHRINK | F_SEAL_GROW after sizing it");
+  return {};
 }
 
 }  // namespace
@@ -57,22 +57,22 @@ void Daemon::Impl::hello(ClientState& c, std::uint32_t request) {
 
 void Daemon::Impl::register_buffer(ClientState& c, std::uint32_t request, const proto::RegisterRequest& m, int fd) {
   const std::uint64_t size = m.size;
-  auto refuse = [&](Errc code, const std::string& why) {
+  auto refuse = [&](const Error& why) {
     if (fd >= 0) ::close(fd);
-    reply_error(c.fd, request, code, why);
+    reply_error(c.fd, request, why);
   };
-  if (fd < 0) return refuse(Errc::kInvalidArgument, "REGISTER without a memory file descriptor");
+  if (fd < 0) return refuse(Error(Errc::kInvalidArgument, "REGISTER without a memory file descriptor"));
   if (size == 0 || size > cfg.max_buffer_bytes)
-    return refuse(Errc::kInvalidArgument, "buffer size " + std::to_string(size) + " is not between 1 and " + std::to_string(cfg.max_buffer_bytes));
-  if (auto why = buffer_quota(c, size)) return refuse(Errc::kBusy, *why);
-  if (auto why = sealed(fd)) return refuse(Errc::kInvalidArgument, *why);
+    return refuse(Error(Errc::kInvalidArgument, "buffer size " + std::to_string(size) + " is not between 1 and " + std::to_string(cfg.max_buffer_bytes)));
+  if (auto quota = buffer_quota(c, size); !quota) return refuse(quota.error());
+  if (auto seal = sealed(fd); !seal) return refuse(seal.error());
   // Sized after sealing: it can no longer change under the mapping.
   struct stat st{};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < size)
-    return refuse(Errc::kInvalidArgument, "the descriptor is not a memory file of at least " + std::to_string(size) + " bytes");
+    return refuse(Error(Errc::kInvalidArgument, "the descriptor is not a memory file of at least " + std::to_string(size) + " bytes"));
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
-  if (p == MAP_FAILED) return refuse(Errc::kIo, std::string("cannot map the buffer: ") + std::strerror(errno));
+  if (p == MAP_FAILED) return refuse(Error(Errc::kIo, std::string("cannot map the buffer: ") + std::strerror(errno)));
   std::uint32_t id = c.next_buffer++;
   Mapping& buf = c.buffers[id];
   buf = {static_cast<std::uint8_t*>(p), size, st.st_dev, st.st_ino, std::make_unique<nic::ExternalRegion>(p, size)};

@@ -9,28 +9,35 @@
 
 namespace aapc::engine {
 
-std::shared_ptr<const sched::Schedule> Planner::schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync) {
+namespace {
+
+// What a START got wrong, in the words its client reads.
+Error invalid(std::string why) { return Error(Errc::kInvalidArgument, std::move(why)); }
+
+}  // namespace
+
+std::shared_ptr<const sched::Schedule> TreeSchedules::schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync) {
   std::string key = sched::format_plan_spec(algo, sync);
-  auto it = schedules.find(key);
-  if (it != schedules.end()) {
+  auto it = cached.find(key);
+  if (it != cached.end()) {
     it->second.used = ++uses;
     return it->second.schedule;
   }
-  if (schedules.size() >= std::max<std::size_t>(max_plans, 1)) {
-    auto oldest = std::min_element(schedules.begin(), schedules.end(), [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
-    schedules.erase(oldest);
+  if (cached.size() >= std::max<std::size_t>(max_plans, 1)) {
+    auto oldest = std::min_element(cached.begin(), cached.end(), [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+    cached.erase(oldest);
   }
   auto s = std::make_shared<const sched::Schedule>(sched::plan_sync(topo, sched::make_schedule(topo, algo), sync));
-  schedules[key] = {s, ++uses};
+  cached[key] = {s, ++uses};
   return s;
 }
 
-std::shared_ptr<const sched::Schedule> Planner::barrier() {
-  if (!barrier_plan) {
+std::shared_ptr<const sched::Schedule> TreeSchedules::barrier() {
+  if (!barrier_schedule) {
     const int n = topo.machine_count();
-    barrier_plan = std::make_shared<const sched::Schedule>(sched::barrier_schedule(n, sched::barrier_radix(n, barrier_radix)));
+    barrier_schedule = std::make_shared<const sched::Schedule>(sched::barrier_schedule(n, sched::barrier_radix(n, barrier_radix)));
   }
-  return barrier_plan;
+  return barrier_schedule;
 }
 
 // A request is checked at once; the first exchange of a session then waits until the
@@ -38,16 +45,17 @@ std::shared_ptr<const sched::Schedule> Planner::barrier() {
 void Daemon::Impl::start_or_join(ClientState& c, std::uint32_t request, const proto::StartRequest& m) {
   if (m.group != kWorldSlot) {
     // A group's collectives are its clients' alone, numbered from the id they agreed on.
-    if (auto why = group_problem(c, m.group)) return reply_error(c.fd, request, Errc::kInvalidArgument, *why);
-    if (auto why = start_quota(c, m)) return reply_error(c.fd, request, Errc::kBusy, *why);
-    if (auto p = prepare(c, request, m)) launch(std::move(*p));
-    return;
+    if (auto held = group_held_by(c, m.group); !held) return reply_error(c.fd, request, held.error());
+    if (auto quota = start_quota(c, m); !quota) return reply_error(c.fd, request, quota.error());
+    auto p = prepare(c, request, m);
+    if (!p) return reply_error(c.fd, request, p.error());
+    return launch(std::move(*p));
   }
-  if (holder.held_by_other_than(c.fd)) return reply_error(c.fd, request, Errc::kBusy, *claim_rank(c));
-  if (auto why = start_quota(c, m)) return reply_error(c.fd, request, Errc::kBusy, *why);
+  if (auto free = rank_free_for(c); !free) return reply_error(c.fd, request, free.error());
+  if (auto quota = start_quota(c, m); !quota) return reply_error(c.fd, request, quota.error());
   auto p = prepare(c, request, m);
-  if (!p) return;
-  (void)claim_rank(c);
+  if (!p) return reply_error(c.fd, request, p.error());
+  claim_rank(c);
   // Part of the session from its first collective, started or refused: when it goes, this
   // node's part of the session ends (drop_client), and the next client joins anew.
   c.started = true;
@@ -81,10 +89,10 @@ void Daemon::Impl::joins() {
 
 // The engine's spec of a prepared START. Its descriptor says what the ranks must agree on;
 // with no timeout, the engine derives one from the bytes over the topology's bottleneck.
-ExchangeSpec Daemon::Impl::slot_spec(std::uint32_t slot, const sched::Schedule& plan, std::uint32_t id) const {
-  if (slot == kWorldSlot) return exchange_spec(plan, rank, id);
+ExchangeSpec Daemon::Impl::slot_spec(std::uint32_t slot, const sched::Schedule& schedule, std::uint32_t id) const {
+  if (slot == kWorldSlot) return exchange_spec(schedule, rank, id);
   const Group& g = groups.at(slot);
-  return exchange_spec(plan, g.me, id, g.members, static_cast<std::size_t>(topo.machine_count()));
+  return exchange_spec(schedule, g.me, id, g.members, static_cast<std::size_t>(topo.machine_count()));
 }
 
 std::size_t Daemon::Impl::cluster_rank(std::uint32_t slot, std::size_t r) const {
@@ -92,21 +100,21 @@ std::size_t Daemon::Impl::cluster_rank(std::uint32_t slot, std::size_t r) const 
 }
 
 ExchangeSpec Daemon::Impl::spec_of(const Prepared& p, std::uint32_t id) const {
-  ExchangeSpec spec = slot_spec(p.slot, *p.plan, id);
+  ExchangeSpec spec = slot_spec(p.slot, *p.schedule, id);
   for (std::size_t i = 0; i < p.send.size(); ++i) {  // by group rank: the cluster rank is the member's
     const std::size_t r = cluster_rank(p.slot, i);
     spec.send[r] = p.send[i];
     spec.recv[r] = p.recv[i];
   }
   spec.timeout = std::chrono::milliseconds(p.timeout_ms);
-  spec.token_slack = token_slack(slack_buffer, p.plan->phases.size(), pace_bps);
-  if (p.plan->block_rate_bps > 0)
-    spec.paced_burst_bytes = paced_burst(slack_buffer, static_cast<std::size_t>(p.plan->machines - 1),
-                                         static_cast<std::uint64_t>(planner_of(p.slot).model.load()), static_cast<std::uint64_t>(topo.mtu()) + kEthHeaderLen);
+  spec.token_slack = token_slack(slack_buffer, p.schedule->phases.size(), pace_bps);
+  if (p.schedule->block_rate_bps > 0)
+    spec.paced_burst_bytes = paced_burst(slack_buffer, static_cast<std::size_t>(p.schedule->machines - 1),
+                                         static_cast<std::uint64_t>(schedules_of(p.slot).model.load()), static_cast<std::uint64_t>(topo.mtu()) + kEthHeaderLen);
   spec.descriptor.kind = p.kind;
   spec.descriptor.block = p.block;
-  spec.combine_block = p.block;  // a combining schedule's blocks (alltoall only, plan())
-  spec.bottleneck_load = std::max<std::uint64_t>(spec.bottleneck_load, static_cast<std::uint64_t>(planner_of(p.slot).model.load()));
+  spec.combine_block = p.block;  // a combining schedule's blocks (alltoall only, choose_schedule())
+  spec.bottleneck_load = std::max<std::uint64_t>(spec.bottleneck_load, static_cast<std::uint64_t>(schedules_of(p.slot).model.load()));
   return spec;
 }
 
@@ -142,7 +150,7 @@ void Daemon::Impl::launch(Prepared p) {
   }
 }
 
-std::optional<Prepared> Daemon::Impl::prepare(ClientState& c, std::uint32_t request, const proto::StartRequest& m) {
+Result<Prepared> Daemon::Impl::prepare(const ClientState& c, std::uint32_t request, const proto::StartRequest& m) {
   Prepared p;
   p.client = c.fd;
   p.request = request;
@@ -152,51 +160,49 @@ std::optional<Prepared> Daemon::Impl::prepare(ClientState& c, std::uint32_t requ
   if (m.kind == proto::Kind::kAlltoall) p.block = m.block;
   p.rec.client = c.fd;
   p.slot = m.group;
-  Planner& planner = planner_of(p.slot);
+  TreeSchedules& tree = schedules_of(p.slot);
   if (m.kind == proto::Kind::kBarrier) {
-    p.plan = planner.barrier();
+    p.schedule = tree.barrier();
     p.rec.schedule = "barrier";
     p.rec.sync = "tokens";
-  } else if (auto error = place_blocks(c, m, static_cast<std::size_t>(planner.topo.machine_count()), p)) {
-    reply_error(c.fd, request, Errc::kInvalidArgument, *error);
-    return std::nullopt;
-  } else if (auto plan_error = plan(m, p)) {
-    reply_error(c.fd, request, Errc::kInvalidArgument, *plan_error);
-    return std::nullopt;
+  } else if (auto placed = place_blocks(c, m, static_cast<std::size_t>(tree.topo.machine_count()), p); !placed) {
+    return placed.error();
+  } else if (auto chosen = choose_schedule(m, p); !chosen) {
+    return chosen.error();
   }
   return p;
 }
 
 // The blocks of `m` in the client's buffers, checked like wire fields; why not, if not.
-std::optional<std::string> Daemon::Impl::place_blocks(const ClientState& c, const proto::StartRequest& m, std::size_t n, Prepared& p) const {
+Result<void> Daemon::Impl::place_blocks(const ClientState& c, const proto::StartRequest& m, std::size_t n, Prepared& p) const {
   if (m.kind == proto::Kind::kAlltoallv && m.sends.size() != n)
-    return "the request has " + std::to_string(m.sends.size()) + " blocks; the " + (m.group == kWorldSlot ? "cluster" : "group") + " has " +
-           std::to_string(n) + " ranks";
+    return invalid("the request has " + std::to_string(m.sends.size()) + " blocks; the " + (m.group == kWorldSlot ? "cluster" : "group") + " has " +
+           std::to_string(n) + " ranks");
   auto sb = c.buffers.find(m.send_buffer), rb = c.buffers.find(m.recv_buffer);
-  if (sb == c.buffers.end() || rb == c.buffers.end()) return "START names a buffer this client has not registered";
+  if (sb == c.buffers.end() || rb == c.buffers.end()) return invalid("START names a buffer this client has not registered");
   const Mapping& sm = sb->second;
   const Mapping& rm = rb->second;
   for (std::size_t i = 0; i < n; ++i) {
     const proto::Block s = m.send_block(i), r = m.recv_block(i);
     if (!proto::fits(s, sm.size))
-      return "send block " + std::to_string(i) + " (offset " + std::to_string(s.offset) + ", " + std::to_string(s.length) +
-             " bytes) runs past the end of the " + std::to_string(sm.size) + "-byte send buffer";
+      return invalid("send block " + std::to_string(i) + " (offset " + std::to_string(s.offset) + ", " + std::to_string(s.length) +
+                     " bytes) runs past the end of the " + std::to_string(sm.size) + "-byte send buffer");
     if (!proto::fits(r, rm.size))
-      return "receive block " + std::to_string(i) + " (offset " + std::to_string(r.offset) + ", " + std::to_string(r.length) +
-             " bytes) runs past the end of the " + std::to_string(rm.size) + "-byte receive buffer";
+      return invalid("receive block " + std::to_string(i) + " (offset " + std::to_string(r.offset) + ", " + std::to_string(r.length) +
+                     " bytes) runs past the end of the " + std::to_string(rm.size) + "-byte receive buffer");
     p.send.push_back({sm.data + s.offset, s.length, sm.region.get()});
     p.recv.push_back({rm.data + r.offset, r.length});
   }
-  if (auto overlap = overlapping_blocks(m, n, sm, rm)) return overlap;
+  if (auto apart = blocks_apart(m, n, sm, rm); !apart) return apart;
   p.rec.buffers = {m.send_buffer, m.recv_buffer};
-  return std::nullopt;
+  return {};
 }
 
 // Sends and receives that share bytes: the engine would overwrite what it has yet to send,
 // and report success. (MPI forbids it too, short of MPI_IN_PLACE.) Buffers of one memory
 // file are one memory, wherever the client mapped them.
-std::optional<std::string> Daemon::Impl::overlapping_blocks(const proto::StartRequest& m, std::size_t n, const Mapping& send, const Mapping& recv) {
-  if (!send.same_memory(recv)) return std::nullopt;
+Result<void> Daemon::Impl::blocks_apart(const proto::StartRequest& m, std::size_t n, const Mapping& send, const Mapping& recv) {
+  if (!send.same_memory(recv)) return {};
   std::vector<proto::Range> sends(n), recvs(n);
   for (std::size_t i = 0; i < n; ++i) {
     const proto::Block s = m.send_block(i), r = m.recv_block(i);
@@ -204,40 +210,40 @@ std::optional<std::string> Daemon::Impl::overlapping_blocks(const proto::StartRe
     recvs[i] = {r.offset, r.offset + r.length, i};
   }
   auto o = proto::find_overlap(sends, recvs);
-  if (!o) return std::nullopt;
-  return "send block " + std::to_string(o->send.block) + " (bytes " + std::to_string(o->send.begin) + ".." + std::to_string(o->send.end) +
-         ") and receive block " + std::to_string(o->recv.block) + " (bytes " + std::to_string(o->recv.begin) + ".." + std::to_string(o->recv.end) +
-         ") are the same memory" + (m.send_buffer == m.recv_buffer ? "" : " (both buffers map one memory file)") +
-         ": a collective's send and receive blocks may not overlap; use separate buffers";
+  if (!o) return {};
+  return invalid("send block " + std::to_string(o->send.block) + " (bytes " + std::to_string(o->send.begin) + ".." + std::to_string(o->send.end) +
+                 ") and receive block " + std::to_string(o->recv.block) + " (bytes " + std::to_string(o->recv.begin) + ".." +
+                 std::to_string(o->recv.end) + ") are the same memory" + (m.send_buffer == m.recv_buffer ? "" : " (both buffers map one memory file)") +
+                 ": a collective's send and receive blocks may not overlap; use separate buffers");
 }
 
 // The schedule of `m`'s spec. Every rank must pick the same one: an alltoall's block size is
 // the same on all of them (the collective's contract), an alltoallv's largest block is not,
 // so it gets the choice for large blocks.
-std::optional<std::string> Daemon::Impl::plan(const proto::StartRequest& m, Prepared& p) {
+Result<void> Daemon::Impl::choose_schedule(const proto::StartRequest& m, Prepared& p) {
   try {
     const bool sparse = sched::forced_sparse_algorithm(sched::read_spec(m.spec).algorithm).has_value();
     if (sparse && m.kind != proto::Kind::kAlltoallv)
-      return "schedule '" + sched::read_spec(m.spec).algorithm + "' decomposes an alltoallv's pattern; an alltoall is dense";
+      return invalid("schedule '" + sched::read_spec(m.spec).algorithm + "' decomposes an alltoallv's pattern; an alltoall is dense");
     if (const auto given = sched::read_spec(m.spec).sync; sparse && !given.empty()) (void)sched::parse_plan_spec("auto+" + given);  // throws
-    Planner& planner = planner_of(m.group);
-    const sched::Choice choice = sched::choose(planner.model, sparse ? "auto" : m.spec, m.kind == proto::Kind::kAlltoall ? m.block : sched::kAnyBlockSize);
-    p.plan = planner.schedule(choice.algorithm, choice.sync);
-    if (m.kind == proto::Kind::kAlltoallv && counts_first(m.spec, planner.topo)) {
-      p.counts_first = true;  // the plan above only sizes the join's deadline
+    TreeSchedules& tree = schedules_of(m.group);
+    const sched::Choice choice = sched::choose(tree.model, sparse ? "auto" : m.spec, m.kind == proto::Kind::kAlltoall ? m.block : sched::kAnyBlockSize);
+    p.schedule = tree.schedule(choice.algorithm, choice.sync);
+    if (m.kind == proto::Kind::kAlltoallv && counts_first(m.spec, tree.topo)) {
+      p.counts_first = true;  // the schedule above only sizes the join's deadline
       p.spec = m.spec;
       p.rec.schedule = "alltoallv: agreeing on counts";
-      return std::nullopt;
+      return {};
     }
   } catch (const std::exception& e) {
-    return e.what();
+    return invalid(e.what());
   }
-  if (p.plan->combining() && m.kind != proto::Kind::kAlltoall)
-    return "schedule " + p.plan->algorithm + " combines blocks into one message per step and forwards them through other ranks, which needs " +
-           "blocks of one size on every rank: it runs alltoall, not alltoallv";
-  p.rec.schedule = p.plan->algorithm;
-  p.rec.sync = p.plan->sync.name();
-  return std::nullopt;
+  if (p.schedule->combining() && m.kind != proto::Kind::kAlltoall)
+    return invalid("schedule " + p.schedule->algorithm + " combines blocks into one message per step and forwards them through other ranks, which needs " +
+                   "blocks of one size on every rank: it runs alltoall, not alltoallv");
+  p.rec.schedule = p.schedule->algorithm;
+  p.rec.sync = p.schedule->sync.name();
+  return {};
 }
 
 }  // namespace aapc::engine

@@ -91,13 +91,13 @@ void Daemon::Impl::launch_counted(Prepared p) {
 // Starts the gather (rows to rank 0) or the broadcast (rank 0's verdict to all) of `k` as `id`,
 // among the ranks of its slot.
 Result<void> Daemon::Impl::start_counts(Counting& k, std::uint32_t id, bool broadcast) {
-  Planner& planner = planner_of(k.p.slot);
-  const int n = planner.topo.machine_count();
-  if (!planner.gather) {
-    planner.gather = std::make_shared<const sched::Schedule>(sched::gather_schedule(n, kRoot));
-    planner.broadcast = std::make_shared<const sched::Schedule>(sched::broadcast_schedule(n, kRoot));
+  TreeSchedules& tree = schedules_of(k.p.slot);
+  const int n = tree.topo.machine_count();
+  if (!tree.gather) {
+    tree.gather = std::make_shared<const sched::Schedule>(sched::gather_schedule(n, kRoot));
+    tree.broadcast = std::make_shared<const sched::Schedule>(sched::broadcast_schedule(n, kRoot));
   }
-  ExchangeSpec spec = slot_spec(k.p.slot, broadcast ? *planner.broadcast : *planner.gather, id);
+  ExchangeSpec spec = slot_spec(k.p.slot, broadcast ? *tree.broadcast : *tree.gather, id);
   const Rank me = rank_in(k.p.slot);
   const auto words = broadcast ? k.verdict.size() : k.row.size();
   const std::uint64_t bytes = words * sizeof(std::uint64_t);
@@ -172,8 +172,8 @@ bool Daemon::Impl::counted(const ExchangeReport& rep) {
     counting[k.broadcast_id] = std::move(k);
     return true;
   }
-  if (auto why = plan_counted(k)) {
-    fail_exchange(k.id, Errc::kInvalidArgument, *why);
+  if (auto chosen = choose_counted_schedule(k); !chosen) {
+    fail_exchange(k.id, chosen.error().code(), chosen.error().message());
     return true;
   }
   ex->second.schedule = k.p.rec.schedule;
@@ -188,11 +188,11 @@ bool Daemon::Impl::counted(const ExchangeReport& rep) {
 
 // The schedule of the agreed pattern, or why there is none: the same on every rank, which all
 // hold the same verdict (and a spec that differs is found by the exchange's descriptor).
-std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
-  Planner& planner = planner_of(k.p.slot);  // the tree of the slot's ranks
+Result<void> Daemon::Impl::choose_counted_schedule(Counting& k) {
+  TreeSchedules& tree = schedules_of(k.p.slot);  // the tree of the slot's ranks
   const std::size_t n = k.row.size() / 2;
   const std::size_t length = std::min<std::size_t>(k.verdict[0], kVerdictWords * sizeof(std::uint64_t));
-  if (length > 0) return std::string(reinterpret_cast<const char*>(k.verdict.data() + 1), length);
+  if (length > 0) return Error(Errc::kInvalidArgument, std::string(reinterpret_cast<const char*>(k.verdict.data() + 1), length));
   sched::SparsePattern pattern;
   pattern.n = static_cast<int>(n);
   pattern.dsts.resize(n);
@@ -204,28 +204,28 @@ std::optional<std::string> Daemon::Impl::plan_counted(Counting& k) {
   try {
     const sched::SpecText spec = sched::read_spec(k.p.spec);
     const auto forced = sched::forced_sparse_algorithm(spec.algorithm);
-    auto dense = k.p.plan;  // the dense schedule for any block size (plan())
+    auto dense = k.p.schedule;  // the dense schedule for any block size (choose_schedule())
     // What the dense schedule takes, in blocks over the bottleneck: its phases, or the load for
     // one that sends every block at once (the paced shuffle's few packet slots take as long).
-    const std::size_t dense_phases = std::max<std::size_t>(dense->phases.size(), static_cast<std::size_t>(planner.model.load()));
-    const sched::SparseVerdict verdict = sched::sparse_verdict(planner.topo, pattern, dense_phases);
+    const std::size_t dense_phases = std::max<std::size_t>(dense->phases.size(), static_cast<std::size_t>(tree.model.load()));
+    const sched::SparseVerdict verdict = sched::sparse_verdict(tree.topo, pattern, dense_phases);
     if (!forced && !verdict.sparse) {
       k.p.rec.schedule = dense->algorithm;
       k.p.rec.sync = dense->sync.name();
-      return std::nullopt;
+      return {};
     }
     std::optional<sched::SyncSpec> sync;
     if (!spec.sync.empty() && spec.sync != "auto") sync = sched::parse_plan_spec("auto+" + spec.sync).sync;
-    k.p.plan = planner.sparse_plans.get(planner.topo, pattern, forced.value_or("sparse"), sync);
-    const auto& s = *k.p.plan;
+    k.p.schedule = tree.sparse_plans.get(tree.topo, pattern, forced.value_or("sparse"), sync);
+    const auto& s = *k.p.schedule;
     k.p.rec.schedule = s.algorithm + ": " + std::to_string(s.phases.size()) + " phases, " + std::to_string(s.syncs.size()) +
                        " tokens (dense " + dense->algorithm + ": " + std::to_string(dense->phases.size()) + " phases, " +
                        std::to_string(dense->syncs.size()) + " tokens; " + verdict.reason + ")";
     k.p.rec.sync = s.sync.name();
   } catch (const std::exception& e) {
-    return std::string("alltoallv: ") + e.what();
+    return Error(Errc::kInvalidArgument, std::string("alltoallv: ") + e.what());
   }
-  return std::nullopt;
+  return {};
 }
 
 // The collectives that waited for an agreement, each slot's in order, until one of the slot

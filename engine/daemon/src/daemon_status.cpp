@@ -38,7 +38,7 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
       {"authentication", key ? nlohmann::json(std::string(cipher_name(key->cipher))) : nlohmann::json(nullptr)},
       {"peak_aggregate_bps", world->model.peak_aggregate_bps()},
       {"next_exchange", next_id},
-      {"plans", world->schedules.size()},  // cached for the cluster's collectives (--max-plans)
+      {"plans", world->cached.size()},  // cached for the cluster's collectives (--max-plans)
       {"clients", clients.size()},
       {"rank_holder", held},
       {"groups", open_groups},

@@ -19,7 +19,7 @@ struct SparsePattern;  // alltomany.hpp
 
 // The algorithms of the registry (algorithms.def), one enumerator per row.
 enum class Algorithm : std::uint8_t {
-#define AAPC_ALGORITHM(ID, NAME, PARAM, DEFAULT, KIND, INPUT, BUILDER, DESCRIPTION) ID,
+#define AAPC_ALGORITHM(ID, NAME, PARAM, DEFAULT, KIND, INPUT, SYNC, BUILDER, DESCRIPTION) ID,
 #include "aapc/sched/algorithms.def"
 #undef AAPC_ALGORITHM
 };
@@ -56,6 +56,7 @@ struct AlgorithmInfo {
   int param_default;
   AlgorithmKind kind;
   AlgorithmInput input;
+  std::string_view sync;  // the sync variant of a spec that names none; empty for a pattern's row
   Schedule (*build)(const BuildInput&);
   std::string_view description;
 
@@ -77,6 +78,9 @@ inline bool takes_parameter(std::string_view name) {
   return false;
 }
 const AlgorithmInfo& algorithm_info(Algorithm id);
+// The dense row a schedule's name (Schedule::algorithm: "tree", "group-shuffle:4") or a spec's
+// algorithm part names; nullopt for any other name ("barrier:2", "gather", "cgm", "auto").
+std::optional<Algorithm> algorithm_of(std::string_view name);
 // The usages of the algorithms a spec may name, joined with ", ", as --help lists them: with
 // kDense those that schedule every pair (make_schedule), with kPattern those that schedule only
 // an alltoallv's pattern (planned_sparse, which the daemon runs for them).
@@ -103,6 +107,10 @@ struct AlgorithmSpec {
   // Every dense algorithm, with its default parameter ("group-shuffle:4").
   static std::vector<std::string> names();
 };
+
+// The sync variant that runs with `algorithm` when a spec names none (the row's SYNC): the
+// tree's phases get sender-based tokens (Faraj/Yuan's best for large messages), the others none.
+SyncSpec default_sync(Algorithm algorithm);
 
 // Builds the schedule of `spec` on `topology` (the row's builder); throws std::invalid_argument
 // when the algorithm does not apply (e.g. pairwise-xor on 6 machines) or needs a pattern.

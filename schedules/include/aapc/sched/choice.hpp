@@ -46,8 +46,8 @@ std::string format_plan_spec(const AlgorithmSpec& algorithm, const SyncSpec& syn
 
 // What runs for `spec` (the policy in one place): "auto" is auto_choice() for the block size
 // (a sync variant given is checked, then ignored: auto picks its own); a named schedule without
-// a sync variant gets the default: the tree's phases sender-based tokens (Faraj/Yuan's best for
-// large messages), the others none. Throws std::invalid_argument like parse_plan_spec(), for
+// a sync variant gets its row's (default_sync: the tree's phases sender-based tokens, the others
+// none). Throws std::invalid_argument like parse_plan_spec(), for
 // every algorithm alike ("unknown sync variant 'often'" after "auto" as after "ring").
 Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block_bytes);
 
