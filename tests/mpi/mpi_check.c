@@ -384,6 +384,82 @@ static void column_communicators(size_t block) {
   MPI_Comm_free(&column);
 }
 
+/* As benchmark suites run it: a communicator of the first k ranks for k = 2, 4, 8, ... and
+ * all, while the others wait in MPI_Barrier; in each, blocks of 0 and 1 bytes, `block` and 4 x
+ * `block`, each call's bytes checked. */
+static void growing_subsets(size_t block) {
+  int me = 0, n = 0, ok = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  const size_t sizes[] = {0, 1, block, 4 * block};
+  for (int k = 2;; k = k * 2 < n ? k * 2 : n) {
+    MPI_Comm sub;
+    MPI_Comm_split(MPI_COMM_WORLD, me < k ? 0 : MPI_UNDEFINED, me, &sub);
+    if (sub != MPI_COMM_NULL) {
+      for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+        struct bytes_case c = bytes_begin(sub, sizes[i]);
+        MPI_Alltoall(c.s, (int)sizes[i], MPI_BYTE, c.r, (int)sizes[i], MPI_BYTE, sub);
+        for (int src = 0; src < c.n; ++src)
+          for (size_t b = 0; b < c.block; ++b) ok &= c.r[(size_t)src * c.block + b] == value(c.world[src], c.wme, b);
+        free(c.world), free(c.s), free(c.r);
+      }
+      MPI_Comm_free(&sub);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (k == n) break;
+  }
+  expect("the first 2, 4, ... ranks, the rest waiting", ok, MPI_COMM_WORLD);
+}
+
+/* A communicator of every rank but world rank 0 (MPI_Comm_create), where rank 0 gets
+ * MPI_COMM_NULL and takes no part. */
+static void all_but_one(size_t block) {
+  int me = 0, ok = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Group world, rest;
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  const int first[1] = {0};
+  MPI_Group_excl(world, 1, first, &rest);
+  MPI_Comm comm;
+  MPI_Comm_create(MPI_COMM_WORLD, rest, &comm);
+  if (comm != MPI_COMM_NULL) {
+    struct bytes_case c = bytes_begin(comm, block);
+    MPI_Alltoall(c.s, (int)block, MPI_BYTE, c.r, (int)block, MPI_BYTE, comm);
+    for (int src = 0; src < c.n; ++src)
+      for (size_t b = 0; b < block; ++b) ok &= c.r[(size_t)src * block + b] == value(c.world[src], c.wme, b);
+    free(c.world), free(c.s), free(c.r);
+    MPI_Comm_free(&comm);
+  }
+  MPI_Group_free(&rest), MPI_Group_free(&world);
+  expect("MPI_Comm_create of all but rank 0", ok, MPI_COMM_WORLD);
+}
+
+/* An intercommunicator between the lower and the upper half: the MPI's own all-to-all (aapc
+ * carries intracommunicators), each rank's blocks to every rank of the other half. */
+static void intercommunicator(size_t block) {
+  int me = 0, n = 0, ok = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  if (n < 2) return;
+  const int low = me < n / 2;
+  MPI_Comm half, inter;
+  MPI_Comm_split(MPI_COMM_WORLD, low, me, &half);
+  MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, low ? n / 2 : 0, 7, &inter);
+  int remote = 0;
+  MPI_Comm_remote_size(inter, &remote);
+  const int base = low ? n / 2 : 0; /* world rank of the other half's rank 0 */
+  unsigned char* s = malloc((size_t)remote * block + 1);
+  unsigned char* r = calloc((size_t)remote * block + 1, 1);
+  for (int d = 0; d < remote; ++d)
+    for (size_t k = 0; k < block; ++k) s[(size_t)d * block + k] = value(me, base + d, k);
+  MPI_Alltoall(s, (int)block, MPI_BYTE, r, (int)block, MPI_BYTE, inter);
+  for (int src = 0; src < remote; ++src)
+    for (size_t k = 0; k < block; ++k) ok &= r[(size_t)src * block + k] == value(base + src, me, k);
+  free(s), free(r);
+  MPI_Comm_free(&inter), MPI_Comm_free(&half);
+  expect("an intercommunicator of the halves", ok, MPI_COMM_WORLD);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   size_t block = argc > 1 ? (size_t)strtoull(argv[1], NULL, 10) : 4096;
@@ -407,6 +483,9 @@ int main(int argc, char** argv) {
   transposed(MPI_COMM_WORLD);
   polled_status(block);
   column_communicators(block);
+  growing_subsets(block);
+  all_but_one(block);
+  intercommunicator(block);
   MPI_Comm dup, half, parity, row;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   alltoall_bytes("MPI_Comm_dup", dup, block);
