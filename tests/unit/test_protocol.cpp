@@ -293,3 +293,52 @@ TEST_CASE("exchange ids are numbered per group slot; ids of one slot compare as 
   CHECK(id_distance(make_id(5, 3), last) == 4);
   CHECK(next_id_of(make_id(kWorldSlot, kSeqMask)) == make_id(kWorldSlot, 0));  // the session's ids never reach slot 1
 }
+
+TEST_CASE("groups on disjoint machines take different slots, hence different exchange ids, on up to 255 machines") {
+  constexpr int kMachines = 255;
+  auto all_free = [] {
+    std::vector<std::uint64_t> free(proto::kGroupSlots / 64, ~0ULL);
+    free[0] &= ~1ULL;  // slot 0 is the cluster's
+    return free;
+  };
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    // A random partition of the machines into groups of 2..9, opened in a random order; each
+    // group takes a slot free on all its members, as Client::open_group does.
+    std::vector<int> order(kMachines);
+    for (int i = 0; i < kMachines; ++i) order[static_cast<std::size_t>(i)] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<std::vector<int>> groups;
+    for (std::size_t i = 0; i + 1 < order.size();) {
+      const std::size_t take = std::min<std::size_t>(order.size() - i, 2 + rng() % 8);
+      groups.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(i), order.begin() + static_cast<std::ptrdiff_t>(i + take));
+      i += take;
+    }
+    std::vector<std::vector<std::uint64_t>> free_at(kMachines, all_free());
+    std::set<int> slots;
+    for (const auto& g : groups) {
+      std::vector<std::uint64_t> free = all_free();
+      for (int m : g)
+        for (std::size_t w = 0; w < free.size(); ++w) free[w] &= free_at[static_cast<std::size_t>(m)][w];
+      const auto slot = proto::group_slot(free, *std::min_element(g.begin(), g.end()));
+      REQUIRE(slot);
+      for (int m : g) free_at[static_cast<std::size_t>(m)][*slot / 64] &= ~(1ULL << (*slot % 64));
+      CHECK(slots.insert(*slot).second);
+    }
+  }
+}
+
+TEST_CASE("a group's slot: the first free from its own start, going round past 255, never 0, none when none is free") {
+  std::vector<std::uint64_t> free(proto::kGroupSlots / 64, ~0ULL);
+  CHECK(proto::group_slot(free, 0) == 1);
+  CHECK(proto::group_slot(free, 4) == 5);
+  CHECK(proto::group_slot(free, 254) == 255);
+  CHECK(proto::group_slot(free, 255) == 1);  // 255 machines' worth of starts, then round again
+  free[0] &= ~(1ULL << 5);
+  CHECK(proto::group_slot(free, 4) == 6);  // held by another group on a member
+  free.assign(free.size(), 0);
+  free[0] = 1ULL << 3 | 1ULL;  // only slot 3 (and 0, which is never a group's)
+  CHECK(proto::group_slot(free, 254) == 3);
+  free[0] = 1ULL;
+  CHECK_FALSE(proto::group_slot(free, 0));
+}

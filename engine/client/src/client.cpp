@@ -266,13 +266,6 @@ Result<void> members_fit(const std::vector<int>& members, int me, int size) {
   return {};
 }
 
-// The lowest slot whose bit is set in `free`, if any.
-std::optional<std::uint8_t> lowest_slot(const std::vector<std::uint64_t>& free) {
-  for (std::size_t s = 1; s < proto::kGroupSlots; ++s)
-    if (((free[s / 64] >> (s % 64)) & 1U) != 0) return static_cast<std::uint8_t>(s);
-  return std::nullopt;
-}
-
 }  // namespace
 
 Result<Client> Client::open_group(const std::vector<int>& members, const Reduce& reduce) const {
@@ -292,7 +285,7 @@ Result<Client> Client::open_group(const std::vector<int>& members, const Reduce&
       if (query) free = here.free;
     }
     reduce(free, ReduceOp::kAnd);
-    const auto slot = lowest_slot(free);
+    const auto slot = proto::group_slot(free, members.empty() ? 0 : *std::min_element(members.begin(), members.end()));
     if (!slot) return mine ? *mine : Error(Errc::kBusy, "open_group: no group slot is free at every member's daemon, or a member could not open the group (a daemon has 255 slots; groups close when their clients go)");
     if (!mine) next[0] = here.next[*slot];
     reduce(next, ReduceOp::kMax);

@@ -149,4 +149,14 @@ DecodedRequest decode_request(const std::vector<std::uint8_t>& msg) {
   return d;
 }
 
+std::optional<std::uint8_t> group_slot(const std::vector<std::uint64_t>& free, int lowest_member) {
+  constexpr std::size_t kGroupOnes = kGroupSlots - 1;  // slots 1..255; 0 is the cluster's
+  const std::size_t start = static_cast<std::size_t>(std::max(lowest_member, 0)) % kGroupOnes;
+  for (std::size_t k = 0; k < kGroupOnes; ++k) {
+    const std::size_t s = 1 + (start + k) % kGroupOnes;
+    if (s / 64 < free.size() && ((free[s / 64] >> (s % 64)) & 1U) != 0) return static_cast<std::uint8_t>(s);
+  }
+  return std::nullopt;
+}
+
 }  // namespace aapc::proto

@@ -527,6 +527,14 @@ struct GroupQueryReply {
   }
   friend bool operator==(const GroupQueryReply&, const GroupQueryReply&) = default;
 };
+// The slot a group of machines takes, given the slots free on every member (`free`, as
+// GroupQueryReply's): the first free one from the group's own start, 1 + its lowest member's
+// rank mod 255, going round. Groups on disjoint machines have different lowest members, so in a
+// cluster of up to 255 machines they start on different slots and get different exchange ids
+// (unless slots that other groups hold push one onto another's start). Where ids still meet,
+// the groups are kept apart by membership (docs/design.md, "Jobs kept apart"). nullopt when no
+// slot is free.
+std::optional<std::uint8_t> group_slot(const std::vector<std::uint64_t>& free, int lowest_member);
 struct GroupOpenRequest {
   static constexpr RequestType kTypes[] = {{Type::kGroupOpen, "GROUP_OPEN"}};
   std::uint8_t slot = 0;
