@@ -9,7 +9,13 @@
 //   aapc-test-client bad-requests                         one rank: malformed and lying requests
 //   aapc-test-client other-uid UID                        one rank: connect as UID, expect a refusal
 //   aapc-test-client halves DIR mismatch|exit            all ranks: a group per half; in the lower half rank 1
-//                                                          fails the second call; the upper half's calls must all pass
+//                                                          fails the second call; the upper half's calls must all pass;
+//                                                          each rank prints its half's first exchange id
+//   aapc-test-client occupy DIR                           ranks 0 and 1: a group of the two; rank 0 starts its
+//                                                          alltoall, which rank 1 never calls, and both wait
+//                                                          for DIR/release (a daemon's one slot kept busy)
+//   aapc-test-client quotas                               all ranks (as another uid): each quota of the daemons'
+//                                                          defaults is met and refused, naming its option
 //   aapc-test-client calls SIZE N                         all ranks: N alltoalls, going on after errors;
 //                                                          one line each: "call I ok|error END_MS TOOK_MS [why]"
 //                                                          (END_MS: wall-clock ms since the epoch)
@@ -25,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 #include <string>
 #include <vector>
@@ -375,6 +382,7 @@ int halves(const std::string& dir, const std::string& how) {
       return 0;
     }
     if (!r) return fail(tag + " half rank " + std::to_string(me) + ", call " + std::to_string(call) + ": " + r.error().message());
+    if (call == 0) std::cout << tag << " half's first exchange id " << r->exchange << std::endl;
     for (std::size_t s = 0; s < gn; ++s)
       for (std::size_t k = 0; k < len; ++k)
         if (recv.data()[s * len + k] != pattern(members[s], me, call, k))
@@ -382,6 +390,77 @@ int halves(const std::string& dir, const std::string& how) {
   }
   std::cout << "ok " << tag << " half rank " << me << ": 4 calls\n";
   return 0;
+}
+
+// Keeps rank 0's daemon busy (run it with --max-exchanges 1): a group of ranks 0 and 1, whose
+// alltoall rank 0 starts and rank 1 never calls, until DIR/release appears.
+int occupy(const std::string& dir) {
+  aapc::Client c = aapc::Client::connect();
+  const int me = c.rank();
+  if (me > 1) return 0;
+  FileReduce reduce{dir, "occupy", me, 2};
+  auto opened = c.open_group({0, 1}, std::ref(reduce));
+  if (!opened) return fail("occupy: open_group: " + opened.error().message());
+  aapc::Buffer send = c.allocate(2 * 64), recv = c.allocate(2 * 64);
+  std::optional<aapc::Request> held;
+  if (me == 0) {
+    aapc::Options o;
+    o.timeout = std::chrono::seconds(120);
+    auto q = opened->start_alltoall(send, recv, 64, o);
+    if (!q) return fail("occupy: " + q.error().message());
+    held.emplace(std::move(*q));
+  }
+  std::cout << "rank " << me << " holds its group" << std::endl;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!std::filesystem::exists(std::filesystem::path(dir) / "release") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return 0;
+}
+
+// Another user's probes of the quotas (docs/guide.md), with the daemons' default caps: a
+// 49-day timeout, more collectives at once than one client may hold, more schedules than a
+// daemon keeps, and buffers until the uid's cap. Each refusal must name its option; every
+// collective that is let through must run.
+int quotas() {
+  aapc::Client c = aapc::Client::connect();
+  const int me = c.rank(), n = c.size();
+  const std::size_t block = 1024;
+  aapc::Buffer send = c.allocate(n * block), recv = c.allocate(n * block);
+  auto refused = [&](const std::string& what, const aapc::Error& e, const std::string& option) {
+    if (e.message().find(option) == std::string::npos) return fail(what + ": refused without naming " + option + ": " + e.message());
+    std::cout << "rank " << me << ": " << what << " refused: " << e.message() << std::endl;
+    return 0;
+  };
+  aapc::Options forever;
+  forever.timeout = std::chrono::milliseconds(UINT32_MAX);
+  if (auto r = c.alltoall(send, recv, block, forever); r) return fail("a 49-day timeout was let through");
+  else if (refused("a 49-day timeout", r.error(), "--max-timeout-ms") != 0) return 1;
+  std::vector<aapc::Request> held;
+  for (;;) {
+    auto q = c.start_alltoall(send, recv, block);
+    if (!q) {
+      if (refused("collective " + std::to_string(held.size() + 1) + " at once", q.error(), "--max-exchanges-per-client") != 0) return 1;
+      break;
+    }
+    held.push_back(std::move(*q));
+    if (held.size() > 10000) return fail("10,000 collectives at once were let through");
+  }
+  for (auto& q : held)
+    if (auto r = q.wait(); !r) return fail("a collective let through failed: " + r.error().message());
+  for (int k = 1; k <= 80; ++k) {
+    aapc::Options o;
+    o.schedule = "tree";
+    o.sync = "sender-partial:" + std::to_string(k);
+    if (auto r = c.alltoall(send, recv, block, o); !r) return fail(o.sync + ": " + r.error().message());
+  }
+  std::cout << "rank " << me << ": 80 schedules ran" << std::endl;
+  std::vector<aapc::Buffer> kept;
+  try {
+    while (kept.size() < 1000000) kept.push_back(c.allocate(4096));
+    return fail("a million buffers were let through");
+  } catch (const aapc::Exception& e) {
+    return refused("buffer " + std::to_string(kept.size() + 3), e.error(), "--max-buffers-per-uid");
+  }
 }
 
 int other_uid(uid_t uid) {
@@ -404,6 +483,8 @@ int main(int argc, char** argv) {
     if (a.size() == 3 && a[0] == "calls") return calls(std::stoul(a[1]), std::stoi(a[2]));
     if (a.size() == 3 && a[0] == "group") return group(a[1], a[2]);
     if (a.size() == 3 && a[0] == "halves") return halves(a[1], a[2]);
+    if (a.size() == 2 && a[0] == "occupy") return occupy(a[1]);
+    if (a.size() == 1 && a[0] == "quotas") return quotas();
     if (a.size() == 1 && a[0] == "bad-requests") return bad_requests();
     if (a.size() == 2 && a[0] == "other-uid") return other_uid(static_cast<uid_t>(std::stoul(a[1])));
   } catch (const std::exception& e) {

@@ -180,6 +180,18 @@ pid_t daemon_pid(const std::string& machine) {
 // `aapc status` of the first machine's daemon.
 Sh status_of_first() { return sh("AAPC_SOCKET=" + socket_of(machines().front()) + " " + kTools + "/aapc status"); }
 
+// `aapc status` of every machine's daemon, parsed.
+std::vector<nlohmann::json> all_machines_status() {
+  std::vector<nlohmann::json> out;
+  for (const auto& m : machines()) {
+    const Sh st = sh("AAPC_SOCKET=" + socket_of(m) + " " + kTools + "/aapc status");
+    INFO(m << ": " << st.text);
+    REQUIRE(st.status == 0);
+    out.push_back(nlohmann::json::parse(st.text));
+  }
+  return out;
+}
+
 std::vector<std::string> exchange(std::size_t size, const std::string& schedule, const std::string& sync = "auto", int iters = 2) {
   return {kClient, "exchange", std::to_string(size), schedule, sync, std::to_string(iters)};
 }
@@ -668,7 +680,7 @@ TEST_CASE("another user who takes one machine's rank first: root's job fails on 
   require_all_ok(everywhere(exchange(4096, "auto", "auto", 2)), "root's job after the other user left");
 }
 
-TEST_CASE("two jobs in groups on the two halves: a mismatch or a departed client fails its own half only, the other's calls pass byte-exact") {
+TEST_CASE("two jobs in groups on the two halves: their exchange ids differ; a mismatch or a departed client fails its own half only, the other's calls pass byte-exact") {
   Cluster cluster("8-two-switch");
   for (const char* how : {"mismatch", "exit"}) {
     INFO(how);
@@ -678,10 +690,14 @@ TEST_CASE("two jobs in groups on the two halves: a mismatch or a departed client
     std::vector<Proc> procs;
     for (const auto& m : machines()) procs.push_back(spawn_in(m, {kClient, "halves", dir.string(), how}));
     int upper_ok = 0, lower_failed = 0;
+    std::set<std::string> ids[2];  // each half's first exchange id, as its ranks saw it
     for (std::size_t i = 0; i < procs.size(); ++i) {
       Proc& p = procs[i];
       if (!wait_for(p, 90s)) p.status = -2;
       INFO(p.machine << ": " << p.output());
+      const std::string out = p.output();
+      if (const auto at = out.find("first exchange id "); at != std::string::npos)
+        ids[i < procs.size() / 2 ? 0 : 1].insert(out.substr(at + 18, out.find('\n', at) - at - 18));
       if (i >= procs.size() / 2) {
         CHECK(p.status == 0);
         upper_ok += p.output().find("ok upper half rank") != std::string::npos ? 1 : 0;
@@ -692,7 +708,54 @@ TEST_CASE("two jobs in groups on the two halves: a mismatch or a departed client
     }
     CHECK(upper_ok == static_cast<int>(procs.size() / 2));
     CHECK(lower_failed == static_cast<int>(procs.size() / 2 - 1));
+    // Each half agreed on its id, and the halves' ids differ (protocol.hpp, group_slot).
+    CHECK(ids[0].size() == 1);
+    CHECK(ids[1].size() == 1);
+    CHECK(ids[0] != ids[1]);
   }
+}
+
+TEST_CASE("a first collective refused for want of a free slot fails every rank at once, and the next two jobs run") {
+  Cluster cluster("8-two-switch", "--max-exchanges 1");
+  const fs::path dir = kLogs / "occupy";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto all = machines();
+  std::vector<Proc> holders;
+  for (std::size_t i = 0; i < 2; ++i) holders.push_back(spawn_in(all[i], {kClient, "occupy", dir.string()}));
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (holders[0].output().find("holds its group") == std::string::npos && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
+  INFO(holders[0].output());
+  REQUIRE(holders[0].output().find("holds its group") != std::string::npos);
+  // Rank 0's daemon has no slot for the job's first collective: it is refused there, and every
+  // other rank is told at once instead of waiting out its deadline.
+  const auto refused = everywhere({kClient, "calls", "4096", "1"}, 60s);
+  for (std::size_t i = 0; i < refused.size(); ++i) {
+    const std::string out = refused[i].output();
+    INFO(refused[i].machine << ": " << out);
+    REQUIRE(refused[i].status == 0);
+    REQUIRE(out.rfind("call 0 error ", 0) == 0);
+    CHECK(std::stol(out.substr(out.find(' ', 13) + 1)) < 2000);  // TOOK_MS
+    CHECK_THAT(out, Catch::Contains(i == 0 ? "--max-exchanges" : "rank 0 could not start it"));
+  }
+  std::ofstream(dir / "release").put('\n');
+  for (auto& h : holders) CHECK(wait_for(h, 20s));
+  // Nothing half-joined is left: the next two jobs run on every rank.
+  for (int job = 0; job < 2; ++job) require_all_ok(everywhere(exchange(4096, "auto")), "job " + std::to_string(job + 1) + " after the refusal");
+}
+
+TEST_CASE("another user meets every quota of the daemons' defaults, each refusal naming its option; root's job runs after") {
+  Cluster cluster("8-one-switch", "--allow-uid 65534");
+  const auto probes = everywhere({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", kClient, "quotas"}, 300s);
+  require_all_ok(probes, "uid 65534's probes");
+  for (const auto& p : probes) {
+    INFO(p.machine << ": " << p.output());
+    CHECK_THAT(p.output(), Catch::Contains("--max-timeout-ms"));
+    CHECK_THAT(p.output(), Catch::Contains("collective 65 at once refused"));  // --max-exchanges-per-client 64
+    CHECK_THAT(p.output(), Catch::Contains("buffer 4097 refused"));            // --max-buffers-per-uid 4096
+  }
+  for (const auto& m : all_machines_status()) CHECK(m["plans"].get<int>() <= 64);  // --max-plans: 80 schedules ran
+  require_all_ok(everywhere(exchange(65536, "auto")), "root's job after");
 }
 
 // --allow-uid alone: that user's job runs on every machine, with the socket aapcd made.
