@@ -11,7 +11,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include "aapc/proto/protocol.hpp"
 #include "aapc/sched/algorithms.hpp"
@@ -29,10 +31,42 @@ std::string socket_path(const std::string& given) {
   return kDefaultSocket;
 }
 
+// The job of MPICH's Hydra that started this process, or empty. Hydra sets no variable that
+// tells its jobs apart, but each rank is a child (or a descendant, through a wrapper script) of
+// the job's hydra_pmi_proxy on its machine, and every proxy of one mpiexec is given that
+// mpiexec's control address (--control-port HOST:PORT, a listening socket of its own) and the
+// process group (--pgid). Their pair names the job on every machine while it runs.
+std::string hydra_job() {
+  pid_t pid = ::getppid();
+  for (int depth = 0; depth < 8 && pid > 1; ++depth) {
+    const std::string proc = "/proc/" + std::to_string(pid);
+    std::ifstream stat_file(proc + "/stat");
+    std::string line;
+    std::getline(stat_file, line);
+    const auto close = line.rfind(')');  // "PID (COMM) STATE PPID ...": COMM may hold spaces
+    if (close == std::string::npos) return "";
+    if (line.substr(line.find('(') + 1, close - line.find('(') - 1) == "hydra_pmi_proxy") {
+      std::ifstream in(proc + "/cmdline");
+      std::vector<std::string> argv;
+      for (std::string arg; std::getline(in, arg, '\0');) argv.push_back(arg);
+      std::string port, pgid;
+      for (std::size_t i = 0; i + 1 < argv.size(); ++i) {
+        if (argv[i] == "--control-port") port = argv[i + 1];
+        if (argv[i] == "--pgid") pgid = argv[i + 1];
+      }
+      return port.empty() ? "" : "hydra:" + port + "/" + pgid;
+    }
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    rest >> state >> pid;
+  }
+  return "";
+}
+
 // The job this process belongs to, as its launcher names it: the cluster's collectives run only
 // among the clients of one job (docs/design.md, "Jobs kept apart"). $AAPC_JOB when set, else
-// PMIx's namespace (Open MPI, and MPICH or Slurm over PMIx), else Slurm's job and step; empty
-// when none is known (the clients of one uid are then one job).
+// PMIx's namespace (Open MPI, and MPICH or Slurm over PMIx), else Slurm's job and step, else
+// Hydra's (hydra_job); empty when none is known (the clients of one uid are then one job).
 std::string job_id() {
   auto env = [](const char* name) -> std::string {
     const char* v = std::getenv(name);
@@ -41,7 +75,7 @@ std::string job_id() {
   if (auto j = env("AAPC_JOB"); !j.empty()) return j;
   if (auto j = env("PMIX_NAMESPACE"); !j.empty()) return "pmix:" + j;
   if (auto j = env("SLURM_JOB_ID"); !j.empty()) return "slurm:" + j + "." + env("SLURM_STEP_ID");
-  return "";
+  return hydra_job();
 }
 
 Result<int> open_socket(const std::string& path) {

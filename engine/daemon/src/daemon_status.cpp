@@ -21,7 +21,7 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
     open_groups.push_back({{"slot", slot}, {"members", g.members}, {"rank", g.me}, {"pid", clients.count(g.client) != 0 ? clients.at(g.client).pid : 0},
                            {"next_exchange", g.next_id}});
   nlohmann::json held = nullptr;
-  if (holder.client >= 0) held = {{"pid", holder.pid}, {"uid", holder.uid}};
+  if (holder.client >= 0) held = {{"pid", holder.pid}, {"uid", holder.uid}, {"job", holder.job}};
   nlohmann::json j = {
       {"rank", rank},
       {"size", topo.machine_count()},
