@@ -33,6 +33,7 @@
 #include <functional>
 #include <iostream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -625,9 +626,17 @@ int with_cluster(const RunOptions& o, const char* argv0, const std::function<int
   } else if (state.value("topology", std::string()) != fs::absolute(t.source()).string()) {
     throw Failure("another cluster is up (" + state.value("topology", std::string()) + "); run `aapc-emu down` first");
   }
+  // Daemons that ran before this command (`aapc-emu start`'s, another run's) are left running,
+  // with the clients they serve.
+  std::set<pid_t> theirs;
+  if (state.contains("daemons"))
+    for (const auto& d : state["daemons"])
+      if (running(d.value("pid", 0))) theirs.insert(d.value("pid", 0));
   auto cleanup = [&] {
-    stop_daemons(state, true);
-    state["daemons"] = Json::array();
+    Json mine = Json::array(), kept = Json::array();
+    for (const auto& d : state["daemons"]) (theirs.count(d.value("pid", 0)) != 0 ? kept : mine).push_back(d);
+    stop_daemons(Json{{"daemons", mine}}, true);
+    state["daemons"] = kept;
     if (brought_up && !o.keep) {
       cmd_down(true);
     } else {
@@ -728,7 +737,7 @@ int main(int argc, char** argv) {
   const std::string kPortHelp = "how each daemon opens its machine's interface: auto (AF_XDP where it can, else af_packet), af_xdp or af_packet";
   const auto kPorts = CLI::IsMember({"auto", "af_xdp", "af_packet"});
   const std::string kNoKeyHelp = "run the daemons without a cluster key (frames unauthenticated; by default the cluster gets a key of its own)";
-  auto* runc = app.add_subcommand("run", "bring up TOPO (unless up), start aapcd on every machine, run CMD on every machine, report, tear down");
+  auto* runc = app.add_subcommand("run", "bring up TOPO (unless up), start aapcd on every machine (unless running), run CMD on every machine, report, stop and tear down what it started");
   runc->add_option("TOPO", ro.topology, "topology file or shipped name")->required();
   runc->add_option("CMD", cmd, "command for every machine, after --")->required();
   runc->add_flag("--keep", ro.keep, "leave the cluster up afterwards");
@@ -748,7 +757,7 @@ int main(int argc, char** argv) {
   app.add_subcommand("stop", "stop the daemons (the cluster stays up)");
   MpiOptions mo;
   auto* mpic = app.add_subcommand("mpirun", "bring up TOPO (unless up), start aapcd on every machine, run an MPI program on the cluster with "
-                                            "libaapc-mpi.so preloaded, tear down");
+                                            "libaapc-mpi.so preloaded, stop and tear down what it started");
   mpic->add_option("TOPO", ro.topology, "topology file or shipped name")->required();
   mpic->add_option("PROGRAM", cmd, "the MPI program and its arguments, after --")->required();
   mpic->add_option("--ppn", mo.ppn, "ranks per machine: K, or K0,K1,... machine by machine")->capture_default_str();

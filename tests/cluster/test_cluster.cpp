@@ -680,6 +680,30 @@ TEST_CASE("another user who takes one machine's rank first: root's job fails on 
   require_all_ok(everywhere(exchange(4096, "auto", "auto", 2)), "root's job after the other user left");
 }
 
+TEST_CASE("two MPICH (Hydra) jobs of one user: the one that holds a machine's rank first keeps the other out, and no block is swapped") {
+  const std::string hydra = "/usr/bin/mpiexec.mpich";
+  INFO("tools/setup installs MPICH");
+  REQUIRE(::access(hydra.c_str(), X_OK) == 0);
+  Cluster c("8-two-switch");
+  // The first job: one rank on n3, started by Hydra's mpiexec there. Hydra sets no variable that
+  // names its job; each rank's client finds its hydra_pmi_proxy instead (client.cpp, hydra_job).
+  Proc first = spawn_in("n3", {hydra, "-n", "1", kClient, "exchange", "4096", "auto", "auto", "1"});
+  std::this_thread::sleep_for(1s);
+  // The second, a second later: every machine, through Hydra as aapc-emu mpirun starts it. Both
+  // jobs send the same bytes, so only the jobs' identities keep them from one exchange.
+  const Sh second = sh(kEmu + " mpirun --keep --mpi mpich --no-preload 8-two-switch -- " + kClient + " exchange 4096 auto auto 1");
+  INFO("the second job: " << second.text);
+  CHECK(second.status != 0);
+  CHECK(second.text.find("ok ") == std::string::npos);
+  CHECK(second.text.find("another job of uid 0") != std::string::npos);
+  REQUIRE(wait_for(first, 60s));
+  INFO("the first job: " << first.output());
+  CHECK(first.status != 0);
+  CHECK(first.output().find("ok ") == std::string::npos);
+  // Once both are gone, a job runs.
+  require_all_ok(everywhere(exchange(4096, "auto", "auto", 2)), "a job after both");
+}
+
 TEST_CASE("two jobs in groups on the two halves: their exchange ids differ; a mismatch or a departed client fails its own half only, the other's calls pass byte-exact") {
   Cluster cluster("8-two-switch");
   for (const char* how : {"mismatch", "exit"}) {
