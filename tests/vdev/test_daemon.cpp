@@ -169,6 +169,15 @@ proto::ErrorReply error_of(const std::optional<std::vector<std::uint8_t>>& msg) 
   return e;
 }
 
+// A DONE reply's outcome; nullopt when `msg` is no DONE.
+std::optional<proto::DoneReply> done_of(const std::optional<std::vector<std::uint8_t>>& msg) {
+  proto::DoneReply d;
+  if (!msg || type_of(*msg) != proto::Type::kDone) return std::nullopt;
+  proto::Reader r = proto::payload_of(*msg);
+  if (!proto::decode(r, d)) return std::nullopt;
+  return d;
+}
+
 std::optional<std::uint32_t> registered(const std::optional<std::vector<std::uint8_t>>& msg) {
   proto::RegisterReply m;
   if (!msg || type_of(*msg) != proto::Type::kRegisterReply) return std::nullopt;
@@ -666,6 +675,48 @@ void barrier_both(const Raw& x, const Raw& y, std::uint8_t slot) {
     REQUIRE(reply);
     INFO(error_of(reply).message);
     CHECK(type_of(*reply) == proto::Type::kDone);
+  }
+}
+
+TEST_CASE("a group whose member's client went away never runs with a client that opens the slot at that member later") {
+  DaemonPair pair;
+  Raw r0(pair.d[0]->socket);
+  auto r1 = std::make_unique<Raw>(pair.d[1]->socket);
+  const proto::GroupOpenRequest open{5, 1, {0, 1}};
+  REQUIRE(type_of(*r0.call(open)) == proto::Type::kOk);
+  REQUIRE(type_of(*r1->call(open)) == proto::Type::kOk);
+  barrier_both(r0, *r1, 5);
+  r1.reset();  // rank 1's client exits without closing the group
+  std::this_thread::sleep_for(100ms);
+  // Another client at rank 1 opens slot 5 for the same machines, from the first id its daemon
+  // allows, and calls barriers in it: its ids are those of rank 0's next collectives.
+  Raw other(pair.d[1]->socket);
+  auto query = other.call(proto::GroupQueryRequest{});
+  REQUIRE(query);
+  proto::GroupQueryReply q;
+  proto::Reader rq = proto::payload_of(*query);
+  REQUIRE(proto::decode(rq, q));
+  REQUIRE(type_of(*other.call(proto::GroupOpenRequest{5, q.next[5], {0, 1}})) == proto::Type::kOk);
+  proto::StartRequest barrier;
+  barrier.kind = proto::Kind::kBarrier;
+  barrier.run = true;
+  barrier.group = 5;
+  barrier.timeout_ms = 1000;
+  for (int call = 0; call < 3; ++call) {
+    INFO("call " << call);
+    proto::send_message(other.fd, proto::message(barrier, 8));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto reply = r0.call(barrier);
+    REQUIRE(reply);
+    // Never run with the other client: rank 0's group lost rank 1 for good.
+    const auto ours = done_of(reply);
+    INFO((ours ? ours->message : error_of(reply).message));
+    CHECK(!(ours && ours->ok));
+    CHECK_THAT(ours ? ours->message : error_of(reply).message, Catch::Contains("the client of rank 1 went away"));
+    CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+    auto theirs = done_of(other.next(5000ms));
+    REQUIRE(theirs);
+    CHECK_FALSE(theirs->ok);
   }
 }
 

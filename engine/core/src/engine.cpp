@@ -151,6 +151,7 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   peer_epoch_known_.assign(n, false);
   epoch_challenge_.assign(n, {});
   aborted_by_.resize(n);
+  left_.resize(n);
   last_started_.resize(kSlots);
   newest_lingering_.resize(kSlots);
   peer_proposal_.resize(n);
@@ -278,6 +279,10 @@ Result<void> Engine::start(ExchangeSpec spec) {
     if (ab.active && now - ab.when < config_.peer_deadline && ab.exchange == spec.id)
       return Error(Errc::kPeerAborted, "exchange " + std::to_string(spec.id) + ": rank " + std::to_string(r) + " aborted exchange " +
                                            std::to_string(ab.exchange) + " a moment ago (" + ab.reason + ")");
+    if (auto left = left_[r].find(id_slot(spec.id)); left != left_[r].end() && !later_id(left->second.from, spec.id))
+      return Error(Errc::kPeerAborted, "exchange " + std::to_string(spec.id) + ": rank " + std::to_string(r) + " left group slot " +
+                                           std::to_string(id_slot(spec.id)) + " before exchange " + std::to_string(left->second.from) + " (" +
+                                           left->second.reason + "); a group goes on only with every member: close it and open a new one");
   }
   const std::uint32_t id = spec.id;
   auto ex = std::make_unique<Exchange>(*link_, std::move(spec), now);
@@ -310,6 +315,13 @@ void Engine::abort_unstarted(std::uint32_t id, const std::string& reason, const 
     if (static_cast<Rank>(r) != config_.rank && (ranks.empty() || std::find(ranks.begin(), ranks.end(), static_cast<Rank>(r)) != ranks.end()))
       link_->send_control(static_cast<Rank>(r), FrameType::kAbort, id, ends_session ? kAbortEndsSession : 0, static_cast<std::uint32_t>(Errc::kAborted), 0,
                           reinterpret_cast<const std::uint8_t*>(reason.data()), reason.size());
+}
+
+void Engine::reopen_slot(std::uint32_t slot, std::uint32_t first) {
+  closed_.erase(slot);
+  if (slot == kWorldSlot) return;
+  for (auto& by_slot : left_) by_slot.erase(slot);
+  slot_first_[slot] = first;
 }
 
 void Engine::close_slot(std::uint32_t slot, std::uint32_t from, const std::string& reason, const std::vector<Rank>& members) {

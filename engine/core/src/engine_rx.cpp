@@ -110,6 +110,8 @@ void Engine::on_abort(const Parsed& f, Clock::time_point now) {
     link_->count_drop(DropReason::kNotMember);
     return;
   }
+  if (id_slot(f.h.exchange) != kWorldSlot && f.h.aux == static_cast<std::uint32_t>(Errc::kAborted) && f.h.seq == kAbortEndsSession)
+    note_left(src, f.h.exchange, reason);
   // The sender found a peer silent (Exchange::fail): remembered here too, so that our next
   // collectives with it fail at once. Hearing from that peer again undoes it (Link::heard_from).
   const auto silent = static_cast<Rank>(f.h.seq) - 1;
@@ -219,6 +221,17 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
   }
 }
 
+// The peer's member of our group in the id's slot left the group (its client closed it or went
+// away: Daemon's close_group, or answer_closed). Said of an earlier group in the slot (an id
+// before our group's first) it is void.
+void Engine::note_left(Rank src, std::uint32_t id, const std::string& reason) {
+  const std::uint32_t slot = id_slot(id);
+  if (auto first = slot_first_.find(slot); first != slot_first_.end() && later_id(first->second, id)) return;
+  auto& left = left_[static_cast<std::size_t>(src)];
+  if (auto it = left.find(slot); it != left.end() && !later_id(it->second.from, id)) return;  // it left before that already
+  left[slot] = {id, reason};
+}
+
 bool Engine::answer_closed(const Parsed& f, Clock::time_point now) {
   auto it = closed_.find(id_slot(f.h.exchange));
   if (it == closed_.end() || later_id(it->second.from, f.h.exchange)) return false;
@@ -229,8 +242,11 @@ bool Engine::answer_closed(const Parsed& f, Clock::time_point now) {
   if (id != f.h.exchange || now - when >= config_.rto) {
     id = f.h.exchange;
     when = now;
-    link_->send_control(src, FrameType::kAbort, f.h.exchange, 0, static_cast<std::uint32_t>(Errc::kAborted), 0,
-                        reinterpret_cast<const std::uint8_t*>(c.reason.data()), std::min<std::size_t>(c.reason.size(), link_->control_room()));
+    // A group's slot closes when its client left the group, which can never go on without us
+    // (kAbortEndsSession: note_left).
+    link_->send_control(src, FrameType::kAbort, f.h.exchange, id_slot(f.h.exchange) != kWorldSlot ? kAbortEndsSession : 0,
+                        static_cast<std::uint32_t>(Errc::kAborted), 0, reinterpret_cast<const std::uint8_t*>(c.reason.data()),
+                        std::min<std::size_t>(c.reason.size(), link_->control_room()));
   }
   link_->count_drop(DropReason::kNotLive);
   return true;

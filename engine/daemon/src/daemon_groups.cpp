@@ -63,7 +63,7 @@ Result<void> Daemon::Impl::open_group(const ClientState& c, const proto::GroupOp
     return invalid(e.what());
   }
   g.next_id = make_id(m.slot, m.first);
-  engine->reopen_slot(m.slot);
+  engine->reopen_slot(m.slot, g.next_id);
   spdlog::info("client pid {} opened group slot {} of {} machines (our rank {} in it), from id {}", c.pid, m.slot, g.members.size(), g.me, g.next_id);
   groups.emplace(m.slot, std::move(g));
   return {};
@@ -76,7 +76,7 @@ void Daemon::Impl::close_group(std::uint32_t slot, const std::string& why) {
   // Its id is used up, so a group opened later in the slot starts after it.
   if (!why.empty()) {
     const std::uint32_t next = take_id(slot);
-    engine->abort_unstarted(next, why, it->second.members);
+    engine->abort_unstarted(next, why, it->second.members, true);  // our members' group can never go on without us
     engine->close_slot(slot, next, why, it->second.members);  // and its later ones, until a group opens in the slot
   }
   // Its collectives that waited for an alltoallv's agreement never start (not answered yet).

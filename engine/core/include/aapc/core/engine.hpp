@@ -78,7 +78,9 @@ class Engine final : private ParseContext {
   // Tells the peers that exchange `id`, which this node will never start, is off: `ranks`, or
   // every peer when empty.
   // `ends_session`: this node's part of the cluster's session is over (its client went away),
-  // so a JOIN proposal it made is void at the peers (the ABORT's seq says so: kAbortEndsSession).
+  // so a JOIN proposal it made is void at the peers; or, for a group's id, this node's member
+  // left the group, so the peers start none of its later exchanges with us (note_left). The
+  // ABORT's seq says so: kAbortEndsSession.
   void abort_unstarted(std::uint32_t id, const std::string& reason, const std::vector<Rank>& ranks = {}, bool ends_session = false);
   static constexpr std::uint32_t kAbortEndsSession = 1;
   // This node will start no exchange of `slot` from id `from` on (its client, or its group,
@@ -86,7 +88,10 @@ class Engine final : private ParseContext {
   // peer's collective fails at once rather than at its deadline. Only `members` are answered
   // (empty: every peer). Until reopen_slot(slot).
   void close_slot(std::uint32_t slot, std::uint32_t from, const std::string& reason, const std::vector<Rank>& members = {});
-  void reopen_slot(std::uint32_t slot) { closed_.erase(slot); }
+  // A new session (kWorldSlot), or a group that opens in `slot` here from id `first`: this node
+  // starts the slot's exchanges again, and what the peers said of an earlier group in the slot
+  // (their members that left it) is forgotten.
+  void reopen_slot(std::uint32_t slot, std::uint32_t first = 0);
   // True while `peer` is remembered as dead (an exchange found it silent, and nothing came
   // from it since): start() refuses exchanges that involve it.
   bool peer_dead(Rank peer) const;
@@ -206,6 +211,16 @@ class Engine final : private ParseContext {
   // By peer, then group slot: its latest ABORT of an exchange of the slot not started here
   // (a group's close must not hide the session's).
   std::vector<std::map<std::uint32_t, AbortedBy>> aborted_by_;
+  struct LeftSlot {  // a peer's holder of a group slot went away (note_left)
+    std::uint32_t from = 0;  // the first id it will never start
+    std::string reason;
+  };
+  // By peer, then group slot: the peer's member of our group there left it, so that peer starts
+  // none of the group's exchanges from `from` on, nor do we with it. A client that opens the
+  // slot at that peer later belongs to another group, never to ours. Until reopen_slot(slot).
+  std::vector<std::map<std::uint32_t, LeftSlot>> left_;
+  std::map<std::uint32_t, std::uint32_t> slot_first_;  // by group slot: the first id of our group in it
+  void note_left(Rank src, std::uint32_t id, const std::string& reason);
   std::map<std::uint32_t, std::unique_ptr<Exchange>> exchanges_;  // running and lingering
   // The poll loop looks only at these: running, settling (Exchange::settling), or finished and
   // not yet reported. Reported
