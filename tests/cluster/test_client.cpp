@@ -14,6 +14,11 @@
 //   aapc-test-client occupy DIR                           ranks 0 and 1: a group of the two; rank 0 starts its
 //                                                          alltoall, which rank 1 never calls, and both wait
 //                                                          for DIR/release (a daemon's one slot kept busy)
+//   aapc-test-client group-left DIR                       all ranks: a group of all; rank 3 leaves after one call,
+//                                                          and the others' next three calls, once DIR/intruder
+//                                                          exists, must fail
+//   aapc-test-client intruder DIR                         rank 3, after DIR/left: opens a group of all machines
+//                                                          alone (no other member agrees) and calls twice
 //   aapc-test-client quotas                               all ranks (as another uid): each quota of the daemons'
 //                                                          defaults is met and refused, naming its option
 //   aapc-test-client calls SIZE N                         all ranks: N alltoalls, going on after errors;
@@ -417,6 +422,70 @@ int occupy(const std::string& dir) {
   return 0;
 }
 
+// Waits up to 60 s for `file`; false if it did not appear.
+bool await_file(const std::filesystem::path& file) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(file))
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return true;
+}
+
+// A group of every machine whose rank 3 leaves after one call; the others go on calling once
+// another client (`intruder`) has opened the slot at rank 3's machine. No call may succeed.
+int group_left(const std::string& dir) {
+  aapc::Client c = aapc::Client::connect();
+  const int me = c.rank(), n = c.size();
+  std::vector<int> members;
+  for (int r = 0; r < n; ++r) members.push_back(r);
+  FileReduce reduce{dir, "left", me, n};
+  auto opened = c.open_group(members, std::ref(reduce));
+  if (!opened) return fail("open_group: " + opened.error().message());
+  const std::size_t block = 4096;
+  aapc::Buffer send = c.allocate(n * block), recv = c.allocate(n * block);
+  for (int call = 0; call < 4; ++call) {
+    for (int d = 0; d < n; ++d)
+      for (std::size_t k = 0; k < block; ++k) send.data()[d * block + k] = pattern(me, d, call, k);
+    if (call == 1 && me == 3) {
+      std::ofstream(std::filesystem::path(dir) / "left").put('\n');
+      return 0;
+    }
+    if (call == 1 && !await_file(std::filesystem::path(dir) / "intruder")) return fail("the intruder did not open its group");
+    auto r = opened->alltoall(send, recv, block);
+    if (call == 0 && !r) return fail("rank " + std::to_string(me) + ", call 0: " + r.error().message());
+    if (call > 0 && r) return fail("rank " + std::to_string(me) + ", call " + std::to_string(call) + " succeeded without rank 3's client");
+    if (call > 0) std::cout << "rank " << me << " call " << call << " failed as it should: " << r.error().message() << std::endl;
+  }
+  return 0;
+}
+
+// At rank 3's machine once group_left's rank 3 left: a group of every machine opened alone
+// (its reduce asks nobody), two calls in it.
+int intruder(const std::string& dir) {
+  if (!await_file(std::filesystem::path(dir) / "left")) return fail("rank 3 did not leave");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its daemon closed the slot
+  aapc::Client c = aapc::Client::connect();
+  const int me = c.rank(), n = c.size();
+  std::vector<int> members;
+  for (int r = 0; r < n; ++r) members.push_back(r);
+  auto opened = c.open_group(members, [](std::vector<std::uint64_t>&, aapc::ReduceOp) {});
+  if (!opened) return fail("intruder: open_group: " + opened.error().message());
+  std::ofstream(std::filesystem::path(dir) / "intruder").put('\n');
+  const std::size_t block = 4096;
+  aapc::Buffer send = c.allocate(n * block), recv = c.allocate(n * block);
+  // Long enough to overlap the group's next calls, which, before a member's departure was
+  // remembered for good, first waited out their READYs to rank 3 (about 4 s).
+  aapc::Options o;
+  o.timeout = std::chrono::seconds(8);
+  for (int call = 1; call < 3; ++call) {
+    for (int d = 0; d < n; ++d)
+      for (std::size_t k = 0; k < block; ++k) send.data()[d * block + k] = pattern(me, d, call, k);
+    auto r = opened->alltoall(send, recv, block, o);
+    std::cout << "intruder call " << call << (r ? " ok" : " error: " + r.error().message()) << std::endl;
+  }
+  return 0;
+}
+
 // Another user's probes of the quotas (docs/guide.md), with the daemons' default caps: a
 // 49-day timeout, more collectives at once than one client may hold, more schedules than a
 // daemon keeps, and buffers until the uid's cap. Each refusal must name its option; every
@@ -485,6 +554,8 @@ int main(int argc, char** argv) {
     if (a.size() == 3 && a[0] == "halves") return halves(a[1], a[2]);
     if (a.size() == 2 && a[0] == "occupy") return occupy(a[1]);
     if (a.size() == 1 && a[0] == "quotas") return quotas();
+    if (a.size() == 2 && a[0] == "group-left") return group_left(a[1]);
+    if (a.size() == 2 && a[0] == "intruder") return intruder(a[1]);
     if (a.size() == 1 && a[0] == "bad-requests") return bad_requests();
     if (a.size() == 2 && a[0] == "other-uid") return other_uid(static_cast<uid_t>(std::stoul(a[1])));
   } catch (const std::exception& e) {

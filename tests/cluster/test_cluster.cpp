@@ -680,6 +680,29 @@ TEST_CASE("another user who takes one machine's rank first: root's job fails on 
   require_all_ok(everywhere(exchange(4096, "auto", "auto", 2)), "root's job after the other user left");
 }
 
+TEST_CASE("another user who opens a group's slot at a machine whose member left never takes its place: the group's later calls all fail") {
+  Cluster c("8-two-switch", "--allow-uid 65534");
+  const fs::path dir = kLogs / "group-left";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::all);  // the other user writes its file there
+  std::vector<Proc> procs;
+  for (const auto& m : machines()) procs.push_back(spawn_in(m, {kClient, "group-left", dir.string()}));
+  Proc intruder = spawn_in("n3", {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", kClient, "intruder", dir.string()});
+  int refused = 0;
+  for (auto& p : procs) {
+    REQUIRE(wait_for(p, 90s));
+    INFO(p.machine << ": " << p.output());
+    CHECK(p.status == 0);
+    refused += p.output().find("call 3 failed as it should") != std::string::npos ? 1 : 0;
+  }
+  CHECK(refused == static_cast<int>(procs.size()) - 1);
+  REQUIRE(wait_for(intruder, 60s));
+  INFO("the other user: " << intruder.output());
+  CHECK(intruder.status == 0);
+  CHECK(intruder.output().find(" ok") == std::string::npos);
+}
+
 TEST_CASE("two MPICH (Hydra) jobs of one user: the one that holds a machine's rank first keeps the other out, and no block is swapped") {
   const std::string hydra = "/usr/bin/mpiexec.mpich";
   INFO("tools/setup installs MPICH");
@@ -1037,6 +1060,21 @@ TEST_CASE("aapc-bench --rates: the sweep at each rate, and % of the limit agains
   CHECK(fs::file_size(out / "rates.png") > 1000);
   CHECK(fs::file_size(out / "rates.svg") > 1000);
   CHECK(nothing_left());
+}
+
+TEST_CASE("aapc-emu's daemons keep no descriptor of whoever started them: a lock taken around `aapc-emu start` is free once it returns") {
+  fs::create_directories(kLogs);
+  const std::string lock = (kLogs / "start.lock").string();
+  sh(kEmu + " down");
+  struct Down {
+    ~Down() { sh(kEmu + " down"); }
+  } down_at_the_end;
+  REQUIRE(sh(kEmu + " up 8-one-switch").status == 0);
+  const Sh started = sh("flock " + lock + " " + kEmu + " start");
+  INFO(started.text);
+  CHECK(started.status == 0);
+  CHECK(sh("pgrep -x aapcd").status == 0);
+  CHECK(sh("flock -n " + lock + " true").status == 0);  // held by a daemon, it would be busy until `down`
 }
 
 TEST_CASE("nothing is left behind: namespaces, interfaces, sockets, daemons") {

@@ -15,8 +15,12 @@ namespace aapc::tools {
 
 namespace {
 
-// In the child: the environment, then argv; never returns.
+// In the child: the environment, then argv; never returns. Descriptors other than the three
+// standard ones are closed: a daemon started here must not hold what its starter had open (the
+// cluster lock of `flock /tmp/aapc-cluster.lock`, which an aapcd left running by a crashed
+// test would otherwise hold for good).
 [[noreturn]] void exec_child(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  ::close_range(3, ~0U, 0);
   for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
