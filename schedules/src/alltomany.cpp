@@ -200,10 +200,10 @@ namespace {
 // Permutations of `in.pattern` as a schedule of one partner per round, without self messages.
 // Contention-free on one switch only: in a partial permutation a node sends and receives at most
 // once (Ranka/Wang/Fox), but on a tree two of its messages may share a link.
-Schedule permutation_schedule(const char* name, const BuildInput& in, Permutations perms) {
+Schedule permutation_schedule(Algorithm algorithm, const BuildInput& in, Permutations perms) {
   const SparsePattern& pattern = *in.pattern;
   Schedule s;
-  s.algorithm = name;
+  s.algorithm = algorithm_name(algorithm);
   s.machines = pattern.n;
   s.contention_free = in.topology.single_switch();
   for (auto& perm : perms) {
@@ -220,17 +220,17 @@ Schedule permutation_schedule(const char* name, const BuildInput& in, Permutatio
 // given one, a pattern.
 Schedule build_cgm(const BuildInput& in) {
   std::mt19937_64 rng(in.seed);
-  return permutation_schedule("cgm", in, compact_global_masking(*in.pattern, rng));
+  return permutation_schedule(Algorithm::kCgm, in, compact_global_masking(*in.pattern, rng));
 }
 
 Schedule build_gm(const BuildInput& in) {
   std::mt19937_64 rng(in.seed);
-  return permutation_schedule("gm", in, global_masking(*in.pattern, rng));
+  return permutation_schedule(Algorithm::kGm, in, global_masking(*in.pattern, rng));
 }
 
 Schedule build_lp(const BuildInput& in) {
   if (in.pattern == nullptr) return lp_schedule(in.topology.machine_count());
-  return permutation_schedule("lp", in, linear_permutation(*in.pattern));
+  return permutation_schedule(Algorithm::kLp, in, linear_permutation(*in.pattern));
 }
 
 Schedule sparse_schedule(const SparsePattern& pattern, const std::string& algorithm, std::uint64_t seed) {

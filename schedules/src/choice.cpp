@@ -189,7 +189,7 @@ Schedule barrier_schedule(int machines, int radix) {
   // The radix is in the name, which the ranks compare at the start (aapc/wire/descriptor.hpp):
   // daemons started with different --barrier-radix fail at once, naming it, where they timed
   // out after 15 s "still waiting for rank 4: a token".
-  s.algorithm = "barrier:" + std::to_string(radix);
+  s.algorithm = name_with_param(kBarrierName, radix);
   s.machines = machines;
   s.programs.resize(static_cast<std::size_t>(machines));
   const int stages = barrier_stages(machines, radix);

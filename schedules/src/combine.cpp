@@ -100,7 +100,8 @@ Schedule bruck_schedule(int p) {
   // d after ceil(log2 p) steps; the final inverse rotation is where the engine unpacks.
   const int steps = ceil_log2(p);
   return simulate(
-      "bruck", p, steps, [p](Rank i, int k) { return (i + (1 << k)) % p; }, [p](Rank i, int k) { return ((i - (1 << k)) % p + p) % p; },
+      algorithm_name(Algorithm::kBruck), p, steps, [p](Rank i, int k) { return (i + (1 << k)) % p; },
+      [p](Rank i, int k) { return ((i - (1 << k)) % p + p) % p; },
       [p](Rank holder, const CombinePiece& piece, int k) {
         const int index = ((piece.dest - piece.origin) % p + p) % p;
         return (index >> k) & 1 ? (holder + (1 << k)) % p : -1;
@@ -117,7 +118,7 @@ Schedule hypercube_schedule(int p) {
   // received in the earlier dimensions, which it forwards.
   const int steps = ceil_log2(p);
   auto partner = [](Rank i, int k) { return i ^ (1 << k); };
-  return simulate("hypercube", p, steps, partner, partner,
+  return simulate(algorithm_name(Algorithm::kHypercube), p, steps, partner, partner,
                   [](Rank holder, const CombinePiece& piece, int k) { return ((holder ^ piece.dest) >> k) & 1 ? holder ^ (1 << k) : -1; });
 }
 

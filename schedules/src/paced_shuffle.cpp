@@ -12,7 +12,7 @@ Schedule paced_shuffle_schedule(const TreeModel& model, double share) {
   if (!(share > 0.0 && share <= 1.0)) throw std::invalid_argument("paced-shuffle: the share of the rate must be in (0, 1]");
   const int p = model.topology().machine_count();
   Schedule s = sync_shuffle_schedule(p);
-  s.algorithm = "paced-shuffle";
+  s.algorithm = algorithm_name(Algorithm::kPacedShuffle);
   // Every ordered pair's block is in flight from the start to the end of the one round, so a
   // link carries all of its load at once: Faraj/Yuan section 3's |Mu| x |Mv| blocks each way.
   // Paced at rate / load of the link that limits the exchange (the minimum over links, which

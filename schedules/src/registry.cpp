@@ -62,6 +62,13 @@ const AlgorithmInfo* find_algorithm(std::string_view name) {
 
 const AlgorithmInfo& algorithm_info(Algorithm id) { return kAlgorithms[static_cast<std::size_t>(id)]; }
 
+std::string algorithm_name(Algorithm id, int param) {
+  const AlgorithmInfo& info = algorithm_info(id);
+  return info.param.empty() ? std::string(info.name) : name_with_param(info.name, param);
+}
+
+std::string name_with_param(std::string_view name, int param) { return std::string(name) + ":" + std::to_string(param); }
+
 std::string algorithm_usages(AlgorithmInput input) {
   if (input == AlgorithmInput::kDense) return usages(dense);
   return usages([](const AlgorithmInfo& info) { return info.input == AlgorithmInput::kPattern; });
@@ -89,10 +96,7 @@ std::optional<AlgorithmSpec> AlgorithmSpec::parse(std::string_view text) {
   return AlgorithmSpec{info->id, param.value_or(info->param_default)};
 }
 
-std::string AlgorithmSpec::name() const {
-  const AlgorithmInfo& info = algorithm_info(algorithm);
-  return info.param.empty() ? std::string(info.name) : std::string(info.name) + ":" + std::to_string(param);
-}
+std::string AlgorithmSpec::name() const { return algorithm_name(algorithm, param); }
 
 std::vector<std::string> AlgorithmSpec::names() {
   std::vector<std::string> out;

@@ -9,13 +9,14 @@
 namespace aapc::sched {
 namespace {
 
-void require_machines(int p, const char* algorithm) {
-  if (p < 2) throw std::invalid_argument(std::string(algorithm) + " needs at least 2 machines, got " + std::to_string(p));
+void require_machines(int p, Algorithm algorithm) {
+  if (p < 2)
+    throw std::invalid_argument(std::string(algorithm_info(algorithm).name) + " needs at least 2 machines, got " + std::to_string(p));
 }
 
-Schedule phased(std::string name, int p, std::vector<Phase> phases, bool contention_free) {
+Schedule phased(Algorithm algorithm, int p, std::vector<Phase> phases, bool contention_free) {
   Schedule s;
-  s.algorithm = std::move(name);
+  s.algorithm = algorithm_name(algorithm);
   s.machines = p;
   s.contention_free = contention_free;
   s.phases = std::move(phases);
@@ -26,16 +27,16 @@ Schedule phased(std::string name, int p, std::vector<Phase> phases, bool content
 }  // namespace
 
 Schedule linear_schedule(int p) {
-  require_machines(p, "linear");
+  require_machines(p, Algorithm::kLinear);
   // Phase k holds every node's k-th send: node i sends to 0..N-1 in order, skipping itself.
   std::vector<Phase> phases(static_cast<std::size_t>(p - 1));
   for (int i = 0; i < p; ++i)
     for (int k = 0; k < p - 1; ++k) phases[static_cast<std::size_t>(k)].push_back({i, k < i ? k : k + 1});
-  return phased("linear", p, std::move(phases), false);
+  return phased(Algorithm::kLinear, p, std::move(phases), false);
 }
 
 Schedule ring_schedule(int p) {
-  require_machines(p, "ring");
+  require_machines(p, Algorithm::kRing);
   // Alg. 1: in round k, i sends to (i+k) mod p and receives from (i-k) mod p.
   std::vector<Phase> phases;
   for (int k = 1; k < p; ++k) {
@@ -43,11 +44,11 @@ Schedule ring_schedule(int p) {
     for (int i = 0; i < p; ++i) phase.push_back({i, (i + k) % p});
     phases.push_back(std::move(phase));
   }
-  return phased("ring", p, std::move(phases), true);
+  return phased(Algorithm::kRing, p, std::move(phases), true);
 }
 
 Schedule pairwise_xor_schedule(int p) {
-  require_machines(p, "pairwise-xor");
+  require_machines(p, Algorithm::kPairwiseXor);
   if ((p & (p - 1)) != 0)
     throw std::invalid_argument("pairwise-xor needs a power of two machines, got " + std::to_string(p) +
                                 "; use pairwise-ec (edge colouring) or lp");
@@ -57,7 +58,7 @@ Schedule pairwise_xor_schedule(int p) {
     for (int i = 0; i < p; ++i) phase.push_back({i, i ^ k});
     phases.push_back(std::move(phase));
   }
-  return phased("pairwise-xor", p, std::move(phases), true);
+  return phased(Algorithm::kPairwiseXor, p, std::move(phases), true);
 }
 
 int edge_color_count(int p) { return p % 2 == 1 ? p : p - 1; }
@@ -77,7 +78,7 @@ int edge_color_partner(int round, int me, int p) {
 }
 
 Schedule pairwise_ec_schedule(int p) {
-  require_machines(p, "pairwise-ec");
+  require_machines(p, Algorithm::kPairwiseEc);
   std::vector<Phase> phases;
   for (int c = 0; c < edge_color_count(p); ++c) {
     Phase phase;
@@ -85,11 +86,11 @@ Schedule pairwise_ec_schedule(int p) {
       if (int partner = edge_color_partner(c, i, p); partner >= 0) phase.push_back({i, partner});
     phases.push_back(std::move(phase));
   }
-  return phased("pairwise-ec", p, std::move(phases), true);
+  return phased(Algorithm::kPairwiseEc, p, std::move(phases), true);
 }
 
 Schedule lp_schedule(int p) {
-  require_machines(p, "lp");
+  require_machines(p, Algorithm::kLp);
   // Ranka/Wang/Fox Fig. 3, extended to any n: XOR over the next power of two; a node whose
   // partner does not exist idles in that permutation.
   int q = 1;
@@ -101,15 +102,15 @@ Schedule lp_schedule(int p) {
       if ((i ^ k) < p) phase.push_back({i, i ^ k});
     if (!phase.empty()) phases.push_back(std::move(phase));
   }
-  return phased("lp", p, std::move(phases), true);
+  return phased(Algorithm::kLp, p, std::move(phases), true);
 }
 
 Schedule sync_shuffle_schedule(int p) {
-  require_machines(p, "sync-shuffle");
+  require_machines(p, Algorithm::kSyncShuffle);
   // Alg. 2: one round; at packet instant i every node sends its next frame to (me+i) mod p, so
   // each slot is a permutation and no two frames of an instant share an output port.
   Schedule s;
-  s.algorithm = "sync-shuffle";
+  s.algorithm = algorithm_name(Algorithm::kSyncShuffle);
   s.machines = p;
   s.packet_level = true;
   s.contention_free = true;
@@ -132,13 +133,13 @@ Schedule sync_shuffle_schedule(int p) {
 }
 
 Schedule group_shuffle_schedule(int p, int w) {
-  require_machines(p, "group-shuffle");
+  require_machines(p, Algorithm::kGroupShuffle);
   if (w < 1) throw std::invalid_argument("group-shuffle needs a group size w >= 1");
   // Alg. 3: ceil(chi/w) rounds; round i shuffles over the partners of colours
   // EdgeColor((i-1)w+1 .. iw). Colours are numbered 1..chi as in the algorithm (chi == 0 mod chi).
   const int chi = edge_color_count(p);
   Schedule s;
-  s.algorithm = "group-shuffle:" + std::to_string(w);
+  s.algorithm = algorithm_name(Algorithm::kGroupShuffle, w);
   s.machines = p;
   s.packet_level = true;
   s.contention_free = true;

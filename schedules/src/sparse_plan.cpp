@@ -139,7 +139,7 @@ std::string sizes_mismatch(const std::vector<std::vector<std::uint64_t>>& send, 
 
 Schedule gather_schedule(int machines, Rank root) {
   Schedule s;
-  s.algorithm = "gather";
+  s.algorithm = kGatherName;
   s.machines = machines;
   for (Rank i = 0; i < machines; ++i)
     if (i != root) s.phases.push_back({{i, root}});
@@ -149,7 +149,7 @@ Schedule gather_schedule(int machines, Rank root) {
 
 Schedule broadcast_schedule(int machines, Rank root) {
   Schedule s;
-  s.algorithm = "broadcast";
+  s.algorithm = kBroadcastName;
   s.machines = machines;
   s.packet_level = true;
   s.programs.resize(idx(machines));
@@ -167,7 +167,7 @@ Schedule broadcast_schedule(int machines, Rank root) {
 // The registry's builders (algorithms.def).
 Schedule build_cgm_links(const BuildInput& in) {
   Schedule s;
-  s.algorithm = "cgm-links";
+  s.algorithm = algorithm_name(Algorithm::kCgmLinks);
   s.machines = in.pattern->n;
   s.contention_free = true;
   s.phases = link_masking(in.topology, *in.pattern);

@@ -247,7 +247,7 @@ std::vector<Phase> tree_phases(const TreeModel& model) {
 
 Schedule tree_schedule(const TreeModel& model) {
   Schedule sched;
-  sched.algorithm = "tree";
+  sched.algorithm = algorithm_name(Algorithm::kTree);
   sched.machines = model.machines();
   sched.contention_free = true;
   sched.phases = tree_phases(model);

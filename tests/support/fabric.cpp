@@ -26,10 +26,29 @@ void start_eal() {
   nic::EalOptions o;
   o.memory_mb = 1024;
   o.program = "aapc-test";
-  // The test's thread (every engine of a fabric) on the first CPU of the set, as the EAL put
-  // it before aapcd's engines were let free (27fabe0). Free, the ASan vdev_adversary case
-  // case of 30% loss with a 300 ms peer deadline stalled for 5.6 s in 1 of 7 runs beside
-  // another vdev test, and in CI; pinned, 0 of 5. That stall is not explained yet.
+  // The test's thread (the switch and every engine of a fabric, Fabric::step) on the first CPU
+  // of the set, as the EAL put it before aapcd's engines were let free (27fabe0). Free, the ASan
+  // run of vdev_adversary's case of 30% loss with a 300 ms peer deadline stalled for 5.6 s in 1
+  // of 7 runs beside another vdev test, and in CI; pinned, 0 of 5. The cause is not known.
+  // Nor do those counts show that the pin prevents it: at 1 in 7, 0 of 5 comes out 46% of the
+  // time ((6/7)^5). Its record (this comment and the commit that added the pin) says neither
+  // which of the case's six exchanges stalled nor whether it failed. Ruled out, by the code, as
+  // effects of the pin:
+  // - the clock: the engines and the fabric read std::chrono::steady_clock (CLOCK_MONOTONIC,
+  //   one clock on every CPU), never the TSC (no rte_rdtsc or rte_get_timer_cycles in engine/,
+  //   nic/ or tests/support/), so moving to a CPU whose TSC differs moves no timer;
+  // - DPDK's per-lcore state: pinned (-l N) or free (--lcores=0@(set)), the thread is the
+  //   process's one EAL lcore, whose per-lcore mempool caches serve it alone either way;
+  // - hand-overs between threads: the rings are single-producer single-consumer and, without
+  //   FabricOptions::io_lcore (that case has none), this one thread is both ends of each, so no
+  //   frame waits on another thread or CPU;
+  // - a pause of the whole thread taken for silent peers: Exchange::keepalive charges at most a
+  //   tenth of the peer deadline to a peer per run of its timers.
+  // What the pin does change is the timing: two vdev tests run side by side (meson runs two
+  // at a time) each pin to the first CPU of the same set and share it. And with timing the
+  // frames the loss falls on change: nic::FaultPort draws once per frame in the order frames
+  // pass, and that order follows the engines' timers (resends, polls, pings), so a seed does
+  // not replay a run of this case.
   o.pin_main = 0;
   nic::eal_init(o);
 }

@@ -49,6 +49,7 @@ TEST_CASE("every dense row parses, names itself as it parsed, and builds a verif
     for (const Topology* t : {&one, &tree}) {
       const Schedule s = make_schedule(*t, *spec);
       CHECK(AlgorithmSpec::parse(s.algorithm));  // its own name, or what it resolved to (pairwise: -xor or -ec)
+      if (info.id != Algorithm::kPairwise) CHECK(s.algorithm == spec->name());  // the builder names it by its row
       CHECK(verify(*t, s).ok());
       // The single-switch algorithms are unscheduled baselines on a tree of switches.
       if (info.kind == AlgorithmKind::kSwitch && !t->single_switch()) CHECK_FALSE(s.contention_free);
@@ -133,6 +134,7 @@ TEST_CASE("the all-to-many rows build a pattern's partial permutations; a dense 
     }
     const Schedule s = pattern_schedule(tree, pattern, info.name);
     CHECK(check_permutations(pattern, s.phases).empty());
+    if (info.id != Algorithm::kSparse) CHECK(s.algorithm == info.name);  // sparse builds cgm-links here
   }
   CHECK(pattern_schedule(tree, pattern, "sparse").algorithm == "cgm-links");
   CHECK(pattern_schedule(single_switch_topology(8), pattern, "sparse").algorithm == "cgm");

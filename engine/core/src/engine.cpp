@@ -237,31 +237,36 @@ std::map<std::uint32_t, EarlyFrames>::const_iterator Engine::farthest_early() co
 
 Result<void> Engine::start(ExchangeSpec spec) {
   const std::size_t n = config_.peers.size();
-  auto invalid = [&](const std::string& what) { return Error(Errc::kInvalidArgument, "exchange " + std::to_string(spec.id) + ": " + what); };
   if (!after_last_started(spec.id))
-    return invalid("ids must grow; the last exchange of its group slot started here was " + std::to_string(*last_started_[id_slot(spec.id)]));
+    return invalid_spec(
+        spec, "ids must grow; the last exchange of its group slot started here was " + std::to_string(*last_started_[id_slot(spec.id)]));
   const auto running = static_cast<std::size_t>(std::count_if(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->running(); }));
   if (running >= config_.max_live_exchanges)
     return Error(Errc::kBusy, "exchange " + std::to_string(spec.id) + ": " + std::to_string(running) +
                                   " exchanges are already running here, the limit (aapcd --max-exchanges)");
-  if (spec.send.size() != n || spec.recv.size() != n) return invalid("send and recv need one block per rank (" + std::to_string(n) + ")");
-  if (spec.program.rank != config_.rank) return invalid("the program is for rank " + std::to_string(spec.program.rank));
+  if (spec.send.size() != n || spec.recv.size() != n)
+    return invalid_spec(spec, "send and recv need one block per rank (" + std::to_string(n) + ")");
+  if (spec.program.rank != config_.rank) return invalid_spec(spec, "the program is for rank " + std::to_string(spec.program.rank));
   for (std::size_t r = 0; r < n; ++r) {
-    if (spec.send[r].len > 0 && spec.send[r].data == nullptr) return invalid("send block " + std::to_string(r) + " has no buffer");
-    if (spec.recv[r].len > 0 && spec.recv[r].data == nullptr) return invalid("recv block " + std::to_string(r) + " has no buffer");
+    if (spec.send[r].len > 0 && spec.send[r].data == nullptr)
+      return invalid_spec(spec, "send block " + std::to_string(r) + " has no buffer");
+    if (spec.recv[r].len > 0 && spec.recv[r].data == nullptr)
+      return invalid_spec(spec, "recv block " + std::to_string(r) + " has no buffer");
     if (spec.send[r].len > static_cast<std::uint64_t>(chunk_) * 0xFFFFFFF0ULL || spec.recv[r].len > static_cast<std::uint64_t>(chunk_) * 0xFFFFFFF0ULL)
-      return invalid("block " + std::to_string(r) + " is too large");
+      return invalid_spec(spec, "block " + std::to_string(r) + " is too large");
   }
   auto bad_sync = [&](std::uint32_t id) { return id >= spec.sync_count; };
   for (const auto& round : spec.program.rounds) {
     for (const auto& send : round.sends)
-      if (send.dst < 0 || static_cast<std::size_t>(send.dst) >= n) return invalid("a round sends to rank " + std::to_string(send.dst));
+      if (send.dst < 0 || static_cast<std::size_t>(send.dst) >= n)
+        return invalid_spec(spec, "a round sends to rank " + std::to_string(send.dst));
     if (std::any_of(round.waits.begin(), round.waits.end(), bad_sync) || std::any_of(round.emits.begin(), round.emits.end(), bad_sync))
-      return invalid("a round names a sync beyond sync_count");
+      return invalid_spec(spec, "a round names a sync beyond sync_count");
   }
   for (const auto& [src, ids] : spec.program.on_receive)
-    if (src < 0 || static_cast<std::size_t>(src) >= n || std::any_of(ids.begin(), ids.end(), bad_sync)) return invalid("on_receive is malformed");
-  if (auto why = combine_problem(spec, config_.rank)) return invalid(*why);
+    if (src < 0 || static_cast<std::size_t>(src) >= n || std::any_of(ids.begin(), ids.end(), bad_sync))
+      return invalid_spec(spec, "on_receive is malformed");
+  if (auto combine = check_combine(spec, config_.rank); !combine) return combine.error();
 
   const auto now = Clock::now();
   const std::vector<bool> member = member_mask(spec, n);  // once: a find per rank would cost n x members

@@ -63,9 +63,15 @@ inline Rank lookup_rank(const std::vector<std::pair<std::uint32_t, Rank>>& sorte
   return it != sorted.end() && it->first == id ? it->second : -1;
 }
 
-// Why `spec` cannot run on rank `me` as a combining exchange (ExchangeSpec::combine), or
-// nothing (also when it is none): the checks that keep staging in bounds (exchange_combine.cpp).
-std::optional<std::string> combine_problem(const ExchangeSpec& spec, Rank me);
+// Why the engine refuses `spec`: kInvalidArgument, "exchange ID: " and `what`.
+inline Error invalid_spec(const ExchangeSpec& spec, const std::string& what) {
+  return Error(Errc::kInvalidArgument, "exchange " + std::to_string(spec.id) + ": " + what);
+}
+
+// Whether `spec` can run on rank `me` as a combining exchange (ExchangeSpec::combine), which it
+// can also when it is none; else invalid_spec() and why: the checks that keep staging in bounds
+// (exchange_combine.cpp).
+Result<void> check_combine(const ExchangeSpec& spec, Rank me);
 
 class Exchange {
  public:

@@ -18,7 +18,7 @@ std::uint64_t key(const sched::CombinePiece& piece, std::size_t n) {
 
 // The steps in bounds: distinct partners, a round per step sending its message, and every
 // piece sent held by this rank at that step (its own, or received at an earlier one).
-std::optional<std::string> step_problem(const ExchangeSpec& spec, Rank me) {
+Result<void> check_steps(const ExchangeSpec& spec, Rank me) {
   const std::size_t n = spec.send.size();
   auto rank_ok = [&](Rank r) { return r >= 0 && static_cast<std::size_t>(r) < n; };
   std::vector<bool> to_seen(n, false), from_seen(n, false);
@@ -30,27 +30,29 @@ std::optional<std::string> step_problem(const ExchangeSpec& spec, Rank me) {
     const std::string where = "step " + std::to_string(k) + " of the combining schedule";
     if (!rank_ok(step.to) || !rank_ok(step.from) || step.to == me || step.from == me || to_seen[static_cast<std::size_t>(step.to)] ||
         from_seen[static_cast<std::size_t>(step.from)])
-      return where + " needs partners that are other ranks, each once";
+      return invalid_spec(spec, where + " needs partners that are other ranks, each once");
     to_seen[static_cast<std::size_t>(step.to)] = from_seen[static_cast<std::size_t>(step.from)] = true;
     const auto& sends = spec.program.rounds[k].sends;
-    if (sends.size() != 1 || sends.front().dst != step.to) return where + ": its round does not send the step's message alone";
+    if (sends.size() != 1 || sends.front().dst != step.to)
+      return invalid_spec(spec, where + ": its round does not send the step's message alone");
     for (const auto& piece : step.send)
-      if (held.erase(key(piece, n)) == 0) return where + " sends a block this rank does not hold then";
+      if (held.erase(key(piece, n)) == 0) return invalid_spec(spec, where + " sends a block this rank does not hold then");
     for (const auto& piece : step.recv) {
-      if (!rank_ok(piece.origin) || !rank_ok(piece.dest) || piece.origin == piece.dest) return where + " receives a piece that is no block";
+      if (!rank_ok(piece.origin) || !rank_ok(piece.dest) || piece.origin == piece.dest)
+        return invalid_spec(spec, where + " receives a piece that is no block");
       if (piece.dest != me) held.insert(key(piece, n));
     }
   }
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace
 
-std::optional<std::string> combine_problem(const ExchangeSpec& spec, Rank me) {
-  if (spec.combine.empty()) return std::nullopt;
+Result<void> check_combine(const ExchangeSpec& spec, Rank me) {
+  if (spec.combine.empty()) return {};
   if (spec.combine.size() != spec.program.rounds.size())
-    return "a combining schedule needs one round per step (" + std::to_string(spec.combine.size()) + " steps, " +
-           std::to_string(spec.program.rounds.size()) + " rounds)";
+    return invalid_spec(spec, "a combining schedule needs one round per step (" + std::to_string(spec.combine.size()) + " steps, " +
+                                  std::to_string(spec.program.rounds.size()) + " rounds)");
   // The ranks the steps name: all of them, or a group's, whose exchange leaves the
   // other ranks of the cluster out.
   std::vector<bool> named(spec.send.size(), false);
@@ -63,11 +65,12 @@ std::optional<std::string> combine_problem(const ExchangeSpec& spec, Rank me) {
     if (static_cast<Rank>(r) == me) continue;
     if (!named[r] && spec.send[r].len == 0 && spec.recv[r].len == 0) continue;
     if (spec.send[r].len != spec.combine_block || spec.recv[r].len != spec.combine_block)
-      return "a combining schedule (" + spec.descriptor.plan + ") forwards blocks through other ranks and needs every block to be " +
-             std::to_string(spec.combine_block) + " bytes; block " + std::to_string(r) + " sends " + std::to_string(spec.send[r].len) +
-             " and receives " + std::to_string(spec.recv[r].len);
+      return invalid_spec(spec, "a combining schedule (" + spec.descriptor.plan +
+                                    ") forwards blocks through other ranks and needs every block to be " +
+                                    std::to_string(spec.combine_block) + " bytes; block " + std::to_string(r) + " sends " +
+                                    std::to_string(spec.send[r].len) + " and receives " + std::to_string(spec.recv[r].len));
   }
-  return step_problem(spec, me);
+  return check_steps(spec, me);
 }
 
 void Exchange::stage_combine() {

@@ -78,6 +78,22 @@ inline bool takes_parameter(std::string_view name) {
   return false;
 }
 const AlgorithmInfo& algorithm_info(Algorithm id);
+// The name a schedule built by the row `id` carries (Schedule::algorithm): the row's NAME, and
+// for a row that takes a parameter NAME:PARAM ("group-shuffle:4"; `param` is ignored for the
+// others). Builders name their schedules with it, so that a name is written once, in its row.
+std::string algorithm_name(Algorithm id, int param = 0);
+// NAME:PARAM, the one form of a schedule's name with its parameter ("group-shuffle:4",
+// "barrier:2").
+std::string name_with_param(std::string_view name, int param);
+
+// The names of the schedules that are not rows of the registry: no spec names them (the parser
+// refuses them, algorithm_of gives nullopt), the daemons build them for themselves. A gather and
+// a broadcast agree on an alltoallv's pattern (gather_schedule, broadcast_schedule), a barrier
+// is a collective of its own (barrier_schedule, named NAME:RADIX).
+inline constexpr std::string_view kGatherName = "gather";
+inline constexpr std::string_view kBroadcastName = "broadcast";
+inline constexpr std::string_view kBarrierName = "barrier";
+
 // The dense row a schedule's name (Schedule::algorithm: "tree", "group-shuffle:4") or a spec's
 // algorithm part names; nullopt for any other name ("barrier:2", "gather", "cgm", "auto").
 std::optional<Algorithm> algorithm_of(std::string_view name);
