@@ -128,16 +128,23 @@ void Engine::on_abort(const Parsed& f, Clock::time_point now) {
     ex->abandon(src);  // done here; that peer will acknowledge nothing more of it
   } else if (ex == nullptr && after_last_started(f.h.exchange)) {
     // An exchange this node has not started yet, which the peer will never start
-    // (abort_unstarted): starting exactly that id fails at once, for a peer deadline.
-    aborted_by_[static_cast<std::size_t>(src)][id_slot(f.h.exchange)] = {f.h.exchange, now, reason, true};
+    // (abort_unstarted): starting exactly that id fails at once, for a peer deadline. A later
+    // id's ABORT (its session's end, after it could not start this one) leaves a recent one in
+    // place: the later ids are answered by the peer's closed slot.
+    AbortedBy& by = aborted_by_[static_cast<std::size_t>(src)][id_slot(f.h.exchange)];
+    if (!(by.active && now - by.when < config_.peer_deadline && later_id(f.h.exchange, by.exchange))) by = {f.h.exchange, now, reason, true};
     // The peer's session is over (its client went): a proposal it made for the cluster's ids
-    // is void, and the next join waits for its next one. Except, while we join, one made for
-    // another owner: that peer's session most likely ended on meeting ours, and its JOIN and
-    // this ABORT may have landed together; the join's refusal names that owner
-    // (join_owner_mismatch), not a client that went away.
+    // is void, and the next join waits for its next one. Except, while we join:
+    // - one made for another owner: that peer's session most likely ended on meeting ours, and
+    //   its JOIN and this ABORT may have landed together; the join's refusal names that owner
+    //   (join_owner_mismatch), not a client that went away;
+    // - one that this ABORT's id has passed: the peer agreed with us already and went on (it
+    //   could not start the session's first collective, and its client left). Our join
+    //   completes with it, and that collective fails at once (aborted_by_), not at the deadline.
     const auto s = static_cast<std::size_t>(src);
+    const bool went_on = joining_ && peer_proposal_[s] && later_id(f.h.exchange, *peer_proposal_[s]);
     if (id_slot(f.h.exchange) == kWorldSlot && f.h.aux == static_cast<std::uint32_t>(Errc::kAborted) && f.h.seq == kAbortEndsSession &&
-        !(joining_ && peer_proposal_[s] && peer_owner_[s] != owner_)) {
+        !(joining_ && peer_proposal_[s] && peer_owner_[s] != owner_) && !went_on) {
       peer_proposal_[s].reset();
       if (joining_) join_left_[s] = true;
     }
