@@ -623,43 +623,57 @@ TEST_CASE("a first collective refused for want of a free slot fails its peers at
   fresh_clients_exchange(pair, 2);
 }
 
-TEST_CASE("a group's client that exits without closing it: its peer's next collective fails at once; GROUP_OPEN is checked") {
+// Two daemons, and a group of both machines in slot 5 opened by raw clients: r0 at rank 0, r1
+// at rank 1.
+struct GroupOfTwo {
   DaemonPair pair;
-  Raw r0(pair.d[0]->socket);
-  auto r1 = std::make_unique<Raw>(pair.d[1]->socket);
+  Raw r0{pair.d[0]->socket};
+  std::unique_ptr<Raw> r1 = std::make_unique<Raw>(pair.d[1]->socket);
   const proto::GroupOpenRequest open{5, 1, {0, 1}};
-  REQUIRE(type_of(*r0.call(open)) == proto::Type::kOk);
-  REQUIRE(type_of(*r1->call(open)) == proto::Type::kOk);
+  GroupOfTwo() {
+    REQUIRE(type_of(*r0.call(open)) == proto::Type::kOk);
+    REQUIRE(type_of(*r1->call(open)) == proto::Type::kOk);
+  }
+};
+
+// GROUP_QUERY's reply to `raw`.
+proto::GroupQueryReply group_query(const Raw& raw) {
+  auto query = raw.call(proto::GroupQueryRequest{});
+  REQUIRE(query);
+  proto::GroupQueryReply q;
+  proto::Reader rq = proto::payload_of(*query);
+  REQUIRE(proto::decode(rq, q));
+  return q;
+}
+
+TEST_CASE("a group's client that exits without closing it: its peer's next collective fails at once; GROUP_OPEN is checked") {
+  GroupOfTwo g;
   // What GROUP_OPEN refuses: a slot in use, slot 0, a group without us, ranks out of range,
   // and a first sequence that this node has used already.
-  CHECK(error_of(r0.call(open)).code == static_cast<std::uint32_t>(Errc::kBusy));
-  CHECK_THAT(error_of(r0.call(proto::GroupOpenRequest{0, 1, {0, 1}})).message, Catch::Contains("slot 0 is the whole cluster's"));
-  CHECK_THAT(error_of(r0.call(proto::GroupOpenRequest{6, 1, {1, 1}})).message, Catch::Contains("do not include this machine"));
-  CHECK_THAT(error_of(r0.call(proto::GroupOpenRequest{6, 1, {0, 9}})).message, Catch::Contains("rank 9 is not a machine"));
-  CHECK_THAT(error_of(r0.call(proto::GroupOpenRequest{6, 1u << 24, {0, 1}})).message, Catch::Contains("does not fit in 24 bits"));
-  r1.reset();  // rank 1's client exits: no GROUP_CLOSE
+  CHECK(error_of(g.r0.call(g.open)).code == static_cast<std::uint32_t>(Errc::kBusy));
+  CHECK_THAT(error_of(g.r0.call(proto::GroupOpenRequest{0, 1, {0, 1}})).message, Catch::Contains("slot 0 is the whole cluster's"));
+  CHECK_THAT(error_of(g.r0.call(proto::GroupOpenRequest{6, 1, {1, 1}})).message, Catch::Contains("do not include this machine"));
+  CHECK_THAT(error_of(g.r0.call(proto::GroupOpenRequest{6, 1, {0, 9}})).message, Catch::Contains("rank 9 is not a machine"));
+  CHECK_THAT(error_of(g.r0.call(proto::GroupOpenRequest{6, 1u << 24, {0, 1}})).message, Catch::Contains("does not fit in 24 bits"));
+  g.r1.reset();  // rank 1's client exits: no GROUP_CLOSE
   std::this_thread::sleep_for(100ms);
   proto::StartRequest barrier;
   barrier.kind = proto::Kind::kBarrier;
   barrier.run = true;
   barrier.group = 5;
   const auto t0 = std::chrono::steady_clock::now();
-  auto reply = r0.call(barrier);
+  auto reply = g.r0.call(barrier);
   REQUIRE(reply);
   // Refused at the start: the peer's ABORT of that very id came first.
   CHECK(error_of(reply).code == static_cast<std::uint32_t>(Errc::kPeerAborted));
   CHECK_THAT(error_of(reply).message, Catch::Contains("the client of rank 1 went away"));
   CHECK(std::chrono::steady_clock::now() - t0 < 1s);
   // Closed, the slot is free again, and its next first sequence is past the ids used.
-  REQUIRE(type_of(*r0.call(proto::GroupCloseRequest{5})) == proto::Type::kOk);
-  auto query = r0.call(proto::GroupQueryRequest{});
-  REQUIRE(query);
-  proto::GroupQueryReply q;
-  proto::Reader rq = proto::payload_of(*query);
-  REQUIRE(proto::decode(rq, q));
+  REQUIRE(type_of(*g.r0.call(proto::GroupCloseRequest{5})) == proto::Type::kOk);
+  const proto::GroupQueryReply q = group_query(g.r0);
   CHECK(((q.free[0] >> 5) & 1U) == 1U);
   CHECK(q.next[5] == 3);  // the barrier's id and the one the close used up
-  CHECK_THAT(error_of(r0.call(proto::GroupOpenRequest{5, 2, {0, 1}})).message, Catch::Contains("comes before 3"));
+  CHECK_THAT(error_of(g.r0.call(proto::GroupOpenRequest{5, 2, {0, 1}})).message, Catch::Contains("comes before 3"));
 }
 
 // A barrier in group `slot` from two raw clients (RUN), both done.
@@ -679,24 +693,14 @@ void barrier_both(const Raw& x, const Raw& y, std::uint8_t slot) {
 }
 
 TEST_CASE("a group whose member's client went away never runs with a client that opens the slot at that member later") {
-  DaemonPair pair;
-  Raw r0(pair.d[0]->socket);
-  auto r1 = std::make_unique<Raw>(pair.d[1]->socket);
-  const proto::GroupOpenRequest open{5, 1, {0, 1}};
-  REQUIRE(type_of(*r0.call(open)) == proto::Type::kOk);
-  REQUIRE(type_of(*r1->call(open)) == proto::Type::kOk);
-  barrier_both(r0, *r1, 5);
-  r1.reset();  // rank 1's client exits without closing the group
+  GroupOfTwo g;
+  barrier_both(g.r0, *g.r1, 5);
+  g.r1.reset();  // rank 1's client exits without closing the group
   std::this_thread::sleep_for(100ms);
   // Another client at rank 1 opens slot 5 for the same machines, from the first id its daemon
   // allows, and calls barriers in it: its ids are those of rank 0's next collectives.
-  Raw other(pair.d[1]->socket);
-  auto query = other.call(proto::GroupQueryRequest{});
-  REQUIRE(query);
-  proto::GroupQueryReply q;
-  proto::Reader rq = proto::payload_of(*query);
-  REQUIRE(proto::decode(rq, q));
-  REQUIRE(type_of(*other.call(proto::GroupOpenRequest{5, q.next[5], {0, 1}})) == proto::Type::kOk);
+  Raw other(g.pair.d[1]->socket);
+  REQUIRE(type_of(*other.call(proto::GroupOpenRequest{5, group_query(other).next[5], {0, 1}})) == proto::Type::kOk);
   proto::StartRequest barrier;
   barrier.kind = proto::Kind::kBarrier;
   barrier.run = true;
@@ -706,7 +710,7 @@ TEST_CASE("a group whose member's client went away never runs with a client that
     INFO("call " << call);
     proto::send_message(other.fd, proto::message(barrier, 8));
     const auto t0 = std::chrono::steady_clock::now();
-    auto reply = r0.call(barrier);
+    auto reply = g.r0.call(barrier);
     REQUIRE(reply);
     // Never run with the other client: rank 0's group lost rank 1 for good.
     const auto ours = done_of(reply);
