@@ -233,8 +233,8 @@ bool start_exchange(Op& op) {
 
 }  // namespace
 
-bool exchange_over(Op& op, bool block) {
-  std::optional<Result<Stats>> r = block ? std::optional<Result<Stats>>(op.exchange->wait()) : op.exchange->test();
+bool exchange_over(Op& op, std::chrono::microseconds bound) {
+  std::optional<Result<Stats>> r = op.exchange->wait_for(bound);
   if (!r) return false;
   if (!*r) {
     op.error = r->error().message().empty() ? "the exchange failed" : r->error().message();

@@ -120,8 +120,8 @@ struct Op {
 
 // Takes `op` one stage further, if it can. True when it moved.
 bool advance_op(Op& op);
-// Whether the daemons' exchange of `op` is over (with `block`, once it is: no polling).
-bool exchange_over(Op& op, bool block = false);
+// Whether the daemons' exchange of `op` is over: asked once, or waited for up to `bound`.
+bool exchange_over(Op& op, std::chrono::microseconds bound = std::chrono::microseconds(0));
 // Counts an op in: in flight on its plan and in the process.
 void enlist(Op& op);
 // Makes `op` (enlisted, its plan ready and carrying it) move `send` -> `recv` through aapc:
@@ -184,6 +184,11 @@ class Idle {
 // Drives `op` to done (and every other op with it), pausing as Idle does. The op's error, or
 // empty.
 std::string drive(Op& op);
+
+// Where `op` is the process's only op in flight and only its daemons move it (step 2), and no
+// other thread may call the MPI: waits for the daemon's word on its exchange for a moment (a
+// bounded wait, then the caller moves the MPI again) and returns true. Else false at once.
+bool await_exchange(Op& op);
 
 // Whether the process has any op in flight.
 bool any_in_flight();

@@ -123,6 +123,21 @@ bool threads_call() {
   return multiple;
 }
 
+bool await_exchange(Op& op) {
+  Process& pr = process();
+  std::lock_guard<std::recursive_mutex> hold(pr.mutex);
+  // Alone in step 2, it waits for the daemon's word rather than asking again and again;
+  // not where other threads may call the MPI. The process's lock and its connection carry
+  // one request at a time, so another thread could not start the all-to-all on another
+  // communicator that the peers may need first: two threads' calls, started in opposite
+  // orders on two machines, waited for each other until the daemons' deadline.
+  if (op.stage != Op::Stage::kExchange || pr.in_flight.size() != 1 || pr.in_flight.front() != &op || threads_call()) return false;
+  // A bounded wait: between two, the caller moves the MPI, which its other requests need
+  // (a large MPI_Isend whose receiver calls this all-to-all only once it has the message).
+  exchange_over(op, std::chrono::milliseconds(2));
+  return true;
+}
+
 std::string drive(Op& op) {
   Process& pr = process();
   Idle idle;
@@ -131,16 +146,8 @@ std::string drive(Op& op) {
     {
       std::lock_guard<std::recursive_mutex> hold(pr.mutex);
       if (op.done()) return op.error;
-      // Alone in step 2, it waits for the daemon's word rather than asking again and again;
-      // not where other threads may call the MPI. The process's lock and its connection carry
-      // one request at a time, so another thread could not start the all-to-all on another
-      // communicator that the peers may need first: two threads' calls, started in opposite
-      // orders on two machines, waited for each other until the daemons' deadline.
-      if (op.stage == Op::Stage::kExchange && pr.in_flight.size() == 1 && !threads_call()) {
-        exchange_over(op, true);
-        continue;
-      }
     }
+    if (await_exchange(op)) continue;
     idle.rest(moved);
   }
 }

@@ -90,8 +90,26 @@ int collect(F f) {
   return rc;
 }
 
+// The process's one op in flight, where the completion call waits for its request (and for
+// no other but MPI_REQUEST_NULL): the call may then wait for the op in its daemon, a moment at
+// a time (await_exchange), as a blocking all-to-all does. Else nullptr.
+Op* only_op_waited(int count, const MPI_Request* reqs) {
+  std::lock_guard<std::recursive_mutex> hold(process().mutex);
+  const auto& ops = process().in_flight;
+  if (ops.size() != 1 || ops.front()->user == MPI_REQUEST_NULL) return nullptr;
+  bool found = false;
+  for (int i = 0; i < count; ++i) {
+    if (reqs[i] == MPI_REQUEST_NULL) continue;
+    if (reqs[i] != ops.front()->user) return nullptr;
+    found = true;
+  }
+  return found ? ops.front() : nullptr;
+}
+
 // A completion call that waits: the MPI's nonblocking `test` (which sets `done`) in a loop
-// that drives the process's ops, or its blocking `wait` once none is in flight.
+// that drives the process's ops, or its blocking `wait` once none is in flight. Waiting for
+// one op alone, it waits in its daemon between two tests (a persistent all-to-all's
+// MPI_Start and MPI_Wait then cost what the blocking call does).
 template <typename Test, typename Wait>
 int wait_driving(int count, MPI_Request* reqs, Test test, Wait wait) {
   Idle idle;
@@ -102,6 +120,7 @@ int wait_driving(int count, MPI_Request* reqs, Test test, Wait wait) {
     bool done = false;
     const int rc = collect([&] { return test(done); });
     if (done) return outcome(rc, f, reqs);
+    if (Op* op = only_op_waited(count, reqs); op != nullptr && await_exchange(*op)) continue;
     idle.rest(moved);
   }
 }

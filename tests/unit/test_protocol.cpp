@@ -342,3 +342,20 @@ TEST_CASE("a group's slot: the first free from its own start, going round past 2
   free[0] = 1ULL;
   CHECK_FALSE(proto::group_slot(free, 0));
 }
+
+TEST_CASE("a WAIT without a bound is the WAIT it was; one with a bound adds it, never 0; TEST carries none") {
+  const auto plain = proto::message(proto::WaitRequest{7, true}, 1);
+  const proto::WaitRequest bounded{7, true, 2000};
+  const auto with_bound = proto::message(bounded, 1);
+  REQUIRE(with_bound.size() == plain.size() + 4);
+  CHECK(std::equal(plain.begin() + sizeof(proto::Header), plain.end(), with_bound.begin() + sizeof(proto::Header)));
+  auto d = proto::decode_request(with_bound);
+  REQUIRE(d.request);
+  CHECK(std::get<proto::WaitRequest>(*d.request) == bounded);
+  auto test = proto::decode_request(proto::message(proto::WaitRequest{7, false}, 2));
+  REQUIRE(test.request);
+  CHECK(std::get<proto::WaitRequest>(*test.request) == proto::WaitRequest{7, false});
+  auto zero = with_bound;
+  std::fill(zero.end() - 4, zero.end(), 0);  // a bound of 0 is said by leaving it out
+  CHECK_FALSE(proto::decode_request(zero).request);
+}

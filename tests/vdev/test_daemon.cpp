@@ -726,6 +726,38 @@ TEST_CASE("a group whose member's client went away never runs with a client that
   }
 }
 
+TEST_CASE("a WAIT with a bound is answered RUNNING once the bound passed, and DONE as soon as the exchange ends") {
+  GroupOfTwo g;
+  proto::StartRequest barrier;
+  barrier.kind = proto::Kind::kBarrier;
+  barrier.group = 5;
+  barrier.timeout_ms = 10000;
+  auto started = g.r0.call(barrier);  // rank 1 does not call yet: it runs here
+  REQUIRE(started);
+  REQUIRE(type_of(*started) == proto::Type::kStarted);
+  proto::StartedReply s;
+  proto::Reader rs = proto::payload_of(*started);
+  REQUIRE(proto::decode(rs, s));
+  auto t0 = std::chrono::steady_clock::now();
+  auto running = g.r0.call(proto::WaitRequest{s.exchange, true, 50'000});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  REQUIRE(running);
+  CHECK(type_of(*running) == proto::Type::kRunning);
+  CHECK(took >= 50ms);
+  CHECK(took < 1s);
+  // Rank 1 calls now: a WAIT bounded at 10 s is answered at the end, not at its bound.
+  barrier.run = true;
+  proto::send_message(g.r1->fd, proto::message(barrier, 8));
+  t0 = std::chrono::steady_clock::now();
+  auto done = done_of(g.r0.call(proto::WaitRequest{s.exchange, true, 10'000'000}));
+  REQUIRE(done);
+  CHECK(done->ok);
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  auto theirs = done_of(g.r1->next(5000ms));
+  REQUIRE(theirs);
+  CHECK(theirs->ok);
+}
+
 TEST_CASE("a group taken back because it did not open on every member tells nobody; its slot's ids are not used up") {
   // Rank 0's client opened slot 5, which rank 1 holds for another group (raced in between
   // GROUP_QUERY and GROUP_OPEN): rank 0 takes it back. Two other clients then open slot 5 from

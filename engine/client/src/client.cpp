@@ -257,10 +257,13 @@ Result<Stats> Request::wait() {
   return *result_;
 }
 
-std::optional<Result<Stats>> Request::test() {
+std::optional<Result<Stats>> Request::test() { return wait_for(std::chrono::microseconds(0)); }
+
+std::optional<Result<Stats>> Request::wait_for(std::chrono::microseconds bound) {
   if (result_) return result_;
   if (!conn_) return Result<Stats>(Error(Errc::kInvalidArgument, "this request was never started"));
-  auto reply = conn_->call(proto::WaitRequest{id_, false});
+  const auto us = static_cast<std::uint32_t>(std::clamp<std::int64_t>(bound.count(), 0, UINT32_MAX));
+  auto reply = conn_->call(proto::WaitRequest{id_, us > 0, us});
   if (!reply) return Result<Stats>(reply.error());
   if (proto::header_of(*reply)->type == static_cast<std::uint16_t>(proto::Type::kRunning)) return std::nullopt;
   result_ = stats_from(*reply);

@@ -45,6 +45,7 @@ void Daemon::Impl::collect_finished() {
   launch_waiting();
   joins();
   unmapper.reap();
+  if (!bounded_waits.empty()) expire_bounded_waits(Clock::now());
 }
 
 // The client's exchange `rep.id` is over: its waiters are answered.
@@ -55,7 +56,9 @@ void Daemon::Impl::finished(const ExchangeReport& rep) {
   it->second.report = rep;
   it->second.cpu_ns = cpu_now() - it->second.cpu_ns;
   for (std::uint32_t request : it->second.waiters) send_done(it->second.client, request, rep.id, it->second);
-  if (!it->second.waiters.empty()) {
+  for (const auto& [request, until] : it->second.bounded) send_done(it->second.client, request, rep.id, it->second);
+  bounded_waits.erase(rep.id);
+  if (!it->second.waiters.empty() || !it->second.bounded.empty()) {
     clients[it->second.client].exchanges.erase(rep.id);
     exchanges.erase(it);
   }

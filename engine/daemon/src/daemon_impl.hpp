@@ -59,6 +59,8 @@ struct ExchangeRecord {
   std::int64_t cpu_ns = 0;  // process CPU time at the start, then spent during the exchange
   std::optional<ExchangeReport> report;
   std::vector<std::uint32_t> waiters;  // request ids of WAITs to answer
+  // WAITs with a bound (WaitRequest::bound_us): request ids, and when RUNNING answers them.
+  std::vector<std::pair<std::uint32_t, Clock::time_point>> bounded;
 };
 
 // Who runs this node's rank in the cluster's collectives. Every node must give a collective
@@ -176,6 +178,8 @@ struct Daemon::Impl {
   Clock::time_point next_idle_check{};
   Clock::time_point next_refusal_log{};  // refusals are logged at most once a second
   std::map<std::uint32_t, ExchangeRecord> exchanges;
+  std::set<std::uint32_t> bounded_waits;  // exchanges with bounded WAITs (ExchangeRecord::bounded)
+  void expire_bounded_waits(Clock::time_point now);
   std::uint32_t next_id = 1;
   std::map<std::uint32_t, Group> groups;  // by slot
   std::vector<std::uint32_t> slot_next = std::vector<std::uint32_t>(kSlots, 1);  // by slot: the sequence after the last used here

@@ -128,10 +128,31 @@ void Daemon::Impl::wait(ClientState& c, std::uint32_t request, const proto::Wait
     c.exchanges.erase(id);
     return;
   }
-  if (m.block) {
+  if (m.block && m.bound_us > 0) {
+    it->second.bounded.emplace_back(request, Clock::now() + std::chrono::microseconds(m.bound_us));
+    bounded_waits.insert(id);
+  } else if (m.block) {
     it->second.waiters.push_back(request);
   } else {
     proto::send_message(c.fd, proto::message(proto::EmptyReply{proto::Type::kRunning}, request));
+  }
+}
+
+// Bounded WAITs past their bound, of exchanges still running: answered RUNNING.
+void Daemon::Impl::expire_bounded_waits(Clock::time_point now) {
+  for (auto id = bounded_waits.begin(); id != bounded_waits.end();) {
+    auto it = exchanges.find(*id);
+    if (it == exchanges.end()) {  // its client went away
+      id = bounded_waits.erase(id);
+      continue;
+    }
+    auto& bounded = it->second.bounded;
+    std::erase_if(bounded, [&](const auto& w) {
+      if (now < w.second) return false;
+      proto::send_message(it->second.client, proto::message(proto::EmptyReply{proto::Type::kRunning}, w.first));
+      return true;
+    });
+    id = bounded.empty() ? bounded_waits.erase(id) : std::next(id);
   }
 }
 

@@ -143,6 +143,11 @@ class Request {
   Result<Stats> wait();
   // The result if the exchange finished, nullopt while it runs.
   std::optional<Result<Stats>> test();
+  // Blocks until the exchange finished here, or for `bound` at most (to the daemon's next look
+  // at its clients, about a millisecond while exchanges run): the result, or nullopt while it
+  // runs. Between two such waits a caller may do other work (an MPI library moves its other
+  // requests) and still learn of the end at once, not at its next test().
+  std::optional<Result<Stats>> wait_for(std::chrono::microseconds bound);
   std::uint32_t id() const { return id_; }
 
  private:

@@ -471,10 +471,14 @@ struct WaitRequest {
   static constexpr RequestType kTypes[] = {{Type::kWait, "WAIT"}, {Type::kTest, "TEST"}};
   std::uint32_t exchange = 0;
   bool block = true;
+  // A WAIT's bound in microseconds: the daemon answers RUNNING once it passed with the exchange
+  // still running (Request::wait_for). 0, not sent: until the exchange is over.
+  std::uint32_t bound_us = 0;
   Type type() const { return block ? Type::kWait : Type::kTest; }
   static void fields(auto& m, auto& io) {
     io.by_type(m.block, Type::kWait);
     io.num(m.exchange);
+    io.last(m.bound_us);
   }
   friend bool operator==(const WaitRequest&, const WaitRequest&) = default;
 };
