@@ -132,8 +132,9 @@ bool await_exchange(Op& op) {
   // communicator that the peers may need first: two threads' calls, started in opposite
   // orders on two machines, waited for each other until the daemons' deadline.
   if (op.stage != Op::Stage::kExchange || pr.in_flight.size() != 1 || pr.in_flight.front() != &op || threads_call()) return false;
-  // A bounded wait: between two, the caller moves the MPI, which its other requests need
-  // (a large MPI_Isend whose receiver calls this all-to-all only once it has the message).
+  // A bounded wait: between two, a completion call (requests.cpp, wait_driving) tests, which
+  // moves the MPI that the program's other requests need (a large MPI_Isend whose receiver
+  // calls this all-to-all only once it has the message). drive() calls no MPI function there.
   exchange_over(op, std::chrono::milliseconds(2));
   return true;
 }
