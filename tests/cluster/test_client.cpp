@@ -397,6 +397,15 @@ int halves(const std::string& dir, const std::string& how) {
   return 0;
 }
 
+// Waits up to 60 s for `file`; false if it did not appear.
+bool await_file(const std::filesystem::path& file) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(file))
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return true;
+}
+
 // Keeps rank 0's daemon busy (run it with --max-exchanges 1): a group of ranks 0 and 1, whose
 // alltoall rank 0 starts and rank 1 never calls, until DIR/release appears.
 int occupy(const std::string& dir) {
@@ -416,20 +425,10 @@ int occupy(const std::string& dir) {
     held.emplace(std::move(*q));
   }
   std::cout << "rank " << me << " holds its group" << std::endl;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (!std::filesystem::exists(std::filesystem::path(dir) / "release") && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  await_file(std::filesystem::path(dir) / "release");
   return 0;
 }
 
-// Waits up to 60 s for `file`; false if it did not appear.
-bool await_file(const std::filesystem::path& file) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!std::filesystem::exists(file))
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return true;
-}
 
 // A group of every machine whose rank 3 leaves after one call; the others go on calling once
 // another client (`intruder`) has opened the slot at rank 3's machine. No call may succeed.

@@ -75,7 +75,8 @@ std::string job_id() {
   if (auto j = env("AAPC_JOB"); !j.empty()) return j;
   if (auto j = env("PMIX_NAMESPACE"); !j.empty()) return "pmix:" + j;
   if (auto j = env("SLURM_JOB_ID"); !j.empty()) return "slurm:" + j + "." + env("SLURM_STEP_ID");
-  return hydra_job();
+  static const std::string hydra = hydra_job();  // the process's ancestors, read once, not at every connection
+  return hydra;
 }
 
 Result<int> open_socket(const std::string& path) {
