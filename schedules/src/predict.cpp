@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -365,18 +366,47 @@ class PlanWalk {
   Rank last_dst_ = -1;
 };
 
+// What a pair-wise sync variant orders, as the planner's Variant (sync.cpp): a round waits for
+// every user of each directed link on its path in the previous non-empty block of `block`
+// phases that used that link, by a token from that user's sender once its round drained
+// (sender-based) or from its receiver once its block arrived (receiver-based).
+struct PairWise {
+  enum class Level : std::uint8_t { kNone, kSend, kReceive };
+  Level level = Level::kNone;
+  int block = 1;
+};
+
+std::optional<PairWise> pair_wise(const SyncSpec& sync, TokenLeaves leaves) {
+  // Sender-based tokens that leave on arrival can leave a node out of its rounds' order (a
+  // later block may arrive sooner), and then a token the planner dropped as implied is not
+  // shorter than its chain: those are walked over the plan.
+  const bool drained = leaves == TokenLeaves::kDrained;
+  switch (sync.kind) {
+    case SyncKind::kNone: return PairWise{};
+    case SyncKind::kSenderAll:
+    case SyncKind::kSenderPartial:
+      if (!drained) return std::nullopt;
+      return PairWise{PairWise::Level::kSend, sync.kind == SyncKind::kSenderAll ? 1 : sync.block};
+    case SyncKind::kReceiverAll:
+    case SyncKind::kReceiverPartial: return PairWise{PairWise::Level::kReceive, sync.kind == SyncKind::kReceiverAll ? 1 : sync.block};
+    default: return std::nullopt;  // dummies and barriers add rounds of their own
+  }
+}
+
 // The tree's phases without their programs: each node sends one block a round, in phase order
-// (programs_from_phases), and with sender-based tokens on every phase a round waits for the
-// previous user of each directed link on its path when that user is another node (Faraj/Yuan/
-// Patarasuk section 5: consecutive users of a link, the others follow). The planner keeps only
-// some of these tokens and drops those that others imply; an implied ordering runs through a
-// chain of tokens and rounds that is at least as long as the token it replaces (a token's cost
-// grows with the links it crosses, and a chain of tokens crosses at least those links), so the
-// longest path is the same.
+// (programs_from_phases), and a round waits for the previous users of each directed link on its
+// path as PairWise says (Faraj/Yuan/Patarasuk section 5: consecutive users of a link, or
+// consecutive blocks of them; the others follow). The planner keeps only some of these tokens
+// and drops those that others imply; an implied ordering runs through a chain of tokens and
+// rounds that is at least as long as the token it replaces (a hand-over's terms add up along
+// the tree's links, so a chain of tokens costs at least what one token over the same ends
+// does; a receiver-based ordering is implied only through a token that reports the same
+// block), so the longest path is the same.
 class PhaseWalk {
  public:
-  PhaseWalk(const Topology& t, const std::vector<Phase>& phases, bool tokens, const WireModel& wire, const PredictOptions& o)
-      : t_(t), phases_(phases), tokens_(tokens), wire_(wire), o_(o), block_bits_(wire.block_bits(o.block_bytes)) {
+  PhaseWalk(const Topology& t, const std::vector<Phase>& phases, PairWise sync, const WireModel& wire, const PredictOptions& o)
+      : t_(t), phases_(phases), sync_(sync), wire_(wire), o_(o), block_bits_(wire.block_bits(o.block_bytes)) {
+    if (sync.block < 1) throw std::invalid_argument("sync block size must be at least 1");
     std::int64_t messages = 0;
     for (const Phase& phase : phases) {
       phase_offset_.push_back(messages);
@@ -392,8 +422,8 @@ class PhaseWalk {
 
   void run() {
     std::int64_t id = 0;
-    for (const Phase& phase : phases_)
-      for (const Message& m : phase) message(id++, m);
+    for (std::size_t p = 0; p < phases_.size(); ++p)
+      for (const Message& m : phases_[p]) message(id++, static_cast<int>(p), m);
   }
 
   void trace(Prediction& p) const {
@@ -410,9 +440,11 @@ class PhaseWalk {
         path.add({PathStep::Kind::kReady, m.src, -1, -1, -1, 0.0, start});
         break;
       }
-      const std::int64_t before = pred / 2;
-      if (pred % 2 == 1) {
-        const Rank from = message_of(before).src;
+      const std::int64_t before = pred / kPredKinds;
+      if (pred % kPredKinds != kPredLocal) {
+        // A receiver-based token's step starts where its block's round ended, as the planned walk's.
+        const Message& b = message_of(before);
+        const Rank from = pred % kPredKinds == kPredSent ? b.src : b.dst;
         path.add({PathStep::Kind::kToken, from, m.src, -1, -1, end_[idx(before)], start}, wire_.links_between(from, m.src));
       }
       g = before;
@@ -423,12 +455,20 @@ class PhaseWalk {
   const Totals& totals() const { return totals_; }
 
  private:
-  // The last user of a directed link: its message, its sender, when its token leaves.
+  // A user of a directed link: its message and when its tokens are ready to leave.
   struct EdgeUser {
     std::int64_t msg = -1;
-    Rank src = -1;
-    double leaves = 0.0;
+    Rank src = -1, dst = -1;
+    double leaves = 0.0;   // a sender-based token
+    double arrival = 0.0;  // a receiver-based token
   };
+  // A directed link's users in its last two non-empty blocks of phases.
+  struct EdgeUsers {
+    int block = -1;
+    std::vector<EdgeUser> previous, current;
+  };
+  // pred_: -1 READY, else kPredKinds x the message waited for plus what of it was waited for.
+  static constexpr std::int64_t kPredKinds = 3, kPredLocal = 0, kPredSent = 1, kPredReceived = 2;
 
   double duration(const Message& m) const { return block_bits_ / wire_.path_rate(m.src, m.dst); }
   int phase_of(std::int64_t id) const {
@@ -439,30 +479,44 @@ class PhaseWalk {
     return phases_[idx(p)][idx(id - phase_offset_[idx(p)])];
   }
 
-  // pred_: -1 READY, 2 x id for the node's previous block, 2 x id + 1 for a token of block id.
-  void message(std::int64_t id, const Message& m) {
+  // When a token from user u lets node c start, and what the start waited for.
+  std::pair<double, std::int64_t> token_ready(const EdgeUser& u, Rank c) const {
+    if (sync_.level == PairWise::Level::kSend) return {u.leaves + wire_.hand_over(u.src, c, true), kPredKinds * u.msg + kPredSent};
+    return {u.arrival + wire_.hand_over(u.dst, c, false), kPredKinds * u.msg + kPredReceived};
+  }
+
+  void message(std::int64_t id, int phase, const Message& m) {
     const Rank c = m.src;
     double start = wire_.hand_over(m.dst, c, false);
     std::int64_t pred = -1;
     if (node_last_[idx(c)] >= 0 && node_end_[idx(c)] >= start) {
       start = node_end_[idx(c)];
-      pred = 2 * node_last_[idx(c)];
+      pred = kPredKinds * node_last_[idx(c)] + kPredLocal;
     }
+    const int block = phase / sync_.block;
     t_.path(t_.machine_node(c), t_.machine_node(m.dst), path_);
     for (int e : path_) {
-      const EdgeUser& u = edge_[idx(e)];
-      if (!tokens_ || u.msg < 0 || u.src == c) continue;
-      const double ready = u.leaves + wire_.hand_over(u.src, c, true);
-      if (ready > start) {
-        start = ready;
-        pred = 2 * u.msg + 1;
+      EdgeUsers& users = edge_[idx(e)];
+      if (users.block != block) {
+        users.previous.swap(users.current);
+        users.current.clear();
+        users.block = block;
+      }
+      if (sync_.level == PairWise::Level::kNone) continue;
+      for (const EdgeUser& u : users.previous) {
+        if (sync_.level == PairWise::Level::kSend && u.src == c) continue;  // its own earlier round
+        const auto [ready, waited] = token_ready(u, c);
+        if (ready > start) {
+          start = ready;
+          pred = waited;
+        }
       }
     }
     const double end = start + duration(m);
     const double arrival = end + wire_.delivery(c, m.dst);
-    const double leaves = token_leaves(o_.hand_over, start, end, arrival);
+    const EdgeUser user{id, c, m.dst, token_leaves(o_.hand_over, start, end, arrival), arrival};
     for (int e : path_) {
-      edge_[idx(e)] = {id, c, leaves};
+      if (sync_.level != PairWise::Level::kNone) edge_[idx(e)].current.push_back(user);
       totals_.edge_bits[idx(e)] += block_bits_;
     }
     end_[idx(id)] = end;
@@ -477,7 +531,7 @@ class PhaseWalk {
 
   const Topology& t_;
   const std::vector<Phase>& phases_;
-  bool tokens_;
+  PairWise sync_;
   const WireModel& wire_;
   const PredictOptions& o_;
   double block_bits_;
@@ -486,7 +540,7 @@ class PhaseWalk {
   std::vector<std::int64_t> pred_;
   std::vector<double> node_end_;
   std::vector<std::int64_t> node_last_;
-  std::vector<EdgeUser> edge_;
+  std::vector<EdgeUsers> edge_;
   std::vector<int> path_;
   Totals totals_;
   std::int64_t last_ = 0;
@@ -514,16 +568,12 @@ Prediction predict(const Topology& topology, const Schedule& schedule, const Pre
 }
 
 Prediction predict(const Topology& topology, const AlgorithmSpec& algorithm, const SyncSpec& sync, const PredictOptions& options) {
-  // Tokens that leave on arrival can leave a node out of its rounds' order (a later block may
-  // arrive sooner), and then a token the planner dropped as implied is not shorter than its
-  // chain: those are walked over the plan.
-  const bool from_phases = algorithm.algorithm == Algorithm::kTree && options.hand_over.leaves == TokenLeaves::kDrained &&
-                           (sync.kind == SyncKind::kNone || sync.kind == SyncKind::kSenderAll);
-  if (!from_phases)
+  const std::optional<PairWise> walk_phases = algorithm.algorithm == Algorithm::kTree ? pair_wise(sync, options.hand_over.leaves) : std::nullopt;
+  if (!walk_phases)
     return predict(topology, plan_sync(topology, make_schedule(topology, algorithm), sync), options);
   const WireModel wire(topology, options);
   const std::vector<Phase> phases = tree_phases(TreeModel(topology));
-  PhaseWalk walk(topology, phases, sync.kind == SyncKind::kSenderAll, wire, options);
+  PhaseWalk walk(topology, phases, *walk_phases, wire, options);
   walk.run();
   Prediction p;
   p.streamed = true;

@@ -121,11 +121,13 @@ TEST_CASE("the walk over the tree's phases alone finds the planned tokens' longe
   for (const char* name : {"8-two-switch", "12-three-level", "64-three-level"}) trees.push_back(load_topology(aapc::test::topology_path(name)));
   for (int i = 0; i < 60; ++i) trees.push_back(mixed_rate_tree(rng));
   for (const Topology& t : trees) {
-    for (const char* sync : {"sender-all", "none"}) {
+    for (const char* sync : {"sender-all", "none", "sender-partial:3", "receiver-all", "receiver-partial:2"}) {
       for (double lead : {0.0, 2e-6}) {
         PredictOptions o;
         o.block_bytes = 64 * 1024;
         o.hand_over.lead_s = lead;
+        // Receiver-based tokens leave on arrival whatever the option says.
+        if (sync[0] == 'r' && lead > 0.0) o.hand_over.leaves = TokenLeaves::kArrived;
         const Prediction fast = predict(t, *AlgorithmSpec::parse("tree"), *SyncSpec::parse(sync), o);
         const Prediction slow = planned(t, "tree", sync, o);
         INFO(t.machine_count() << " machines, " << sync);

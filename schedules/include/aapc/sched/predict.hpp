@@ -112,10 +112,11 @@ double engine_token_lead_s(const Topology& topology, std::size_t phases, std::ui
 // tokens can never all arrive (a deadlock).
 Prediction predict(const Topology& topology, const Schedule& schedule, const PredictOptions& options);
 
-// The prediction of `algorithm` with `sync` on `topology`. The tree's phases with sender-based
-// tokens on every phase that leave when their round drained, or with no tokens, are predicted
-// from the phases alone, in memory linear in the messages (4,096 machines in a few hundred
-// megabytes); the others are planned first.
+// The prediction of `algorithm` with `sync` on `topology`. The tree's phases with no tokens or
+// pair-wise ones (sender-based that leave when their round drained, receiver-based; every phase
+// or partial) are predicted from the phases alone, in memory linear in the messages (4,096
+// machines in a few hundred megabytes); the others (dummies, barriers, sender-based tokens that
+// leave on arrival, the other schedules) are planned first.
 Prediction predict(const Topology& topology, const AlgorithmSpec& algorithm, const SyncSpec& sync, const PredictOptions& options);
 
 }  // namespace aapc::sched
