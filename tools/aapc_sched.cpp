@@ -571,8 +571,11 @@ int cmd_predict(const std::string& path, const std::string& algo, const std::str
   }
   const TreeModel model(t);
   const Choice c = choose(model, sync.empty() ? algo : algo + "+" + sync, o.block_bytes);
-  // The engine's lead: one switch buffer over the phases (of the tree, the load), at machine 0's rate.
-  if (args.lead == "engine") o.hand_over.lead_s = engine_token_lead_s(t, static_cast<std::size_t>(model.load()), t.links()[static_cast<std::size_t>(t.machine(0).links.front())].rate_bps);
+  // The engine's lead: one switch buffer over the phases (of the tree, the load), at machine 0's
+  // rate, within the round's last frame.
+  if (args.lead == "engine")
+    o.hand_over.lead_s =
+        engine_token_lead_s(t, static_cast<std::size_t>(model.load()), t.links()[static_cast<std::size_t>(t.machine(0).links.front())].rate_bps, o.block_bytes);
   const Prediction p = predict(t, c.algorithm, c.sync, o);
   if (args.json) {
     std::cout << prediction_json(t, c, o, p).dump(2) << "\n";

@@ -5,6 +5,8 @@
 //   aapc-trace links   -t TOPO CAPTURES...   load of every directed link, contention intervals
 //   aapc-trace phases  -t TOPO CAPTURES...   rounds against their tokens, overlap of phases
 //   aapc-trace plot    -t TOPO CAPTURES...   timeline and link utilisation (gnuplot PNG + SVG)
+//   aapc-trace handover -t TOPO CAPTURES...  tokens' one-way times, the waiters' reaction and the
+//                                            senders' pacing: aapc-sched predict's terms, measured
 //
 // CAPTURES are pcap files, one per node (`aapcd --capture`, `aapc-emu run --capture-dir`), or
 // directories of them.
@@ -17,6 +19,8 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
+#include <numeric>
 #include <sstream>
 
 #include "aapc/sched/dot.hpp"
@@ -40,6 +44,7 @@ struct Options {
   std::string out = "trace-plots";
   std::string ethertype = "0x88B5";
   bool same_clock = false;
+  std::uint32_t wire_extra = 0;
 };
 
 std::string ms(std::int64_t ns, int precision = 3) {
@@ -290,6 +295,67 @@ int cmd_phases(const Options& o) {
   return bad == 0 ? 0 : 3;
 }
 
+// The median and the 10th and 90th percentiles, each as `scale` x the value and its unit.
+std::string spread(std::vector<double> v, double scale, const char* unit) {
+  if (v.empty()) return "-";
+  std::sort(v.begin(), v.end());
+  const auto at = [&](double q) { return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)] * scale; };
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1) << at(0.5) << unit << " (" << at(0.1) << "-" << at(0.9) << ")";
+  return out.str();
+}
+std::string spread_us(const std::vector<double>& ns) { return spread(ns, 1e-3, " us"); }
+std::string percent(const std::vector<double>& shares) { return spread(shares, 100.0, "%"); }
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+int cmd_handover(const Options& o) {
+  Trace t = load(o);
+  const HandOverReport r = hand_over(t, o.exchange, o.wire_extra);
+  if (r.tokens.empty()) throw TraceError("no token was seen leaving and arriving once in these captures: run a schedule with tokens (e.g. --schedule tree)");
+  std::map<int, std::vector<double>> by_links;
+  for (const TokenTime& k : r.tokens) by_links[k.links].push_back(static_cast<double>(k.one_way_ns));
+  std::vector<double> reactions(r.reactions_ns.begin(), r.reactions_ns.end());
+  const double reaction = reactions.empty() ? 0.0 : std::accumulate(reactions.begin(), reactions.end(), 0.0) / static_cast<double>(reactions.size());
+  // aapc-sched predict's terms that these figures give: the fixed part is the NICs' (two per
+  // token), the waiter's mean reaction the engines'; switches are not told apart from frames
+  // ahead on links of one rate, so they are left in the two.
+  std::ostringstream flags;
+  flags << std::setprecision(3) << "--per-nic " << r.fixed_ns / 2e9 << " --per-switch 0 --per-link 0 --engine " << reaction / 1e9 << " --frames-ahead "
+        << r.frames_ahead << " --link-share " << std::min(1.0, median(r.received)) << " --wire-extra " << o.wire_extra;
+  if (o.json) {
+    Json links = Json::object();
+    for (const auto& [n, v] : by_links) links[std::to_string(n)] = {{"tokens", v.size()}, {"median_one_way_s", median(v) / 1e9}};
+    Json j = {{"tokens", r.tokens.size()},      {"tokens_left_out", r.tokens_left_out}, {"fitted", r.fitted},
+              {"fixed_s", r.fixed_ns / 1e9},     {"frames_ahead", r.frames_ahead},       {"reaction_mean_s", reaction / 1e9},
+              {"reactions", reactions.size()},   {"sent_share", median(r.sent)},         {"received_share", median(r.received)},
+              {"by_links", links},               {"predict_flags", flags.str()}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  print_header(t, o);
+  std::cout << "\ntokens seen leaving and arriving once: " << r.tokens.size() << " (" << r.tokens_left_out << " left out: resent, or seen at one end only)\n";
+  std::cout << "  one-way time by links crossed (median, 10th-90th percentile):\n";
+  for (const auto& [n, v] : by_links) std::cout << "    " << n << " links  " << std::setw(6) << v.size() << " tokens  " << spread_us(v) << "\n";
+  std::cout << std::fixed << std::setprecision(2);
+  if (r.fitted) {
+    std::cout << "  fitted: one-way = the token's own bits + " << r.fixed_ns / 1e3 << " us + " << r.frames_ahead
+              << " x a full frame at every link past the emitter's\n";
+  } else {
+    std::cout << "  every token crossed the same frame times, so frames ahead cannot be told from the fixed part: one-way = the token's own bits + "
+              << r.fixed_ns / 1e3 << " us (median); capture a tree with paths of different lengths or rates to fit both\n";
+  }
+  std::cout << "  the waiter's reaction (last token in to its next DATA frame out): mean " << reaction / 1e3 << " us, median " << spread_us(reactions) << ", "
+            << reactions.size() << " tokens\n";
+  std::cout << std::setprecision(1) << "  blocks, against their link's rate (median, 10th-90th percentile): sent at " << percent(r.sent) << " of "
+            << r.sent.size() << ", received at " << percent(r.received) << " of " << r.received.size() << "\n";
+  std::cout << "aapc-sched predict with these terms: " << flags.str() << "\n";
+  return 0;
+}
+
 std::string quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -377,6 +443,13 @@ int main(int argc, char** argv) {
   common(phasesc);
   phasesc->add_flag("--json", o.json, "machine-readable output");
   phasesc->add_option("--schedule", o.schedule, "ALGORITHM+SYNC of the run (default: inferred from the tokens on the wire)");
+  auto* handoverc = app.add_subcommand("handover",
+                                       "what the captures measure of aapc-sched predict's hand-over terms: tokens' one-way times by links crossed, frames they "
+                                       "waited behind, the waiters' reaction, the senders' pacing; prints the predict flags they give");
+  common(handoverc);
+  handoverc->add_flag("--json", o.json, "machine-readable output");
+  handoverc->add_option("--wire-extra", o.wire_extra, "bytes a frame takes on the wire beyond its captured length (0 on the emulator, 24 on Ethernet)")
+      ->capture_default_str();
   auto* plotc = app.add_subcommand("plot", "timeline (one row per node, frames coloured by destination, tokens and retransmissions marked) and link utilisation");
   common(plotc);
   plotc->add_option("--out,-o", o.out, "directory for the pictures")->capture_default_str();
@@ -386,6 +459,7 @@ int main(int argc, char** argv) {
     if (summary->parsed()) return cmd_summary(o);
     if (linksc->parsed()) return cmd_links(o);
     if (phasesc->parsed()) return cmd_phases(o);
+    if (handoverc->parsed()) return cmd_handover(o);
     return cmd_plot(o);
   } catch (const std::exception& e) {
     std::cerr << "aapc-trace: " << e.what() << "\n";

@@ -548,10 +548,14 @@ class PhaseWalk {
 
 }  // namespace
 
-double engine_token_lead_s(const Topology& topology, std::size_t phases, std::uint64_t pace_bps) {
-  if (phases == 0 || pace_bps == 0) return 0.0;
+double engine_token_lead_s(const Topology& topology, std::size_t phases, std::uint64_t pace_bps, std::uint64_t block_bytes) {
+  if (phases == 0 || pace_bps == 0 || block_bytes == 0) return 0.0;
   const std::uint64_t buffer = smallest_switch_buffer(topology);
-  return 8.0 * static_cast<double>(buffer) / static_cast<double>(phases) / static_cast<double>(pace_bps);
+  const double slack = 8.0 * static_cast<double>(buffer) / static_cast<double>(phases) / static_cast<double>(pace_bps);
+  if (topology.mtu() <= static_cast<int>(kDataHeaderBytes)) return slack;
+  const std::uint64_t chunk = static_cast<std::uint64_t>(topology.mtu()) - kDataHeaderBytes;
+  const std::uint64_t last = block_bytes % chunk == 0 ? chunk : block_bytes % chunk;
+  return std::min(slack, 8.0 * static_cast<double>(last + kEthHeaderBytes + kDataHeaderBytes) / static_cast<double>(pace_bps));
 }
 
 Prediction predict(const Topology& topology, const Schedule& schedule, const PredictOptions& options) {

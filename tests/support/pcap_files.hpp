@@ -68,21 +68,29 @@ inline std::vector<PcapFrame> read_pcap(const std::filesystem::path& path) {
   return out;
 }
 
-// Whole frames, 1 us apart, with nanosecond timestamps.
-inline void write_pcap(const std::filesystem::path& path, const std::vector<std::vector<std::uint8_t>>& frames, int linktype = DLT_EN10MB) {
+// Whole frames, each at its own time (nanoseconds from the capture's first second).
+inline void write_pcap_at(const std::filesystem::path& path, const std::vector<std::pair<std::int64_t, std::vector<std::uint8_t>>>& frames,
+                          int linktype = DLT_EN10MB) {
   pcap_t* p = pcap_open_dead_with_tstamp_precision(linktype, 65535, PCAP_TSTAMP_PRECISION_NANO);
   pcap_dumper_t* d = pcap_dump_open(p, path.c_str());
   REQUIRE(d != nullptr);
-  std::uint32_t ns = 0;
-  for (const auto& f : frames) {
+  for (const auto& [ns, f] : frames) {
     pcap_pkthdr h{};
-    h.ts.tv_sec = 1;
-    h.ts.tv_usec = ns += 1000;  // nanoseconds, with this precision
+    h.ts.tv_sec = static_cast<time_t>(1 + ns / 1'000'000'000);
+    h.ts.tv_usec = static_cast<suseconds_t>(ns % 1'000'000'000);  // nanoseconds, with this precision
     h.caplen = h.len = static_cast<bpf_u_int32>(f.size());
     pcap_dump(reinterpret_cast<u_char*>(d), &h, f.data());
   }
   pcap_dump_close(d);
   pcap_close(p);
+}
+
+// Whole frames, 1 us apart, with nanosecond timestamps.
+inline void write_pcap(const std::filesystem::path& path, const std::vector<std::vector<std::uint8_t>>& frames, int linktype = DLT_EN10MB) {
+  std::vector<std::pair<std::int64_t, std::vector<std::uint8_t>>> at;
+  std::int64_t ns = 0;
+  for (const auto& f : frames) at.emplace_back(ns += 1000, f);
+  write_pcap_at(path, at, linktype);
 }
 
 }  // namespace aapc::test

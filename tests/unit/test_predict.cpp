@@ -238,11 +238,18 @@ TEST_CASE("a share of the links' rate stretches the data by its inverse") {
   CHECK_THROWS_WITH(predict(t, *AlgorithmSpec::parse("tree"), *SyncSpec::parse("sender-all"), o), Catch::Contains("share"));
 }
 
-TEST_CASE("the engine's token lead is one smallest switch buffer spread over the phases") {
-  // 8-two-switch: switch ports of 64 KiB (the default), 16 phases, 100 Mbit/s.
+TEST_CASE("the engine's token lead is one smallest switch buffer spread over the phases, within the round's last frame") {
+  // 8-two-switch: switch ports of 64 KiB (the default), 16 phases, 100 Mbit/s: 4 KiB of slack.
   const Topology t = load_topology(aapc::test::topology_path("8-two-switch"));
-  CHECK(engine_token_lead_s(t, 16, 100'000'000) == Approx(65536.0 * 8.0 / 16.0 / 1e8).epsilon(1e-12));
-  CHECK(engine_token_lead_s(t, 0, 100'000'000) == 0.0);
+  const double slack = 65536.0 * 8.0 / 16.0 / 1e8;
+  // At MTU 1500 a block's last frame is shorter than the slack: the token leaves with it. 64 KiB
+  // is 44 frames of 1,470 bytes and one of 856; 3 x 1,470 bytes end with a whole frame.
+  CHECK(engine_token_lead_s(t, 16, 100'000'000, 65536) == Approx((856.0 + 14 + 30) * 8.0 / 1e8).epsilon(1e-12));
+  CHECK(engine_token_lead_s(t, 16, 100'000'000, 1470 * 3) == Approx((1470.0 + 14 + 30) * 8.0 / 1e8).epsilon(1e-12));
+  // At MTU 9000 a whole last frame (8,970 bytes of the block) takes longer than the slack.
+  const Topology jumbo = load_topology(aapc::test::topology_path("8-two-switch-jumbo"));
+  CHECK(engine_token_lead_s(jumbo, 16, 100'000'000, 8970 * 2) == Approx(slack).epsilon(1e-12));
+  CHECK(engine_token_lead_s(t, 0, 100'000'000, 65536) == 0.0);
 }
 
 TEST_CASE("a sender-based token waits for frames ahead only past its own link") {

@@ -1,5 +1,6 @@
 // aapc-trace's analyses on captures of the vdev fabric: the summary counts what the engines
 // counted, exactly; lost frames are resent at the right blocks; bad input gets clear errors.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include <pcap/pcap.h>
@@ -289,4 +290,76 @@ TEST_CASE("capture stamps are the wall clock at the burst, also seconds after th
     CHECK(frames[i].ns >= windows[i].first);
     CHECK(frames[i].ns <= windows[i].second);
   }
+}
+
+TEST_CASE("the hand-over analysis measures tokens' one-way times, frames ahead, the waiter's reaction and the blocks' share of the rate") {
+  // Captures of ranks 0, 1 and 4 of 8-two-switch (100 Mbit/s links) with times chosen here:
+  // tokens from 0 to 1 (two links) and to 4 (three) that take their own bits at every link,
+  // plus 20 us, plus a quarter of a full frame at every link past the emitter's; rank 1 idle
+  // until 7 us after its last token; a block from 1 to 0 sent at 80% of the rate and received at 90%.
+  const sched::Topology topo = sched::load_topology(test::topology_path("8-two-switch"));
+  auto dir = test::scratch_dir("trace-handover");
+  const std::uint32_t ex = 7;
+  const auto sync = [&](int to, std::uint32_t seq) { return frame(0, to, engine::FrameType::kSync, ex, 1, seq); };
+  const double bit_ns = 10.0;  // at 100 Mbit/s
+  const double full_frame_ns = (topo.mtu() + 14) * 8 * bit_ns;
+  const double fixed_ns = 20'000, frames_ahead = 0.25;
+  const auto one_way = [&](std::size_t bytes, int links) {
+    return static_cast<std::int64_t>(static_cast<double>(bytes) * 8 * bit_ns * links + fixed_ns + frames_ahead * full_frame_ns * (links - 1));
+  };
+  std::vector<std::pair<std::int64_t, std::vector<std::uint8_t>>> n0, n1, n4;
+  std::int64_t t = 1'000'000, last_in_1 = 0;
+  for (std::uint32_t k = 0; k < 3; ++k, t += 1'000'000) {
+    const auto to1 = sync(1, 10 + k), to4 = sync(4, 20 + k);
+    n0.emplace_back(t, to1);
+    n1.emplace_back(last_in_1 = t + one_way(to1.size(), 2), to1);
+    n0.emplace_back(t + 500'000, to4);
+    n4.emplace_back(t + 500'000 + one_way(to4.size(), 3), to4);
+  }
+  // A token received twice (resent) says nothing of one way: left out.
+  const auto twice = sync(1, 30);
+  n0.emplace_back(t, twice);
+  n1.emplace_back(t + 50'000, twice);
+  n1.emplace_back(t + 90'000, twice);
+  const std::vector<std::uint8_t> payload(1400, 0xAB);
+  engine::Header data;
+  data.type = engine::FrameType::kData;
+  data.exchange = ex;
+  data.epoch = 1;
+  const auto block_frame = [&](std::uint32_t seq) {
+    data.seq = seq;
+    return test::fabric_frame(data, 1, 0, payload);
+  };
+  const double frame_ns = static_cast<double>(block_frame(0).size()) * 8 * bit_ns;
+  std::int64_t sent_at = last_in_1 + 7'000;
+  for (std::uint32_t seq = 0; seq < 4; ++seq) {
+    n1.emplace_back(sent_at + static_cast<std::int64_t>(seq * frame_ns / 0.8), block_frame(seq));
+    n0.emplace_back(sent_at + 60'000 + static_cast<std::int64_t>(seq * frame_ns / 0.9), block_frame(seq));
+  }
+  for (auto* v : {&n0, &n1, &n4}) std::sort(v->begin(), v->end());
+  test::write_pcap_at(dir / "n0.pcap", n0);
+  test::write_pcap_at(dir / "n1.pcap", n1);
+  test::write_pcap_at(dir / "n4.pcap", n4);
+  std::vector<trace::Capture> caps;
+  for (const char* name : {"n0.pcap", "n1.pcap", "n4.pcap"}) caps.push_back(trace::read_capture((dir / name).string(), topo));
+  const trace::HandOverReport r = trace::hand_over(trace::Trace(topo, std::move(caps), true), std::nullopt);
+  REQUIRE(r.tokens.size() == 6);
+  CHECK(r.tokens_left_out == 1);
+  for (const auto& k : r.tokens) CHECK(k.links == (k.to == 1 ? 2 : 3));
+  REQUIRE(r.fitted);
+  CHECK(r.fixed_ns == Approx(fixed_ns).margin(2.0));
+  CHECK(r.frames_ahead == Approx(frames_ahead).margin(1e-4));
+  REQUIRE(r.reactions_ns.size() == 1);
+  CHECK(r.reactions_ns.front() == 7'000);
+  REQUIRE(r.sent.size() == 1);
+  REQUIRE(r.received.size() == 1);
+  CHECK(r.sent.front() == Approx(0.8).epsilon(1e-4));
+  CHECK(r.received.front() == Approx(0.9).epsilon(1e-4));
+  // Tokens that all cross the same frame times cannot tell frames ahead from the fixed part.
+  std::vector<trace::Capture> two;
+  for (const char* name : {"n0.pcap", "n1.pcap"}) two.push_back(trace::read_capture((dir / name).string(), topo));
+  const trace::HandOverReport same = trace::hand_over(trace::Trace(topo, std::move(two), true), std::nullopt);
+  CHECK_FALSE(same.fitted);
+  CHECK(same.frames_ahead == 0.0);
+  CHECK(same.fixed_ns == Approx(fixed_ns + frames_ahead * full_frame_ns).margin(2.0));
 }

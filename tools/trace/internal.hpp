@@ -66,6 +66,11 @@ inline void note(SeenMap& m, const Frame& f) {
   if (s.count++ == 0) s.t = f.t;
 }
 
+// The rate of a machine's link.
+inline std::uint64_t machine_rate(const sched::Topology& topo, Rank machine) {
+  return topo.links()[static_cast<std::size_t>(topo.node(topo.machine_node(machine)).links.front())].rate_bps;
+}
+
 // Nanoseconds a frame of `bytes` takes on a link of `bps`.
 inline std::int64_t frame_ns(std::uint64_t bytes, std::uint64_t bps) { return bps == 0 ? 0 : static_cast<std::int64_t>(bytes * 8'000'000'000ULL / bps); }
 

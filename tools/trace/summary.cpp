@@ -137,8 +137,7 @@ std::vector<NodeSummary> summarize(const Trace& trace) {
       NodeFrames nf = count_frames(c, ex, s);
       if (s.start == kNever) s.start = s.end = 0;
       s.lost_frames += lost_frames(sent, c.node, ex, nf.received);
-      const std::uint64_t rate = topo.links()[static_cast<std::size_t>(topo.node(topo.machine_node(c.node)).links.front())].rate_bps;
-      waits(s, nf, 4 * frame_ns(static_cast<std::uint64_t>(topo.mtu()) + engine::kEthHeaderLen, rate));
+      waits(s, nf, 4 * frame_ns(static_cast<std::uint64_t>(topo.mtu()) + engine::kEthHeaderLen, machine_rate(topo, c.node)));
       out.push_back(s);
     }
   }

@@ -102,10 +102,13 @@ struct Prediction {
   double fraction() const { return time_s > 0.0 ? limit_s / time_s : 0.0; }
 };
 
-// The lead that aapc's engine gives sender-based tokens on a tree of `topology` whose machines
-// pace at `pace_bps`: one smallest switch buffer spread over the schedule's `phases` (the
-// engine's token_slack), which lets the phases of a small cluster overlap a little.
-double engine_token_lead_s(const Topology& topology, std::size_t phases, std::uint64_t pace_bps);
+// The lead that aapc's engine gives sender-based tokens of blocks of `block_bytes` on a tree of
+// `topology` whose machines pace at `pace_bps`: one smallest switch buffer spread over the
+// schedule's `phases` (the engine's token_slack), which lets the phases of a small cluster
+// overlap a little, but never more than the round's last frame takes at the pace: the engine
+// emits a round's tokens once it has handed that frame to the NIC and no sooner (Exchange::
+// end_round; captures show it: aapc-trace handover, docs/scale.md).
+double engine_token_lead_s(const Topology& topology, std::size_t phases, std::uint64_t pace_bps, std::uint64_t block_bytes);
 
 // The prediction over a planned schedule (plan_sync's result, or make_schedule's for a schedule
 // without tokens). Throws std::invalid_argument when the plan does not fit the topology or its

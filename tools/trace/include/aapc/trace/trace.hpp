@@ -194,4 +194,40 @@ struct PhaseReport {
 // variant are compared with them). Throws TraceError when no plan matches.
 PhaseReport phases(const Trace& trace, std::uint32_t exchange, const std::string& schedule);
 
+// --- hand-over ----------------------------------------------------------------------------
+
+// One token seen leaving its emitter and arriving at its waiter, each once.
+struct TokenTime {
+  std::uint32_t exchange = 0;
+  Rank from = -1, to = -1;
+  int links = 0;                 // links of the tree it crossed
+  std::int64_t one_way_ns = 0;   // leaving the emitter's engine to reaching the waiter's
+  double serialised_ns = 0;      // its own frame's bits at every link it crossed
+  double frames_past_first_ns = 0;  // a full frame's time at every link past the emitter's own
+};
+
+// What the captures measure of aapc-sched predict's hand-over terms (aapc/sched/predict.hpp):
+// the tokens' one-way times, the waiters' reaction, and how much of their links' rate the
+// senders' pacing kept.
+struct HandOverReport {
+  std::vector<TokenTime> tokens;
+  std::uint64_t tokens_left_out = 0;  // sent or received more than once, or at one end only
+  // One-way time less the token's own serialisation, fitted by least squares (means, as a
+  // critical path adds them up): fixed_ns + frames_ahead x (a full frame at every link past the
+  // emitter's). fitted is false when every token crossed the same frame times, so the two
+  // cannot be told apart (fixed_ns is then their mean and frames_ahead 0).
+  bool fitted = false;
+  double fixed_ns = 0, frames_ahead = 0;
+  // A waiter that sat idle: from the last token it received to its next DATA frame.
+  std::vector<std::int64_t> reactions_ns;
+  // Each block of three frames or more, as its sender sent it (its receiver received it): its
+  // frames but the last at the node's link rate, over the time from its first frame to its
+  // last; what arrives is what predict's --link-share stands for.
+  std::vector<double> sent, received;
+};
+
+// `exchange`: one, or all. `wire_extra_bytes`: what a frame takes on the wire beyond its
+// captured length (0 on the emulator, whose shapers count the frame alone; 24 on Ethernet).
+HandOverReport hand_over(const Trace& trace, std::optional<std::uint32_t> exchange, std::uint32_t wire_extra_bytes = 0);
+
 }  // namespace aapc::trace
