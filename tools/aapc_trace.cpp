@@ -346,7 +346,7 @@ int cmd_handover(const Options& o) {
               << " x a full frame at every link past the emitter's\n";
   } else {
     std::cout << "  every token crossed the same frame times, so frames ahead cannot be told from the fixed part: one-way = the token's own bits + "
-              << r.fixed_ns / 1e3 << " us (median); capture a tree with paths of different lengths or rates to fit both\n";
+              << r.fixed_ns / 1e3 << " us (mean); capture a tree with paths of different lengths or rates to fit both\n";
   }
   std::cout << "  the waiter's reaction (last token in to its next DATA frame out): mean " << reaction / 1e3 << " us, median " << spread_us(reactions) << ", "
             << reactions.size() << " tokens\n";
