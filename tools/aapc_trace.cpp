@@ -323,9 +323,11 @@ int cmd_handover(const Options& o) {
   // aapc-sched predict's terms that these figures give: the fixed part is the NICs' (two per
   // token), the waiter's mean reaction the engines'; switches are not told apart from frames
   // ahead on links of one rate, so they are left in the two.
+  // Blocks that arrived at or above their rate leave the share at 1; none seen, too.
+  const double share = r.received.empty() ? 1.0 : std::clamp(median(r.received), 0.01, 1.0);
   std::ostringstream flags;
-  flags << std::setprecision(3) << "--per-nic " << r.fixed_ns / 2e9 << " --per-switch 0 --per-link 0 --engine " << reaction / 1e9 << " --frames-ahead "
-        << r.frames_ahead << " --link-share " << std::min(1.0, median(r.received)) << " --wire-extra " << o.wire_extra;
+  flags << std::fixed << std::setprecision(1) << "--per-nic " << r.fixed_ns / 2e3 << "us --per-switch 0us --per-link 0us --engine " << reaction / 1e3
+        << "us --frames-ahead " << std::setprecision(3) << r.frames_ahead << " --link-share " << share << " --wire-extra " << o.wire_extra;
   if (o.json) {
     Json links = Json::object();
     for (const auto& [n, v] : by_links) links[std::to_string(n)] = {{"tokens", v.size()}, {"median_one_way_s", median(v) / 1e9}};
