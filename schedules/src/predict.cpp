@@ -378,8 +378,8 @@ struct PairWise {
 
 std::optional<PairWise> pair_wise(const SyncSpec& sync, TokenLeaves leaves) {
   // Sender-based tokens that leave on arrival can leave a node out of its rounds' order (a
-  // later block may arrive sooner), and then a token the planner dropped as implied is not
-  // shorter than its chain: those are walked over the plan.
+  // later block may arrive sooner), and then a token the planner dropped as implied can be
+  // longer than the chain that implies it: those are walked over the plan.
   const bool drained = leaves == TokenLeaves::kDrained;
   switch (sync.kind) {
     case SyncKind::kNone: return PairWise{};
