@@ -954,6 +954,19 @@ TEST_CASE("traces: linear contends on the inter-switch link, tree with receiver-
   for (const auto& n : js["nodes"]) received += n["data_bytes_received"].get<std::uint64_t>();
   CHECK(received >= 8ULL * 7 * 64 * 1024);  // the exchange (and its warm-up), every byte
   for (const auto& k : js["clocks"]) CHECK(std::abs(k["offset_ns"].get<double>()) < 1e6);  // one host: offsets near 0
+  // The hand-over terms of the sender-based run: every token of the exchange seen at both ends,
+  // blocks at about their link's rate, and flags that aapc-sched predict takes as they are.
+  auto ho = sh(trace + " handover --json --same-clock -t 8-two-switch " + sender);
+  INFO(ho.text);
+  REQUIRE(ho.status == 0);
+  auto jh = nlohmann::json::parse(ho.text);
+  CHECK(jh["tokens"].get<std::uint64_t>() > 0);
+  CHECK(jh["fitted"].get<bool>());  // tokens within a switch and across s0-s1 cross different frame times
+  CHECK(jh["received_share"].get<double>() > 0.8);
+  CHECK(jh["received_share"].get<double>() < 1.3);  // a tbf passes its burst at once
+  auto predicted = sh(kTools + "/aapc-sched predict 8-two-switch --size 64K --token-lead engine " + jh["predict_flags"].get<std::string>());
+  INFO(predicted.text);
+  CHECK(predicted.status == 0);
   auto plot = sh(trace + " plot -t 8-two-switch -o " + (kLogs / "plots").string() + " " + sender);
   INFO(plot.text);
   CHECK(plot.status == 0);
