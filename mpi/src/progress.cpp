@@ -132,24 +132,44 @@ bool await_exchange(Op& op) {
   // communicator that the peers may need first: two threads' calls, started in opposite
   // orders on two machines, waited for each other until the daemons' deadline.
   if (op.stage != Op::Stage::kExchange || pr.in_flight.size() != 1 || pr.in_flight.front() != &op || threads_call()) return false;
-  // A bounded wait: between two, a completion call (requests.cpp, wait_driving) tests, which
-  // moves the MPI that the program's other requests need (a large MPI_Isend whose receiver
-  // calls this all-to-all only once it has the message). drive() calls no MPI function there.
+  // A bounded wait: between two, the caller moves the MPI that the program's other requests
+  // need (a large MPI_Isend whose receiver calls this all-to-all only once it has the
+  // message): a completion call (requests.cpp, wait_driving) tests, drive() probes.
   exchange_over(op, std::chrono::milliseconds(2));
   return true;
 }
 
+namespace {
+
+// MPI's progress rule: a request the program started before a blocking call still completes
+// while the call waits. A probe, which matches and takes nothing, runs the MPI's progress
+// engine between two bounded waits in the daemon and between two rests of a rank that waits
+// for its machine's other ranks: a large MPI_Isend to a rank that calls the all-to-all only
+// once it has the message then goes on (tests/mpi/mpi_progress.c), across machines and,
+// with MPICH, whose shared memory moves a large message only while its sender's MPI runs,
+// within one.
+void move_mpi(const Op& op) {
+  int flag = 0;
+  (void)PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, op.comm != MPI_COMM_NULL ? op.comm : MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+}
+
+}  // namespace
+
 std::string drive(Op& op) {
   Process& pr = process();
   Idle idle;
+  // Probes only once the call has waited as long as one bounded wait: a probe a pass made
+  // small all-to-alls 7% slower (8 B and 1 KiB on 8-two-switch), and what needs the MPI to
+  // move has kept the all-to-all from ending by then.
+  const auto probe_from = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
   for (;;) {
     const bool moved = progress();
     {
       std::lock_guard<std::recursive_mutex> hold(pr.mutex);
       if (op.done()) return op.error;
     }
-    if (await_exchange(op)) continue;
-    idle.rest(moved);
+    if (!await_exchange(op)) idle.rest(moved);
+    if (std::chrono::steady_clock::now() >= probe_from) move_mpi(op);
   }
 }
 

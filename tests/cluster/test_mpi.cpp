@@ -240,6 +240,19 @@ TEST_CASE("a new communicator's first MPI_Ialltoall(v) and other nonblocking col
   });
 }
 
+// mpi_progress.c: rank 0's large MPI_Isend to rank 1 pending while it waits in MPI_Alltoall,
+// which rank 1 calls only once it has the message. The message goes by rendezvous, so it moves
+// only while rank 0's MPI runs: the blocking all-to-all waited in its daemon without calling the
+// MPI, and the job hung until the watchdog (progress.cpp, drive()). At ppn 1 the two ranks are
+// on different machines, where the MPI's shared memory cannot carry the message.
+TEST_CASE("a blocking all-to-all moves the program's pending MPI_Isend that its peer waits for before the all-to-all, both MPIs", "[mpi]") {
+  with_both_mpis_at_every_ppn("mpi-progress", "4194304 4096 3", [](const Sh& r) {
+    CHECK(r.text.find("HUNG") == std::string::npos);
+    CHECK(r.text.find("rounds, all results ok") != std::string::npos);
+    CHECK(carried(r, "MPI_COMM_WORLD"));
+  });
+}
+
 // mpi_persistent.c: MPI-4's persistent all-to-all and all-to-allv (Open MPI 4.1: MPIX_*),
 // each initialized once and started 30 times (MPI_Start with MPI_Wait or MPI_Test, and
 // MPI_Startall with MPI_Waitall), every value checked after every start, the handles kept
