@@ -243,8 +243,9 @@ TEST_CASE("a new communicator's first MPI_Ialltoall(v) and other nonblocking col
 // mpi_progress.c: rank 0's large MPI_Isend to rank 1 pending while it waits in MPI_Alltoall,
 // which rank 1 calls only once it has the message. The message goes by rendezvous, so it moves
 // only while rank 0's MPI runs: the blocking all-to-all waited in its daemon without calling the
-// MPI, and the job hung until the watchdog (progress.cpp, drive()). At ppn 1 the two ranks are
-// on different machines, where the MPI's shared memory cannot carry the message.
+// MPI, and the job hung until the watchdog (progress.cpp, drive()): at ppn 1 with both MPIs,
+// the two ranks on different machines, and with MPICH at ppn 2 too, whose shared memory moves
+// a large message only while its sender's MPI runs (Open MPI's single copy needs no sender).
 TEST_CASE("a blocking all-to-all moves the program's pending MPI_Isend that its peer waits for before the all-to-all, both MPIs", "[mpi]") {
   with_both_mpis_at_every_ppn("mpi-progress", "4194304 4096 3", [](const Sh& r) {
     CHECK(r.text.find("HUNG") == std::string::npos);
