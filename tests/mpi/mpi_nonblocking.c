@@ -31,17 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t round_now = -1;
-static volatile const char* step_now = "starting";
-static int me_world = 0;
-
-static void hung(int sig) {
-  (void)sig;
-  char text[200];
-  const int n = snprintf(text, sizeof text, "mpi-nonblocking: rank %d HUNG in round %d at %s (watchdog)\n", me_world, (int)round_now, (const char*)step_now);
-  if (n > 0) (void)!write(2, text, (size_t)n);
-  _exit(3);
-}
+#include "watchdog.h"
 
 static unsigned char value(int s, int d, size_t k, int round) { return (unsigned char)(s * 131 + d * 31 + k * 7 + round * 17 + 1); }
 
@@ -217,13 +207,12 @@ static long many_in_flight(int iterations) {
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int n = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &me_world);
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
+  start_watchdog("mpi-nonblocking", me);
   const int block = argc > 1 ? atoi(argv[1]) : 4096;
   const int rounds = argc > 2 ? atoi(argv[2]) : 6;
-  const char* limit = getenv("WATCHDOG_S");
-  signal(SIGALRM, hung);
-  alarm(limit != NULL ? (unsigned)atoi(limit) : 60U);
   struct bufs b;
   b.s = malloc((size_t)n * (size_t)block);
   b.r = malloc((size_t)n * (size_t)block);

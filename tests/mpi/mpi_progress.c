@@ -18,17 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t round_now = -1;
-static volatile const char* step_now = "starting";
-static int me_world = 0;
-
-static void hung(int sig) {
-  (void)sig;
-  char text[200];
-  const int n = snprintf(text, sizeof text, "mpi-progress: rank %d HUNG in round %d at %s (watchdog)\n", me_world, (int)round_now, (const char*)step_now);
-  if (n > 0) (void)!write(2, text, (size_t)n);
-  _exit(3);
-}
+#include "watchdog.h"
 
 static unsigned char value(int s, int d, size_t k, int round) { return (unsigned char)(s * 131 + d * 31 + k * 7 + round * 17 + 1); }
 
@@ -43,13 +33,10 @@ int main(int argc, char** argv) {
   int me = 0, n = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  me_world = me;
   const size_t message = argc > 1 ? (size_t)strtoul(argv[1], NULL, 10) : (size_t)8 << 20;
   const size_t block = argc > 2 ? (size_t)strtoul(argv[2], NULL, 10) : 4096;
   const int rounds = argc > 3 ? atoi(argv[3]) : 3;
-  const char* watchdog = getenv("WATCHDOG_S");
-  signal(SIGALRM, hung);
-  alarm(watchdog != NULL ? (unsigned)atoi(watchdog) : 60);
+  start_watchdog("mpi-progress", me);
   if (n < 2) {
     if (me == 0) printf("mpi-progress: needs 2 ranks or more\n");
     MPI_Finalize();
