@@ -22,6 +22,32 @@ bool split_param(std::string_view text, std::string_view& name, std::optional<in
 // The checks of a combining schedule (verify_combine.cpp), added to `report`.
 void verify_combine(const Topology& topology, const Schedule& schedule, VerifyReport& report);
 
+enum class Level : std::uint8_t { kNone, kSend, kReceive };
+
+// What a sync variant orders (the planner's, sync.cpp; the predictor's walk over the phases,
+// predict.cpp): pair-wise tokens at `level`, between blocks (`across`) or inside them, and
+// whether a barrier separates blocks of `block` phases. Dummies and no-sync order nothing.
+struct Variant {
+  Level level = Level::kNone;
+  bool across = true;
+  bool barrier = false;
+  int block = 1;
+};
+
+inline Variant variant_of(const SyncSpec& spec) {
+  switch (spec.kind) {
+    case SyncKind::kSenderAll: return {Level::kSend, true, false, 1};
+    case SyncKind::kSenderPartial: return {Level::kSend, true, false, spec.block};
+    case SyncKind::kReceiverAll: return {Level::kReceive, true, false, 1};
+    case SyncKind::kReceiverPartial: return {Level::kReceive, true, false, spec.block};
+    case SyncKind::kBarrierAll: return {Level::kNone, true, true, 1};
+    case SyncKind::kBarrierPartialNone: return {Level::kNone, true, true, spec.block};
+    case SyncKind::kBarrierPartialSender: return {Level::kSend, false, true, spec.block};
+    case SyncKind::kBarrierPartialReceiver: return {Level::kReceive, false, true, spec.block};
+    default: return {};
+  }
+}
+
 // The messages of a schedule numbered 0.. in phase order.
 struct FlatMessages {
   std::vector<Message> msg;

@@ -15,6 +15,7 @@
 #include "aapc/sched/frame.hpp"
 #include "aapc/sched/sync.hpp"
 #include "aapc/sched/tree.hpp"
+#include "internal.hpp"
 
 namespace aapc::sched {
 namespace {
@@ -366,36 +367,24 @@ class PlanWalk {
   Rank last_dst_ = -1;
 };
 
-// What a pair-wise sync variant orders, as the planner's Variant (sync.cpp): a round waits for
-// every user of each directed link on its path in the previous non-empty block of `block`
-// phases that used that link, by a token from that user's sender once its round drained
-// (sender-based) or from its receiver once its block arrived (receiver-based).
-struct PairWise {
-  enum class Level : std::uint8_t { kNone, kSend, kReceive };
-  Level level = Level::kNone;
-  int block = 1;
-};
+using detail::Level;
+using detail::Variant;
 
-std::optional<PairWise> pair_wise(const SyncSpec& sync, TokenLeaves leaves) {
-  // Sender-based tokens that leave on arrival can leave a node out of its rounds' order (a
-  // later block may arrive sooner), and then a token the planner dropped as implied can be
-  // longer than the chain that implies it: those are walked over the plan.
-  const bool drained = leaves == TokenLeaves::kDrained;
-  switch (sync.kind) {
-    case SyncKind::kNone: return PairWise{};
-    case SyncKind::kSenderAll:
-    case SyncKind::kSenderPartial:
-      if (!drained) return std::nullopt;
-      return PairWise{PairWise::Level::kSend, sync.kind == SyncKind::kSenderAll ? 1 : sync.block};
-    case SyncKind::kReceiverAll:
-    case SyncKind::kReceiverPartial: return PairWise{PairWise::Level::kReceive, sync.kind == SyncKind::kReceiverAll ? 1 : sync.block};
-    default: return std::nullopt;  // dummies and barriers add rounds of their own
-  }
+// The variants the walk over the phases takes: no tokens, or pair-wise ones between blocks of
+// phases (the planner's Variant). Sender-based tokens that leave on arrival can leave a node
+// out of its rounds' order (a later block may arrive sooner), and then a token the planner
+// dropped as implied can be longer than the chain that implies it: those are walked over the
+// plan, as are dummies and barriers, which add rounds of their own.
+std::optional<Variant> pair_wise(const SyncSpec& sync, TokenLeaves leaves) {
+  const Variant v = detail::variant_of(sync);
+  if (sync.kind == SyncKind::kDummy || v.barrier || !v.across) return std::nullopt;
+  if (v.level == Level::kSend && leaves != TokenLeaves::kDrained) return std::nullopt;
+  return v;
 }
 
 // The tree's phases without their programs: each node sends one block a round, in phase order
 // (programs_from_phases), and a round waits for the previous users of each directed link on its
-// path as PairWise says (Faraj/Yuan/Patarasuk section 5: consecutive users of a link, or
+// path as the variant says (Faraj/Yuan/Patarasuk section 5: consecutive users of a link, or
 // consecutive blocks of them; the others follow). The planner keeps only some of these tokens
 // and drops those that others imply; an implied ordering runs through a chain of tokens and
 // rounds that is at least as long as the token it replaces (a hand-over's terms add up along
@@ -404,7 +393,7 @@ std::optional<PairWise> pair_wise(const SyncSpec& sync, TokenLeaves leaves) {
 // block), so the longest path is the same.
 class PhaseWalk {
  public:
-  PhaseWalk(const Topology& t, const std::vector<Phase>& phases, PairWise sync, const WireModel& wire, const PredictOptions& o)
+  PhaseWalk(const Topology& t, const std::vector<Phase>& phases, Variant sync, const WireModel& wire, const PredictOptions& o)
       : t_(t), phases_(phases), sync_(sync), wire_(wire), o_(o), block_bits_(wire.block_bits(o.block_bytes)) {
     if (sync.block < 1) throw std::invalid_argument("sync block size must be at least 1");
     std::int64_t messages = 0;
@@ -481,7 +470,7 @@ class PhaseWalk {
 
   // When a token from user u lets node c start, and what the start waited for.
   std::pair<double, std::int64_t> token_ready(const EdgeUser& u, Rank c) const {
-    if (sync_.level == PairWise::Level::kSend) return {u.leaves + wire_.hand_over(u.src, c, true), kPredKinds * u.msg + kPredSent};
+    if (sync_.level == Level::kSend) return {u.leaves + wire_.hand_over(u.src, c, true), kPredKinds * u.msg + kPredSent};
     return {u.arrival + wire_.hand_over(u.dst, c, false), kPredKinds * u.msg + kPredReceived};
   }
 
@@ -496,15 +485,15 @@ class PhaseWalk {
     const int block = phase / sync_.block;
     t_.path(t_.machine_node(c), t_.machine_node(m.dst), path_);
     for (int e : path_) {
+      if (sync_.level == Level::kNone) break;  // no tokens: no users to keep
       EdgeUsers& users = edge_[idx(e)];
       if (users.block != block) {
         users.previous.swap(users.current);
         users.current.clear();
         users.block = block;
       }
-      if (sync_.level == PairWise::Level::kNone) continue;
       for (const EdgeUser& u : users.previous) {
-        if (sync_.level == PairWise::Level::kSend && u.src == c) continue;  // its own earlier round
+        if (sync_.level == Level::kSend && u.src == c) continue;  // its own earlier round
         const auto [ready, waited] = token_ready(u, c);
         if (ready > start) {
           start = ready;
@@ -516,7 +505,7 @@ class PhaseWalk {
     const double arrival = end + wire_.delivery(c, m.dst);
     const EdgeUser user{id, c, m.dst, token_leaves(o_.hand_over, start, end, arrival), arrival};
     for (int e : path_) {
-      if (sync_.level != PairWise::Level::kNone) edge_[idx(e)].current.push_back(user);
+      if (sync_.level != Level::kNone) edge_[idx(e)].current.push_back(user);
       totals_.edge_bits[idx(e)] += block_bits_;
     }
     end_[idx(id)] = end;
@@ -531,7 +520,7 @@ class PhaseWalk {
 
   const Topology& t_;
   const std::vector<Phase>& phases_;
-  PairWise sync_;
+  Variant sync_;
   const WireModel& wire_;
   const PredictOptions& o_;
   double block_bits_;
@@ -572,7 +561,7 @@ Prediction predict(const Topology& topology, const Schedule& schedule, const Pre
 }
 
 Prediction predict(const Topology& topology, const AlgorithmSpec& algorithm, const SyncSpec& sync, const PredictOptions& options) {
-  const std::optional<PairWise> walk_phases = algorithm.algorithm == Algorithm::kTree ? pair_wise(sync, options.hand_over.leaves) : std::nullopt;
+  const std::optional<Variant> walk_phases = algorithm.algorithm == Algorithm::kTree ? pair_wise(sync, options.hand_over.leaves) : std::nullopt;
   if (!walk_phases)
     return predict(topology, plan_sync(topology, make_schedule(topology, algorithm), sync), options);
   const WireModel wire(topology, options);

@@ -11,30 +11,9 @@
 namespace aapc::sched {
 namespace {
 
-enum class Level : std::uint8_t { kNone, kSend, kReceive };
-
-// What a variant orders: pair-wise tokens at `level`, between blocks (`across`) or inside
-// them, and whether a barrier separates blocks of `block` phases.
-struct Variant {
-  Level level = Level::kNone;
-  bool across = true;
-  bool barrier = false;
-  int block = 1;
-};
-
-Variant variant_of(const SyncSpec& spec) {
-  switch (spec.kind) {
-    case SyncKind::kSenderAll: return {Level::kSend, true, false, 1};
-    case SyncKind::kSenderPartial: return {Level::kSend, true, false, spec.block};
-    case SyncKind::kReceiverAll: return {Level::kReceive, true, false, 1};
-    case SyncKind::kReceiverPartial: return {Level::kReceive, true, false, spec.block};
-    case SyncKind::kBarrierAll: return {Level::kNone, true, true, 1};
-    case SyncKind::kBarrierPartialNone: return {Level::kNone, true, true, spec.block};
-    case SyncKind::kBarrierPartialSender: return {Level::kSend, false, true, spec.block};
-    case SyncKind::kBarrierPartialReceiver: return {Level::kReceive, false, true, spec.block};
-    default: return {};
-  }
-}
+using detail::Level;
+using detail::Variant;
+using detail::variant_of;
 
 int ceil_log2(int n) {
   int s = 0;
