@@ -1,6 +1,7 @@
 // Hand-over: what the captures measure of the terms aapc-sched predict adds up for a token
 // (docs/scale.md, "Predicting an exchange from its plan").
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -61,6 +62,33 @@ void fit(HandOverReport& r) {
   }
 }
 
+// Each block's frames as one capture saw them: first and last, and the bits before the last.
+struct BlockSpan {
+  std::int64_t first = 0, last = 0;
+  std::uint64_t frames = 0;
+  double bits_before_last = 0, last_bits = 0;  // at the node's link rate, in ns
+};
+using BlockSpans = std::map<std::tuple<std::uint32_t, Rank, Rank, bool>, BlockSpan>;  // exchange, src, dst, sent here
+
+// Only a block sent (received) alone says what its link carried: the blocks of a shuffle,
+// interleaved frame by frame, each take a share of it. Blocks of one exchange and direction,
+// by their first frame: one is alone when neither neighbour overlaps it.
+void add_block_shares(const BlockSpans& spans, HandOverReport& r) {
+  std::map<std::pair<std::uint32_t, bool>, std::vector<const BlockSpan*>> by_start;
+  for (const auto& [key, b] : spans) by_start[{std::get<0>(key), std::get<3>(key)}].push_back(&b);
+  for (auto& [ex_tx, list] : by_start) {
+    std::sort(list.begin(), list.end(), [](const BlockSpan* a, const BlockSpan* b) { return a->first < b->first; });
+    std::int64_t reach = std::numeric_limits<std::int64_t>::min();  // the latest end before block i
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const BlockSpan& b = *list[i];
+      const bool alone = reach < b.first && (i + 1 == list.size() || list[i + 1]->first > b.last);
+      reach = std::max(reach, b.last);
+      if (!alone || b.frames < 3 || b.last <= b.first) continue;
+      (ex_tx.second ? r.sent : r.received).push_back(b.bits_before_last / static_cast<double>(b.last - b.first));
+    }
+  }
+}
+
 }  // namespace
 
 HandOverReport hand_over(const Trace& trace, std::optional<std::uint32_t> exchange, std::uint32_t wire_extra_bytes) {
@@ -78,12 +106,7 @@ HandOverReport hand_over(const Trace& trace, std::optional<std::uint32_t> exchan
   HandOverReport r;
   for (const Capture& c : trace.captures()) {
     const std::uint64_t rate = machine_rate(topo, c.node);
-    struct BlockSpan {
-      std::int64_t first = 0, last = 0;
-      std::uint64_t frames = 0;
-      double bits_before_last = 0, last_bits = 0;  // at the node's link rate, in ns
-    };
-    std::map<std::tuple<std::uint32_t, Rank, Rank, bool>, BlockSpan> spans;
+    BlockSpans spans;
     for (const Frame& f : c.frames) {
       if (!wanted(f)) continue;
       if (f.h.type == FrameType::kSync && f.tx == (f.h.src == c.node)) {
@@ -105,10 +128,7 @@ HandOverReport hand_over(const Trace& trace, std::optional<std::uint32_t> exchan
         b.last_bits = bits_ns(static_cast<double>(f.wire_len) + wire_extra_bytes, rate);
       }
     }
-    for (const auto& [key, b] : spans) {
-      if (b.frames < 3 || b.last <= b.first) continue;
-      (std::get<3>(key) ? r.sent : r.received).push_back(b.bits_before_last / static_cast<double>(b.last - b.first));
-    }
+    add_block_shares(spans, r);
   }
   for (auto& [node_ex, v] : data_tx) std::sort(v.begin(), v.end());
   for (auto& [node_ex, v] : sync_rx) std::sort(v.begin(), v.end());
