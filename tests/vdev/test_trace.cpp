@@ -362,4 +362,25 @@ TEST_CASE("the hand-over analysis measures tokens' one-way times, frames ahead, 
   CHECK_FALSE(same.fitted);
   CHECK(same.frames_ahead == 0.0);
   CHECK(same.fixed_ns == Approx(fixed_ns + frames_ahead * full_frame_ns).margin(2.0));
+  // Two blocks sent frame by frame in turn, as a shuffle sends them, each take a share of the
+  // link: neither says what the link carried, so neither is counted.
+  std::vector<std::pair<std::int64_t, std::vector<std::uint8_t>>> s1, r0, r2;
+  for (std::uint32_t seq = 0; seq < 4; ++seq)
+    for (int to : {0, 2}) {
+      data.seq = seq;
+      const auto f = test::fabric_frame(data, 1, to, payload);
+      const std::int64_t at = 1'000'000 + static_cast<std::int64_t>((2 * seq + (to == 2 ? 1 : 0)) * frame_ns);
+      s1.emplace_back(at, f);
+      (to == 0 ? r0 : r2).emplace_back(at + 50'000, f);
+    }
+  const fs::path mix = dir / "shuffle";  // files named after their machines
+  fs::create_directories(mix);
+  test::write_pcap_at(mix / "n1.pcap", s1);
+  test::write_pcap_at(mix / "n0.pcap", r0);
+  test::write_pcap_at(mix / "n2.pcap", r2);
+  std::vector<trace::Capture> shuffle;
+  for (const char* name : {"n1.pcap", "n0.pcap", "n2.pcap"}) shuffle.push_back(trace::read_capture((mix / name).string(), topo));
+  const trace::HandOverReport mixed = trace::hand_over(trace::Trace(topo, std::move(shuffle), true), std::nullopt);
+  CHECK(mixed.sent.empty());
+  CHECK(mixed.received.size() == 2);  // each receiver got its block alone
 }
