@@ -171,6 +171,8 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
   const Rank src = f.src_rank;
   if (f.h.type == FrameType::kPing) {
     link_->send_control(src, FrameType::kAck, f.h.exchange, f.h.seq, static_cast<std::uint32_t>(FrameType::kPing));  // echoes a challenge's nonce
+    // A keepalive names the exchange that waits on us: if it failed here, the ABORT went astray.
+    if (Exchange* ex = find(f.h.exchange); ex != nullptr && ex->accept_epoch(src, f.h.epoch)) ex->remind(src, now);
     return;
   }
   if (f.h.type == FrameType::kAck && f.h.aux == static_cast<std::uint32_t>(FrameType::kPing)) return;
@@ -221,6 +223,7 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
     ex->count_drop(DropReason::kStaleEpoch);
     return;
   }
+  ex->remind(src, now);  // failed here: the peer missed our ABORT
   if (f.h.type == FrameType::kData) {
     ex->on_data(f, now);
   } else {

@@ -240,18 +240,37 @@ void Exchange::fail(Errc code, const std::string& message, Rank peer, Clock::tim
   std::vector<std::uint8_t>().swap(eager_copy_);  // nothing is sent any more
   if (code == Errc::kPeerSilent && peer >= 0) link_.peer_silent(peer, message, now);
   // Tell the members (best effort, no acknowledgement); a peer that aborted us already knows.
-  if (tell && code != Errc::kPeerAborted) {
-    std::string reason = "rank " + std::to_string(link_.rank()) + ": " + message;
-    if (reason.size() > 400) reason.resize(400);
-    if (reason.size() > link_.control_room()) reason.resize(link_.control_room());
-    // A peer found silent is named (its rank + 1) so that every member remembers it dead, not
-    // only those whose own exchange gave up on it (Engine::on_abort).
-    const auto silent_peer = code == Errc::kPeerSilent && peer >= 0 ? static_cast<std::uint32_t>(peer) + 1 : 0;
+  // One that missed it is told again when it next sends us a frame of this exchange (remind).
+  told_at_.assign(n_, now);
+  if (tell && code != Errc::kPeerAborted)
     for (std::size_t r = 0; r < n_; ++r)
-      if (static_cast<Rank>(r) != link_.rank() && member_[r])
-        link_.send_control(static_cast<Rank>(r), FrameType::kAbort, spec_.id, silent_peer, static_cast<std::uint32_t>(code), 0,
-                          reinterpret_cast<const std::uint8_t*>(reason.data()), reason.size());
-  }
+      if (static_cast<Rank>(r) != link_.rank() && member_[r]) send_abort(static_cast<Rank>(r));
+}
+
+void Exchange::send_abort(Rank to) {
+  // A peer of ours that aborted is not named: its own ABORT said so, or our reminder says it
+  // with the reason that came to us.
+  std::string reason = code_ == Errc::kPeerAborted ? error_ : "rank " + std::to_string(link_.rank()) + ": " + error_;
+  if (reason.size() > 400) reason.resize(400);
+  if (reason.size() > link_.control_room()) reason.resize(link_.control_room());
+  // A peer found silent is named (its rank + 1) so that every member remembers it dead, not
+  // only those whose own exchange gave up on it (Engine::on_abort).
+  const auto silent_peer = code_ == Errc::kPeerSilent && bad_peer_ >= 0 ? static_cast<std::uint32_t>(bad_peer_) + 1 : 0;
+  link_.send_control(to, FrameType::kAbort, spec_.id, silent_peer, static_cast<std::uint32_t>(code_), 0, reinterpret_cast<const std::uint8_t*>(reason.data()),
+                     reason.size());
+}
+
+// An ABORT is one frame, sent once: a member that lost it went on waiting for us, answered
+// (our PINGs' ACKs, a failed exchange's ACKs of its READY and polls) as if we were still in the
+// exchange, until its own stall deadline (15 s at 30% loss). Any frame of this exchange from a
+// member says it has not heard, and gets the ABORT again, at most once per RTO.
+void Exchange::remind(Rank src, Clock::time_point now) {
+  if (state_ != ExchangeState::kFailed || !member(src) || src == link_.rank()) return;
+  Clock::time_point& told = told_at_[idx(src)];
+  if (now - told < link_.config().rto) return;
+  told = now;
+  link_.count_abort_resent();
+  send_abort(src);
 }
 
 ExchangeReport Exchange::report(Clock::time_point now) const {

@@ -112,6 +112,9 @@ class Exchange {
   // Ends the exchange with an error; unless `tell` is false (it came from a peer's ABORT), the
   // peers get an ABORT that says why.
   void fail(Errc code, const std::string& message, Rank peer, Clock::time_point now, bool tell = true);
+  // A frame of this exchange from member `src` after it failed here: `src` missed our ABORT,
+  // which it gets again (at most once per RTO).
+  void remind(Rank src, Clock::time_point now);
 
   // Frames for this exchange (already validated by parse()).
   void on_data(const Parsed& f, Clock::time_point now);
@@ -193,6 +196,8 @@ class Exchange {
   void end_round(Clock::time_point now);
   void emit(std::uint32_t sync_id, Clock::time_point now);
   void send_pending(Pending& p, Clock::time_point now);
+  // Our ABORT to member `to`: the failure's code and reason (fail, remind).
+  void send_abort(Rank to);
   // Our READY to `src` (posted once, resent until acknowledged; sent again if asked again).
   void post_ready(Rank src, Clock::time_point now);
   // A round may send to `dst` only once its READY came, unless the block is eager.
@@ -282,6 +287,7 @@ class Exchange {
   std::vector<std::uint8_t> eager_copy_;  // the eager blocks' bytes (copy_eager_blocks)
   Errc code_ = Errc::kOk;
   std::string error_;
+  std::vector<Clock::time_point> told_at_;  // by rank: when our ABORT last went (remind)
   Rank bad_peer_ = -1;
   Clock::time_point start_, end_, linger_until_, next_keepalive_;
   // The deadline: the caller's (hard), or derived from the size (soft: it fails the exchange

@@ -63,6 +63,7 @@ class Link {
   void peer_silent(Rank peer, const std::string& why, Clock::time_point now);
   // A frame dropped, in the engine's totals.
   void count_drop(DropReason reason) { ++counters_.drops[static_cast<std::size_t>(reason)]; }
+  void count_abort_resent() { ++counters_.aborts_resent; }
 
  protected:
   Link(nic::Port& port, const EngineConfig& config, std::uint32_t epoch, std::uint32_t chunk);

@@ -276,6 +276,7 @@ struct EngineCounters {
   std::uint64_t early_data_dropped = 0;  // eager DATA not kept: early_data_bytes were full
   std::uint64_t early_data_expired = 0;  // eager DATA kept past EngineConfig::early_data_expiry, dropped
   std::uint64_t acks_gathered = 0, ack_lists_sent = 0;  // acknowledgements sent in kFlagAckList frames
+  std::uint64_t aborts_resent = 0;    // ABORTs of a failed exchange sent again to a member that went on (Exchange::remind)
   std::array<std::uint64_t, kDropReasons> drops{};
 };
 
