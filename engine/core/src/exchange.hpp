@@ -224,10 +224,9 @@ class Exchange {
   std::string waiting_for() const;
   void ready_acked(Rank peer);
   bool retry(Pending& p, Clock::time_point now);
-  // Tries in a row without an answer, the first at `since`: enough to give up (max_retries)?
-  bool given_up(int tries, Clock::time_point since, Clock::time_point now) const {
-    return tries > link_.config().max_retries && now - since >= link_.config().peer_deadline;
-  }
+  // Whether a frame to `peer` tried `tries` times since `since` without an answer is given up
+  // (exchange_liveness.cpp).
+  bool given_up(Rank peer, int tries, Clock::time_point since, Clock::time_point now) const;
   static std::int64_t ms_between(Clock::time_point from, Clock::time_point to) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
   }
