@@ -134,8 +134,8 @@ TEST_CASE("a peer that stops in the middle of its block is found silent within a
 }
 
 // An ABORT is one frame. A member that lost it used to wait for the failed node's block until
-// its own stall deadline (15 s), the failed node answering its keepalives and READYs as if
-// still in the exchange: a cluster test at 30% loss failed so about once in ten runs.
+// its own stall deadline (15 s on the cluster at 30% loss), the failed node answering its
+// keepalives and READYs as if still in the exchange.
 TEST_CASE("a member that lost a failed node's ABORT hears it again at its next frame and fails within the deadline") {
   const auto deadline = std::chrono::milliseconds(300);
   int aborts = 0;
@@ -187,12 +187,13 @@ TEST_CASE("a live peer whose acknowledgements are lost for longer than the retri
   Schedule s = plan_sync(t, make_schedule(t, {Algorithm::kTree, 0}), {SyncKind::kSenderAll, 1});
   REQUIRE_FALSE(s.syncs.empty());
   const auto window = std::chrono::milliseconds(1'200);  // 4 deadlines, 3 times the 41 tries
-  until = std::chrono::steady_clock::now() + window;
+  const auto t0 = std::chrono::steady_clock::now();
+  until = t0 + window;
   auto run = test::run_exchange(fabric, s, 1, 50'000, std::chrono::milliseconds(20'000));
   INFO(lost << " answers lost");
   CHECK(lost > 50);
   test::expect_ok(run, "answers lost for 1.2 s");
-  CHECK(run.elapsed >= window);
+  CHECK(std::chrono::steady_clock::now() - t0 >= window);  // no sender is done before its blocks' ACKs
 }
 
 TEST_CASE("replayed, forged and lying frames are dropped and counted; the buffer is untouched") {
