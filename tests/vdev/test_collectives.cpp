@@ -315,6 +315,47 @@ TEST_CASE("at the session's start, a rank whose daemon answers but has no client
   }
 }
 
+// A JOIN is resent until acknowledged, also after its sender's join completed. A copy that came
+// after the receiver's join had used that proposal stood for the peer's next session: the
+// receiver's next join completed without the peer, whose slot was still closed (its client
+// gone), and the peer answered the session's first exchange with the old session's ABORT.
+TEST_CASE("a JOIN resent after the join it was for completed does not join the peer to the next session") {
+  bool lose_join_acks = true;  // rank 1's acknowledgements of rank 0's JOIN
+  auto opts = test::nodes(2);
+  opts.drop = [&](int src, int, const engine::Header& h) {
+    return lose_join_acks && src == 1 && h.type == engine::FrameType::kAck && h.aux == static_cast<std::uint32_t>(engine::FrameType::kJoin);
+  };
+  test::Fabric fabric(opts);
+  auto join = [&](const std::vector<int>& ranks, Ms wait) {
+    std::vector<std::optional<Result<std::uint32_t>>> results(2);
+    fabric.run_until(
+        [&] {
+          for (int me : ranks)
+            if (!results[static_cast<std::size_t>(me)]) results[static_cast<std::size_t>(me)] = fabric.engine(me).join_result();
+          return std::all_of(ranks.begin(), ranks.end(), [&](int me) { return results[static_cast<std::size_t>(me)].has_value(); });
+        },
+        wait);
+    return results;
+  };
+  for (int me : {0, 1}) fabric.engine(me).start_join(10, Ms(5'000));
+  auto first = join({0, 1}, Ms(5'000));
+  for (int me : {0, 1}) {
+    REQUIRE(first[static_cast<std::size_t>(me)]);
+    REQUIRE(*first[static_cast<std::size_t>(me)]);
+    CHECK(first[static_cast<std::size_t>(me)]->value() == 10);
+  }
+  fabric.run_until([] { return false; }, Ms(200));  // rank 0 resends its JOIN, unacknowledged
+  lose_join_acks = false;
+  fabric.settle();
+  // Rank 1's next session; rank 0 has no client that joins it.
+  fabric.engine(1).start_join(20, Ms(400));
+  auto second = join({1}, Ms(5'000));
+  REQUIRE(second[1]);
+  REQUIRE_FALSE(*second[1]);
+  CHECK(second[1]->error().code() == Errc::kTimeout);
+  CHECK_THAT(second[1]->error().message(), Catch::Contains("rank 0 (02:00:00:00:00:01) did not call the collective within 400 ms"));
+}
+
 TEST_CASE("a derived deadline does not cut an exchange that keeps making progress") {
   // The link rate is claimed a hundred times too high: the derived deadline (0.1 s + 0.7 s of
   // allowance) is far shorter than the exchange at its paced rate (1.4 s), which keeps

@@ -156,6 +156,8 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   newest_lingering_.resize(kSlots);
   peer_proposal_.resize(n);
   peer_owner_.assign(n, {});
+  peer_round_.assign(n, {});
+  spent_round_.assign(n, std::nullopt);
   join_acked_.assign(n, true);
   ethertype = config_.ethertype;
   my_mac = config_.peers[static_cast<std::size_t>(config_.rank)];

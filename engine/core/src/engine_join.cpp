@@ -8,6 +8,7 @@ namespace aapc::engine {
 void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadline, JoinOwner owner) {
   joining_ = true;
   owner_ = owner;
+  ++join_round_;
   join_left_.assign(config_.peers.size(), false);
   reopen_slot(kWorldSlot);  // a new session: this node starts the cluster's collectives again
   join_deadline_ = deadline;
@@ -27,11 +28,31 @@ void Engine::join_timers(Clock::time_point now) {
   for (std::size_t r = 0; r < config_.peers.size(); ++r) {
     if (join_acked_[r]) continue;
     all = false;
-    link_->send_control(static_cast<Rank>(r), FrameType::kJoin, owner_.job, proposal_, owner_.uid);
+    link_->send_control(static_cast<Rank>(r), FrameType::kJoin, owner_.job, proposal_, owner_.uid, join_round_);
   }
   join_sending_ = !all;
   join_retry_ = now + join_rto_;
   join_rto_ = std::min(join_rto_ * 2, config_.rto_max);
+}
+
+void Engine::spend_proposal(std::size_t peer) {
+  if (peer_proposal_[peer]) spent_round_[peer] = peer_round_[peer];
+  peer_proposal_[peer].reset();
+}
+
+// A JOIN's proposal, unless it is a copy of one spent already: a peer resends its JOIN until
+// we acknowledge it, and a copy that came after our join completed was taken for the peer's
+// next session. The next join then agreed without that peer (at 30% loss per port direction,
+// about once in 30 sessions): it started the session's first exchange while the peer's slot
+// was still closed, and the peer answered it with the ABORT of its ended session.
+void Engine::on_join(const Parsed& f) {
+  const auto s = static_cast<std::size_t>(f.src_rank);
+  link_->send_control(f.src_rank, FrameType::kAck, 0, f.h.seq, static_cast<std::uint32_t>(FrameType::kJoin));
+  const JoinRound round{f.h.epoch, f.h.block_len};
+  if (spent_round_[s] && spent_round_[s]->epoch == round.epoch && round.round <= spent_round_[s]->round) return;
+  peer_proposal_[s] = f.h.seq;
+  peer_owner_[s] = {f.h.aux, f.h.exchange};
+  peer_round_[s] = round;
 }
 
 // A peer that proposed for another owner fails the join at once, before we wait for anyone.
@@ -41,7 +62,7 @@ std::optional<Error> Engine::join_owner_mismatch() {
     const JoinOwner theirs = peer_owner_[r];
     // Their proposals are spent: the next join waits for new ones (the peers' next clients).
     for (std::size_t q = 0; q < peer_proposal_.size(); ++q)
-      if (peer_owner_[q] != owner_) peer_proposal_[q].reset();
+      if (peer_owner_[q] != owner_) spend_proposal(q);
     const std::string whose = theirs.uid != owner_.uid ? "another user (uid " + std::to_string(theirs.uid) + "; this one's is uid " + std::to_string(owner_.uid) + ")"
                                                        : "another job of uid " + std::to_string(theirs.uid) + " (its $AAPC_JOB or launcher's job differs)";
     return Error(Errc::kBusy, "rank " + std::to_string(r) + " (" + nic::mac_string(config_.peers[r]) + ") runs the collectives of " + whose +
@@ -91,7 +112,7 @@ std::optional<Result<std::uint32_t>> Engine::join_result() {
                                                            "called it yet)"));
   }
   joining_ = false;
-  for (auto& p : peer_proposal_) p.reset();
+  for (std::size_t r = 0; r < peer_proposal_.size(); ++r) spend_proposal(r);
   // A new session, agreed by everyone: earlier ABORTs are void. One of an id of this session
   // stays: a peer that finished the join first may already have refused its first collective.
   for (auto& by : aborted_by_)

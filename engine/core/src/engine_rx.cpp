@@ -145,7 +145,7 @@ void Engine::on_abort(const Parsed& f, Clock::time_point now) {
     const bool went_on = joining_ && peer_proposal_[s] && later_id(f.h.exchange, *peer_proposal_[s]);
     if (id_slot(f.h.exchange) == kWorldSlot && f.h.aux == static_cast<std::uint32_t>(Errc::kAborted) && f.h.seq == kAbortEndsSession &&
         !(joining_ && peer_proposal_[s] && peer_owner_[s] != owner_) && !went_on) {
-      peer_proposal_[s].reset();
+      spend_proposal(s);
       if (joining_) join_left_[s] = true;
     }
   } else {
@@ -177,9 +177,7 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
   }
   if (f.h.type == FrameType::kAck && f.h.aux == static_cast<std::uint32_t>(FrameType::kPing)) return;
   if (f.h.type == FrameType::kJoin) {
-    peer_proposal_[static_cast<std::size_t>(src)] = f.h.seq;
-    peer_owner_[static_cast<std::size_t>(src)] = {f.h.aux, f.h.exchange};
-    link_->send_control(src, FrameType::kAck, 0, f.h.seq, static_cast<std::uint32_t>(FrameType::kJoin));
+    on_join(f);
     return;
   }
   if (f.h.type == FrameType::kAck && f.h.aux == static_cast<std::uint32_t>(FrameType::kJoin)) {

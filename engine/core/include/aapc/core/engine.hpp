@@ -130,6 +130,7 @@ class Engine final : private ParseContext {
   void receive(Clock::time_point now);
   void handle(const Parsed& f, Clock::time_point now);
   void on_abort(const Parsed& f, Clock::time_point now);
+  void on_join(const Parsed& f);
   void on_ack_list(const Parsed& f, Clock::time_point now);
   void keep_early(const Parsed& f);
   void keep_early_data(const Parsed& f);
@@ -198,6 +199,17 @@ class Engine final : private ParseContext {
   std::vector<bool> join_left_;  // by peer: its session ended while we joined (its ABORT said so)
   std::vector<std::optional<std::uint32_t>> peer_proposal_;  // since our last join completed
   std::vector<JoinOwner> peer_owner_;                         // with each proposal
+  // Which JOIN a proposal came in: its sender's epoch and join round. A JOIN is resent until
+  // acknowledged, also after its sender's join completed: a copy that comes after our own join
+  // used or voided its proposal (spend_proposal) is not a new session's.
+  struct JoinRound {
+    std::uint32_t epoch = 0;
+    std::uint64_t round = 0;
+  };
+  std::uint64_t join_round_ = 0;                    // ours, one more for each start_join
+  std::vector<JoinRound> peer_round_;               // with each proposal
+  std::vector<std::optional<JoinRound>> spent_round_;  // by peer: the last JOIN spent here
+  void spend_proposal(std::size_t peer);
   std::vector<bool> join_acked_;
   bool join_sending_ = false;  // our JOIN still travels to someone
   void join_timers(Clock::time_point now);

@@ -20,7 +20,7 @@
 //   20     4   seq: DATA frame index; SYNC/ACK-of-SYNC sync id; NACK number of ranges;
 //               JOIN the proposed next exchange id
 //   24     8   block length in bytes (POLL, NACK, ACK of a block; READY: the block the
-//               sender of READY expects from the receiver)
+//               sender of READY expects from the receiver); JOIN: the sender's join round
 //   32     2   payload length
 //   34     2   chunk: payload bytes of every full DATA frame of a block
 //   36     4   aux: for ACK, the type acknowledged; for ABORT, a reason code
@@ -115,7 +115,8 @@ enum class FrameType : std::uint8_t {
   kAbort = 6,  // payload: reason text
   kPoll = 7,   // the sender of a block asks for its state (answered by ACK or NACK)
   kPing = 8,   // is the engine there (answered by ACK)
-  kJoin = 9,   // seq: the id this engine proposes for the next exchange of a new session
+  kJoin = 9,   // seq: the id this engine proposes for the next exchange of a new session;
+               // block length: the sender's join round (Engine::start_join)
 };
 inline constexpr int kFrameTypes = 10;
 std::string_view frame_type_name(FrameType type);
