@@ -19,7 +19,7 @@
 --   16     2   source rank                    aapc.src
 --   18     2   destination rank               aapc.dst
 --   20     4   seq                            aapc.seq
---   24     8   block length                   aapc.block_len
+--   24     8   block length (JOIN: join round) aapc.block_len
 --   32     2   payload length                 aapc.payload_len
 --   34     2   chunk                          aapc.chunk
 --   36     4   aux                            aapc.aux
@@ -292,7 +292,10 @@ function aapc.dissector(tvb, pinfo, tree)
   root:add(f.dst, tvb(18, 2))
   root:add(f.seq, tvb(20, 4))
   local aux_item
-  if not is_data then root:add(f.block_len, tvb(24, 8)) end
+  if not is_data then
+    local bl_item = root:add(f.block_len, tvb(24, 8))
+    if ftype == TYPE_JOIN then bl_item:append_text(" (JOIN: the sender's join round)") end
+  end
   local plen_item = root:add(f.payload_len, tvb(payload_at, 2))
   if not is_data then
     root:add(f.chunk, tvb(34, 2))
