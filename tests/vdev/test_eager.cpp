@@ -278,6 +278,21 @@ TEST_CASE("at most linger_max exchanges of a group linger, and the ended ones st
   fabric.inject(1, test::fabric_frame(h, 0, 1));
   fabric.settle(Ms(20));
   CHECK(fabric.engine(1).counters().frames_sent == sent_before + 1);  // its ACK
+  // So do a token and a READY resent because their ACKs were lost: the exchange had every
+  // token it waited for. (Unanswered, the sender, done and settling, resent them to a peer it
+  // heard from otherwise until its own linger time: 600 s in the test below.)
+  for (const auto type : {engine::FrameType::kSync, engine::FrameType::kReady}) {
+    INFO(engine::frame_type_name(type));
+    engine::Header c;
+    c.type = type;
+    c.exchange = ended;
+    c.epoch = fabric.engine(0).epoch();
+    c.seq = 0;
+    const std::uint64_t sent = fabric.engine(1).counters().frames_sent;
+    fabric.inject(1, test::fabric_frame(c, 0, 1));
+    fabric.settle(Ms(20));
+    CHECK(fabric.engine(1).counters().frames_sent == sent + 1);
+  }
 }
 
 TEST_CASE("with few exchanges lingering, tiny exchanges at 20% loss stay byte-exact") {

@@ -195,12 +195,7 @@ void Engine::handle(const Parsed& f, Clock::time_point now) {
   auto& by = aborted_by_[static_cast<std::size_t>(src)];
   if (auto ab = by.find(id_slot(f.h.exchange)); ab != by.end() && ab->second.active && later_id(f.h.exchange, ab->second.exchange)) ab->second.active = false;
   Exchange* ex = find(f.h.exchange);
-  if (ex == nullptr && f.h.type == FrameType::kPoll && std::find(done_ids_.begin(), done_ids_.end(), f.h.exchange) != done_ids_.end()) {
-    // At 30% loss the ACKs of a block could all be lost within the linger time;
-    // the exchange completed here, so every block of it arrived.
-    link_->send_control(src, FrameType::kAck, f.h.exchange, 0, static_cast<std::uint32_t>(FrameType::kData), f.h.block_len);
-    return;
-  }
+  if (ex == nullptr && answer_done(f)) return;
   if (ex == nullptr && answer_closed(f, now)) return;
   if (ex == nullptr) {
     const bool keep = f.h.type == FrameType::kReady || f.h.type == FrameType::kSync || f.h.type == FrameType::kData;
@@ -238,6 +233,21 @@ void Engine::note_left(Rank src, std::uint32_t id, const std::string& reason) {
   auto& left = left_[static_cast<std::size_t>(src)];
   if (auto it = left.find(slot); it != left.end() && !later_id(it->second.from, id)) return;  // it left before that already
   left[slot] = {id, reason};
+}
+
+// A poll, token or READY of an exchange that completed here and is forgotten (its linger over,
+// or linger_max later ones lingering): everything it waited for arrived, so each is answered
+// as received. At 30% loss every ACK of a block, token or READY can be lost within the linger
+// time, and the sender, done and settling, goes on resending to a peer that answers other
+// frames: it would give up only after its own linger time.
+bool Engine::answer_done(const Parsed& f) {
+  const FrameType t = f.h.type;
+  if (t != FrameType::kPoll && t != FrameType::kSync && t != FrameType::kReady) return false;
+  if (std::find(done_ids_.begin(), done_ids_.end(), f.h.exchange) == done_ids_.end()) return false;
+  const FrameType acked = t == FrameType::kPoll ? FrameType::kData : t;
+  link_->send_control(f.src_rank, FrameType::kAck, f.h.exchange, t == FrameType::kSync ? f.h.seq : 0, static_cast<std::uint32_t>(acked),
+                      t == FrameType::kPoll ? f.h.block_len : 0);
+  return true;
 }
 
 bool Engine::answer_closed(const Parsed& f, Clock::time_point now) {

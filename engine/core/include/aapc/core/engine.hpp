@@ -131,6 +131,7 @@ class Engine final : private ParseContext {
   void handle(const Parsed& f, Clock::time_point now);
   void on_abort(const Parsed& f, Clock::time_point now);
   void on_join(const Parsed& f);
+  bool answer_done(const Parsed& f);  // a frame of a completed, forgotten exchange: true when answered
   void on_ack_list(const Parsed& f, Clock::time_point now);
   void keep_early(const Parsed& f);
   void keep_early_data(const Parsed& f);
