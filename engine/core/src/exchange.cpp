@@ -264,8 +264,8 @@ void Exchange::send_abort(Rank to) {
 // (our PINGs' ACKs, a failed exchange's ACKs of its READY and polls) as if we were still in the
 // exchange, until its own stall deadline (15 s at 30% loss). Any frame of this exchange from a
 // member says it has not heard, and gets the ABORT again, at most once per RTO.
-void Exchange::remind(Rank src, Clock::time_point now) {
-  if (state_ != ExchangeState::kFailed || !member(src) || src == link_.rank()) return;
+void Exchange::abort_again(Rank src, Clock::time_point now) {
+  if (!member(src) || src == link_.rank()) return;
   Clock::time_point& told = told_at_[idx(src)];
   if (now - told < link_.config().rto) return;
   told = now;

@@ -114,7 +114,10 @@ class Exchange {
   void fail(Errc code, const std::string& message, Rank peer, Clock::time_point now, bool tell = true);
   // A frame of this exchange from member `src` after it failed here: `src` missed our ABORT,
   // which it gets again (at most once per RTO).
-  void remind(Rank src, Clock::time_point now);
+  // (Called for every frame of the exchange: the test stays inline.)
+  void remind(Rank src, Clock::time_point now) {
+    if (state_ == ExchangeState::kFailed) abort_again(src, now);
+  }
 
   // Frames for this exchange (already validated by parse()).
   void on_data(const Parsed& f, Clock::time_point now);
@@ -198,6 +201,7 @@ class Exchange {
   void send_pending(Pending& p, Clock::time_point now);
   // Our ABORT to member `to`: the failure's code and reason (fail, remind).
   void send_abort(Rank to);
+  void abort_again(Rank src, Clock::time_point now);  // remind's work, once failed
   // Our READY to `src` (posted once, resent until acknowledged; sent again if asked again).
   void post_ready(Rank src, Clock::time_point now);
   // A round may send to `dst` only once its READY came, unless the block is eager.
