@@ -3,10 +3,13 @@
  * followed by a barrier, averaged ("seconds"); and the call alone ("call_seconds", below). Rank
  * 0 prints one JSON line per size.
  *
- *   mpi-alltoall [--check] [--split K] [--persistent] SIZE:ITERS [SIZE:ITERS ...]
+ *   mpi-alltoall [--check] [--split K] [--persistent] [--alltoallv] SIZE:ITERS [SIZE:ITERS ...]
  *
  * --persistent: MPI-4's persistent all-to-all (Open MPI 4.1: MPIX_Alltoall_init), initialized
  * once per size and then started (MPI_Start, MPI_Wait) for the warm-up and every iteration.
+ *
+ * --alltoallv: MPI_Alltoallv (or its persistent init) with SIZE bytes for every pair, as
+ * programs that know only their own counts call it.
  *
  * --split K: the world is cut into K communicators of consecutive ranks (MPI_Comm_split), each
  * on its own machines when the ranks are placed machine by machine, and each runs its
@@ -16,8 +19,10 @@
 #if defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h>
 #define ALLTOALL_INIT MPIX_Alltoall_init
+#define ALLTOALLV_INIT MPIX_Alltoallv_init
 #else
 #define ALLTOALL_INIT MPI_Alltoall_init
+#define ALLTOALLV_INIT MPI_Alltoallv_init
 #endif
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,10 +40,14 @@ static void finalize_hung(int sig) {
 /* Never 0 (the cleared buffer) and different from one iteration to the next. */
 static unsigned char stamp(int src, int dst, int iter) { return (unsigned char)(1 + (aapc_pattern(src, dst, 0, 0) + iter) % 255); }
 
+/* An MPI_Alltoallv's counts and displacements: `size` bytes for each of `n` ranks. */
+static int *counts, *displs;
+
 /* One all-to-all: the blocking call, or a start of the persistent one. */
 static void exchange(MPI_Request* persistent, unsigned char* send, unsigned char* recv, size_t size, MPI_Comm comm) {
   if (*persistent == MPI_REQUEST_NULL) {
-    MPI_Alltoall(send, (int)size, MPI_BYTE, recv, (int)size, MPI_BYTE, comm);
+    if (counts != NULL) MPI_Alltoallv(send, counts, displs, MPI_BYTE, recv, counts, displs, MPI_BYTE, comm);
+    else MPI_Alltoall(send, (int)size, MPI_BYTE, recv, (int)size, MPI_BYTE, comm);
     return;
   }
   MPI_Start(persistent);
@@ -59,7 +68,7 @@ static int finish(void) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  int me = 0, n = 0, check = 0, world_me = 0, world_n = 0, parts = 1, persistent = 0;
+  int me = 0, n = 0, check = 0, world_me = 0, world_n = 0, parts = 1, persistent = 0, vector = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_me);
   MPI_Comm_size(MPI_COMM_WORLD, &world_n);
   MPI_Comm comm = MPI_COMM_WORLD;
@@ -67,11 +76,12 @@ int main(int argc, char** argv) {
     if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
       if (world_me == 0)
         printf("mpi-alltoall: MPI_Alltoall timed as in the papers (warm-up, then an exchange and a barrier per iteration)\n"
-               "usage: mpi-alltoall [--check] [--split K] [--persistent] SIZE:ITERS [SIZE:ITERS ...]\n"
+               "usage: mpi-alltoall [--check] [--split K] [--persistent] [--alltoallv] SIZE:ITERS [SIZE:ITERS ...]\n"
                "  SIZE:ITERS  bytes per rank pair, and timed iterations; rank 0 prints one JSON line per size\n"
                "  --check     validate every received byte\n"
                "  --split K   K communicators of consecutive ranks, each exchanging at once (the slowest is printed)\n"
-               "  --persistent  MPI_Alltoall_init once per size, then MPI_Start and MPI_Wait per exchange\n");
+               "  --persistent  MPI_Alltoall_init once per size, then MPI_Start and MPI_Wait per exchange\n"
+               "  --alltoallv   MPI_Alltoallv (with --persistent its init) with SIZE bytes for every pair\n");
       return finish();
     }
     if (strcmp(argv[a], "--check") == 0) {
@@ -80,6 +90,10 @@ int main(int argc, char** argv) {
     }
     if (strcmp(argv[a], "--persistent") == 0) {
       persistent = 1;
+      continue;
+    }
+    if (strcmp(argv[a], "--alltoallv") == 0) {
+      vector = 1;
       continue;
     }
     if (strcmp(argv[a], "--split") == 0) {
@@ -105,8 +119,15 @@ int main(int argc, char** argv) {
     if (send == NULL || recv == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
     for (int d = 0; d < n; ++d)
       for (size_t k = 0; k < size; ++k) send[(size_t)d * size + k] = aapc_pattern(me, d, 0, k);
+    if (vector) {
+      counts = malloc(2 * (size_t)n * sizeof(int));
+      if (counts == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+      displs = counts + n;
+      for (int d = 0; d < n; ++d) counts[d] = (int)size, displs[d] = (int)((size_t)d * size);
+    }
     MPI_Request request = MPI_REQUEST_NULL;
-    if (persistent) ALLTOALL_INIT(send, (int)size, MPI_BYTE, recv, (int)size, MPI_BYTE, comm, MPI_INFO_NULL, &request);
+    if (persistent && vector) ALLTOALLV_INIT(send, counts, displs, MPI_BYTE, recv, counts, displs, MPI_BYTE, comm, MPI_INFO_NULL, &request);
+    else if (persistent) ALLTOALL_INIT(send, (int)size, MPI_BYTE, recv, (int)size, MPI_BYTE, comm, MPI_INFO_NULL, &request);
     for (int w = 0; w < 2; ++w) exchange(&request, send, recv, size, comm);
     /* The check must see the timed exchanges' data, not the warm-up's: the receive buffer is
      * cleared, and every iteration stamps the first byte of each block with its number. */
@@ -145,13 +166,16 @@ int main(int argc, char** argv) {
     int all_ok = 0;
     MPI_Reduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, 0, MPI_COMM_WORLD);
     if (world_me == 0) {
-      printf("{\"size\": %zu, \"iters\": %d, \"parts\": %d, \"ranks\": %d, \"persistent\": %s, \"seconds\": %.9f, \"call_seconds\": %.9f, "
-             "\"checked\": %s, \"check_ok\": %s}\n",
-             size, iters, parts, n, persistent ? "true" : "false", seconds, call_seconds, check ? "true" : "false", all_ok ? "true" : "false");
+      printf("{\"size\": %zu, \"iters\": %d, \"parts\": %d, \"ranks\": %d, \"persistent\": %s, \"alltoallv\": %s, \"seconds\": %.9f, "
+             "\"call_seconds\": %.9f, \"checked\": %s, \"check_ok\": %s}\n",
+             size, iters, parts, n, persistent ? "true" : "false", vector ? "true" : "false", seconds, call_seconds, check ? "true" : "false",
+             all_ok ? "true" : "false");
       fflush(stdout);
     }
     free(send);
     free(recv);
+    free(counts);
+    counts = displs = NULL;
   }
   return finish();
 }
