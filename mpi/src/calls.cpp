@@ -1,10 +1,12 @@
 // The MPI entry points of the all-to-alls (MPI_Alltoall(v) and MPI_Ialltoall(v), by way of
 // entry.cpp): each call goes through aapc or to the MPI's own, as its communicator's plan says
 // (plan.cpp), and becomes an op (op.cpp) where the library takes it.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "op.hpp"
@@ -24,9 +26,70 @@ struct Call {
   // Its blocks by rank, made only where the library takes the call (small calls are many).
   std::function<void(Call&)> make_sides;
   Side send, recv;
+  // An MPI_Alltoallv's: the most bytes any rank of the communicator sends to one machine, once
+  // its ranks have agreed on it (each knows only its own counts); a persistent one's is kept
+  // from its first start (`kept`).
+  std::optional<std::uint64_t> agreed;
+  std::shared_ptr<std::optional<std::uint64_t>> kept;
+  void agree(std::uint64_t most) {
+    agreed = most;
+    if (kept) *kept = most;
+  }
 
-  bool through_aapc(const Plan& p) const { return p.aapc && !(alltoall && too_small(p, block)); }
+  // An alltoallv whose size decides the way (AAPC_MPI_MIN_BLOCK above 0) needs its ranks'
+  // agreement first (Op::Stage::kAgree).
+  bool needs_agreement(const Plan& p) const { return !alltoall && p.aapc && min_block() > 0 && !agreed; }
+  bool through_aapc(const Plan& p) const {
+    if (!p.aapc) return false;
+    return alltoall ? !too_small(p, block) : !agreed || !too_small_v(p, *agreed);
+  }
 };
+
+// The most bytes this rank's blocks of `c` take to one machine of `p`: what it brings to the
+// agreement of an alltoallv.
+std::uint64_t most_to_a_machine(const Plan& p, const Call& c) {
+  const Side& send = c.sbuf == MPI_IN_PLACE ? c.recv : c.send;  // in place, the send type may be anything
+  MPI_Count type_size = 0;
+  PMPI_Type_size_x(send.type, &type_size);
+  std::vector<std::uint64_t> to(static_cast<std::size_t>(p.place.machines()), 0);
+  for (std::size_t r = 0; r < send.counts.size() && r < p.place.machine_of.size(); ++r)
+    to[static_cast<std::size_t>(p.place.machine_of[r])] += static_cast<std::uint64_t>(send.counts[r]) * static_cast<std::uint64_t>(type_size);
+  return to.empty() ? 0 : *std::max_element(to.begin(), to.end());
+}
+
+// Starts `o` (its plan made, and no earlier call of the plan undecided) as its plan says:
+// through aapc, or the MPI's own on the plan's duplicate. An alltoallv that needs its ranks'
+// agreement starts that first (Stage::kAgree, an MPI_Iallreduce on the duplicate), and comes
+// back here once it is over. Calls are decided in call order, so every rank starts its
+// collectives on the duplicate in the same order.
+void decide(Op& o, Call& c) {
+  const Plan& made = *o.plan;
+  if (c.needs_agreement(made)) {
+    o.agree_mine = most_to_a_machine(made, c);
+    o.reqs.emplace_back();
+    if (const int rc = PMPI_Iallreduce(&o.agree_mine, &o.agree_all, 1, MPI_UINT64_T, MPI_MAX, made.own(o.comm), &o.reqs.back()); rc != MPI_SUCCESS) {
+      o.reqs.clear();
+      mpis_own_failed(o, rc);
+      o.stage = Op::Stage::kDone;
+      return;
+    }
+    o.stage = Op::Stage::kAgree;
+    o.later = [c = std::move(c)](Op& again) mutable {
+      c.agree(again.agree_all);
+      decide(again, c);
+    };
+    return;
+  }
+  if (c.through_aapc(made)) return start_op(o, std::move(c.send), std::move(c.recv));
+  o.reqs.emplace_back();
+  if (const int rc = c.mpi(made.own(o.comm), c.stype, c.rtype, &o.reqs.back()); rc != MPI_SUCCESS) {
+    o.reqs.clear();
+    mpis_own_failed(o, rc);
+    o.stage = Op::Stage::kDone;
+    return;
+  }
+  o.stage = Op::Stage::kMpi;
+}
 
 // Whether calls on the plan's communicator start at once: it is ready, and no earlier call
 // waits for it. Once so, so until the communicator goes (its calls come one at a time).
@@ -38,10 +101,21 @@ bool settled(const Plan& p) {
 // A call on `comm`: the MPI's own at once where its plan is ready, no earlier call waits for it
 // and aapc does not carry it (on the plan's duplicate of `comm`, or on `comm` itself where the
 // plan has none, whose errors return: a failure goes to `comm`'s error handler). Else an op:
-// through aapc at once, or waiting for the plan (Stage::kPlan) and then started as the plan
-// says, after the calls that waited before it.
+// through aapc at once, or waiting for the plan and the calls before it (Stage::kPlan), and
+// for an alltoallv's agreement (Stage::kAgree), then started as the plan says (decide()).
 int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
-  const bool now = settled(p);
+  // A blocking call with nothing before it agrees at once, blocking: Open MPI's blocking
+  // allreduce and alltoallv took half the time of its nonblocking ones at 8 B.
+  if (request == nullptr && c.needs_agreement(p) && settled(p)) {
+    c.make_sides(c);
+    std::uint64_t mine = most_to_a_machine(p, c), most = 0;
+    if (const int rc = PMPI_Allreduce(&mine, &most, 1, MPI_UINT64_T, MPI_MAX, p.own(comm)); rc != MPI_SUCCESS) {
+      if (p.own(comm) != comm) PMPI_Comm_call_errhandler(comm, rc);
+      return rc;
+    }
+    c.agree(most);
+  }
+  const bool now = settled(p) && !c.needs_agreement(p);
   if (now && !c.through_aapc(p)) {
     const int rc = c.mpi(p.own(comm), c.stype, c.rtype, request);
     if (rc != MPI_SUCCESS && p.own(comm) != comm) PMPI_Comm_call_errhandler(comm, rc);
@@ -52,7 +126,7 @@ int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
     if (c.sbuf != MPI_IN_PLACE) c.stype = hold_type(c.stype, op->held);
     c.rtype = hold_type(c.rtype, op->held);
   }
-  c.make_sides(c);
+  if (c.send.counts.empty()) c.make_sides(c);
   op->comm = comm;
   op->plan = &p;
   op->alltoall = c.alltoall;
@@ -63,31 +137,21 @@ int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
   } else {
     ++p.waiting;
     op->stage = Op::Stage::kPlan;
-    op->later = [c = std::move(c)](Op& o) mutable {
-      const Plan& made = *o.plan;
-      if (c.through_aapc(made)) return start_op(o, std::move(c.send), std::move(c.recv));
-      o.reqs.emplace_back();
-      if (const int rc = c.mpi(made.own(o.comm), c.stype, c.rtype, &o.reqs.back()); rc != MPI_SUCCESS) {
-        o.reqs.clear();
-        mpis_own_failed(o, rc);
-        o.stage = Op::Stage::kDone;
-        return;
-      }
-      o.stage = Op::Stage::kMpi;
-    };
+    op->later = [c = std::move(c)](Op& o) mutable { decide(o, c); };
+    advance_op(*op);  // an agreement starts in the call, where the plan is made and no call before it waits
   }
   hold.unlock();
   return carry(std::move(op), request);
 }
 
-
 }  // namespace
 
 int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts, const int* rdispls,
-              MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request) {
+              MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request, const std::shared_ptr<std::optional<std::uint64_t>>& agreed) {
   Plan& p = plan_of(comm);
   Call c;
   c.sbuf = sbuf, c.stype = stype, c.rtype = rtype;
+  if (agreed) c.agreed = *agreed, c.kept = agreed;
   c.mpi = [=](MPI_Comm on, MPI_Datatype st, MPI_Datatype rt, MPI_Request* r) {
     return r != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on, r)
                         : PMPI_Alltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on);

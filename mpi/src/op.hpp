@@ -49,6 +49,7 @@ class ByteType {
 struct Op {
   enum class Stage {
     kPlan,       // waits for its plan to be made; then `later` starts it as the plan says
+    kAgree,      // an alltoallv's ranks agree on its size (reqs[0], calls.cpp); then `later` starts it
     kMpi,        // the MPI's own all-to-all on the plan's duplicate communicator (reqs[0])
     kCounts,     // leader: the local ranks' descriptions of their blocks are coming (describe())
     kGather,     // leader: the local ranks' blocks are coming into staging
@@ -65,7 +66,8 @@ struct Op {
   };
   MPI_Comm comm = MPI_COMM_NULL;
   Plan* plan = nullptr;
-  std::function<void(Op&)> later;  // Stage::kPlan's
+  std::function<void(Op&)> later;  // Stage::kPlan's and Stage::kAgree's
+  std::uint64_t agree_mine = 0, agree_all = 0;  // Stage::kAgree's: this rank's figure, and the most of all ranks'
   bool alltoall = false;
   std::uint32_t call = 0;  // the plan's count of carried calls: tags this call's messages
   Side recv;
@@ -106,7 +108,7 @@ struct Op {
   // MPI's own hand-overs need).
   // The plan's messages and the MPI's own all-to-all move only inside MPI calls: spun for.
   bool may_nap() const {
-    if (stage == Stage::kPlan || stage == Stage::kMpi) return false;
+    if (stage == Stage::kPlan || stage == Stage::kAgree || stage == Stage::kMpi) return false;
     return plan->single_copy || stage == Stage::kExchange || stage == Stage::kStatus;
   }
   // Whether the progress thread may take it a step on: a detached single-copy op of a leader,
@@ -132,6 +134,8 @@ void mpis_own_failed(Op& op, int rc);
 // An MPI_Alltoall whose machine-level blocks are smaller than AAPC_MPI_MIN_BLOCK bytes runs
 // the MPI's own (op.cpp says why).
 bool too_small(const Plan& p, std::uint64_t rank_block);
+// ... and an MPI_Alltoallv whose ranks send at most `most_to_a_machine` bytes to one machine.
+bool too_small_v(const Plan& p, std::uint64_t most_to_a_machine);
 
 // --- datatypes.cpp
 

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "plan.hpp"
@@ -71,8 +72,10 @@ int alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, MPI
   const bool in_place = sbuf == MPI_IN_PLACE;
   auto sc = keep(in_place ? rcounts : scounts), sd = keep(in_place ? rdispls : sdispls), rc = keep(rcounts), rd = keep(rdispls);
   plan_of(comm);
+  auto agreed = std::make_shared<std::optional<std::uint64_t>>();  // by the first start, for all
   return make(
-      [=](MPI_Request* r) { return alltoallv(sbuf, sc->data(), sd->data(), stype, rbuf, rc->data(), rd->data(), rtype, comm, r); }, request);
+      [=](MPI_Request* r) { return alltoallv(sbuf, sc->data(), sd->data(), stype, rbuf, rc->data(), rd->data(), rtype, comm, r, agreed); },
+      request);
 }
 
 int start(MPI_Request* request) {

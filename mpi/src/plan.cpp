@@ -171,8 +171,8 @@ void say(const Plan& p, int size) {
   if (p.aapc) {
     const std::size_t lo = p.fewest, hi = p.most;
     std::fprintf(stderr,
-                 "aapc-mpi: %s (%d ranks on %d machines, %zu-%zu per machine): all-to-all through aapc (MPI_Alltoall of machine-level "
-                 "blocks under %llu bytes: the MPI's own); hand-overs between a machine's ranks: %s\n",
+                 "aapc-mpi: %s (%d ranks on %d machines, %zu-%zu per machine): all-to-all through aapc (all-to-alls of machine-level "
+                 "blocks under %llu bytes: the MPI's own; an alltoallv's ranks agree on its largest first); hand-overs between a machine's ranks: %s\n",
                  what, size, p.place.machines(), lo, hi, static_cast<unsigned long long>(min_block()),
                  p.single_copy_everywhere ? "single copy (process_vm_readv)" : "through the MPI on some machines (AAPC_MPI_HANDOVER=mpi, or the kernel refused single copy)");
   } else {

@@ -45,7 +45,7 @@ struct Plan {
   // it late). Null where the plan needed no messages (an intercommunicator, one rank).
   MPI_Comm dup = MPI_COMM_NULL;
   MPI_Comm own(MPI_Comm comm) const { return dup != MPI_COMM_NULL ? dup : comm; }
-  int waiting = 0;  // calls that wait for the plan (Op::Stage::kPlan)
+  int waiting = 0;  // calls that wait for the plan, the calls before them, or an agreement (Op::Stage::kPlan, kAgree)
   // The communicator's machines are numbered 0..M-1 by their cluster ranks, `members`.
   Placement place;
   std::vector<int> members;  // cluster rank of each of the communicator's machines, increasing
@@ -140,8 +140,11 @@ int raise(MPI_Comm comm, const std::string& message);
 // `request`, MPI_Ialltoall and MPI_Ialltoallv.
 int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm,
              MPI_Request* request = nullptr);
+// `agreed`: a persistent alltoallv's size, agreed by its ranks at its first start and kept
+// for the others (its counts do not change).
 int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts, const int* rdispls,
-              MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request = nullptr);
+              MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request = nullptr,
+              const std::shared_ptr<std::optional<std::uint64_t>>& agreed = nullptr);
 
 // MPI_Alltoallw, blocking: packed, carried as alltoallv of bytes, unpacked (alltoallw.cpp).
 int alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes, void* rbuf, const int* rcounts,
