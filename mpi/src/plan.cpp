@@ -461,6 +461,14 @@ std::uint64_t min_block() {
   return least;
 }
 
+void announce_small(Plan& p) {
+  if (p.handed || !p.aapc) return;
+  p.handed = true;
+  if (env_on("AAPC_MPI_VERBOSE") && p.rank == 0)
+    std::fprintf(stderr, "aapc-mpi: %s: its first all-to-all under AAPC_MPI_MIN_BLOCK (%llu bytes) ran the MPI's own\n", p.name.c_str(),
+                 static_cast<unsigned long long>(min_block()));
+}
+
 void announce_first(const Plan& p) {
   if (env_on("AAPC_MPI_VERBOSE") && p.rank == 0)
     std::fprintf(stderr, "aapc-mpi: %s: its first all-to-all was carried by aapc (%d machines)\n", p.name.c_str(), p.place.machines());

@@ -76,6 +76,7 @@ struct Plan {
   // daemons pair a group's exchanges by the order in which they start.
   std::deque<Op*> to_start;
   bool carried = false;  // an all-to-all of it went through aapc
+  bool handed = false;   // ... one went to the MPI's own by AAPC_MPI_MIN_BLOCK
   std::uint32_t calls = 0;  // all-to-alls carried so far: the same count on every rank
   int ops = 0;              // its calls in flight (Op): the plan outlives its communicator until 0
   bool doomed = false;      // its communicator was freed
@@ -123,6 +124,8 @@ std::uint64_t min_block();
 // With AAPC_MPI_VERBOSE, rank 0 of the plan's communicator says that aapc carried its first
 // all-to-all.
 void announce_first(const Plan& p);
+// ... and, once, that one of its all-to-alls was too small for aapc (AAPC_MPI_MIN_BLOCK).
+void announce_small(Plan& p);
 
 // The MPI's words for its error code `rc`.
 std::string mpi_words(int rc);

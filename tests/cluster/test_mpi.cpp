@@ -293,6 +293,7 @@ TEST_CASE("tiny alltoallvs run the MPI's own and one rank's large block sends ev
         CHECK(r.text.find("HUNG") == std::string::npos);
         CHECK(r.text.find("2 rounds, all results ok") != std::string::npos);
         CHECK_FALSE(carried(r, "tiny-v"));
+        CHECK(r.text.find("tiny-v: its first all-to-all under AAPC_MPI_MIN_BLOCK (8192 bytes) ran the MPI's own") != std::string::npos);
         CHECK(carried(r, "one-large-v"));
         CHECK(carried(r, "mixed"));
       },
@@ -346,6 +347,7 @@ TEST_CASE("by default small all-to-alls run the MPI's own, large ones aapc; both
   INFO(r.text);
   CHECK(r.status == 0);
   CHECK(r.text.find("blocks under 8192 bytes: the MPI's own") != std::string::npos);
+  CHECK(r.text.find("MPI_COMM_WORLD: its first all-to-all under AAPC_MPI_MIN_BLOCK (8192 bytes) ran the MPI's own") != std::string::npos);
   CHECK(r.text.find(kCarried) != std::string::npos);  // the 64 KiB ones
   CHECK(r.text.find("\"size\": 1024") != std::string::npos);
   CHECK(r.text.find("\"check_ok\": false") == std::string::npos);
