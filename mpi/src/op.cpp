@@ -277,8 +277,8 @@ bool too_small(const Plan& p, std::uint64_t rank_block) {
 // An MPI_Alltoallv by the same measure: its ranks agree on the most bytes any of them sends to
 // one machine (calls.cpp, decide()), and a machine holds at least `fewest` such senders. For
 // an alltoallv of equal counts this is the rule above. Without it, a program of many tiny
-// alltoallvs ran each through the daemons: mpi4py's vector tests at ppn 1 3.3x slower than
-// Open MPI alone, and at ppn 2 past 600 s.
+// alltoallvs ran each through the daemons: an 8 B call took 3.6x Open MPI's time at ppn 1, and
+// mpi4py's test_cco_nb_vec 239 s against Open MPI's 141 s (docs/mpi.md).
 bool too_small_v(const Plan& p, std::uint64_t most_to_a_machine) { return p.fewest * most_to_a_machine < min_block(); }
 
 namespace {
