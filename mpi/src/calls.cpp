@@ -57,6 +57,16 @@ std::uint64_t most_to_a_machine(const Plan& p, const Call& c) {
   return to.empty() ? 0 : *std::max_element(to.begin(), to.end());
 }
 
+// Whether the MPI call that returned `rc` started the op's request (reqs.back()); if not, the
+// op fails with the MPI's words and is over.
+bool started(Op& o, int rc) {
+  if (rc == MPI_SUCCESS) return true;
+  o.reqs.clear();
+  mpis_own_failed(o, rc);
+  o.stage = Op::Stage::kDone;
+  return false;
+}
+
 // Starts `o` (its plan made, and no earlier call of the plan undecided) as its plan says:
 // through aapc, or the MPI's own on the plan's duplicate. An alltoallv that needs its ranks'
 // agreement starts that first (Stage::kAgree, an MPI_Iallreduce on the duplicate), and comes
@@ -67,12 +77,7 @@ void decide(Op& o, Call& c) {
   if (c.needs_agreement(made)) {
     o.agree_mine = most_to_a_machine(made, c);
     o.reqs.emplace_back();
-    if (const int rc = PMPI_Iallreduce(&o.agree_mine, &o.agree_all, 1, MPI_UINT64_T, MPI_MAX, made.own(o.comm), &o.reqs.back()); rc != MPI_SUCCESS) {
-      o.reqs.clear();
-      mpis_own_failed(o, rc);
-      o.stage = Op::Stage::kDone;
-      return;
-    }
+    if (!started(o, PMPI_Iallreduce(&o.agree_mine, &o.agree_all, 1, MPI_UINT64_T, MPI_MAX, made.own(o.comm), &o.reqs.back()))) return;
     o.stage = Op::Stage::kAgree;
     o.later = [c = std::move(c)](Op& again) mutable {
       c.agree(again.agree_all);
@@ -83,13 +88,7 @@ void decide(Op& o, Call& c) {
   if (c.through_aapc(made)) return start_op(o, std::move(c.send), std::move(c.recv));
   announce_small(*o.plan);
   o.reqs.emplace_back();
-  if (const int rc = c.mpi(made.own(o.comm), c.stype, c.rtype, &o.reqs.back()); rc != MPI_SUCCESS) {
-    o.reqs.clear();
-    mpis_own_failed(o, rc);
-    o.stage = Op::Stage::kDone;
-    return;
-  }
-  o.stage = Op::Stage::kMpi;
+  if (started(o, c.mpi(made.own(o.comm), c.stype, c.rtype, &o.reqs.back()))) o.stage = Op::Stage::kMpi;
 }
 
 // Whether calls on the plan's communicator start at once: it is ready, and no earlier call
