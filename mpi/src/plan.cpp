@@ -171,12 +171,11 @@ void say(const Plan& p, int size) {
   if (p.aapc) {
     const std::size_t lo = p.fewest, hi = p.most;
     // AAPC_MPI_MIN_BLOCK=0: every call through aapc, and no alltoallv agrees on its size first.
-    char small[160] = "every all-to-all, however small";
-    if (min_block() > 0)
-      std::snprintf(small, sizeof small, "all-to-alls of machine-level blocks under %llu bytes: the MPI's own; an alltoallv's ranks agree on its largest first",
-                    static_cast<unsigned long long>(min_block()));
+    const std::string small = min_block() == 0 ? "every all-to-all, however small"
+                                               : "all-to-alls of machine-level blocks under " + std::to_string(min_block()) +
+                                                     " bytes: the MPI's own; an alltoallv's ranks agree on its largest first";
     std::fprintf(stderr, "aapc-mpi: %s (%d ranks on %d machines, %zu-%zu per machine): all-to-all through aapc (%s); hand-overs between a machine's ranks: %s\n",
-                 what, size, p.place.machines(), lo, hi, small,
+                 what, size, p.place.machines(), lo, hi, small.c_str(),
                  p.single_copy_everywhere ? "single copy (process_vm_readv)" : "through the MPI on some machines (AAPC_MPI_HANDOVER=mpi, or the kernel refused single copy)");
   } else {
     std::fprintf(stderr, "aapc-mpi: %s (%d ranks): the MPI's own all-to-all, because %s\n", what, size, p.why.c_str());
