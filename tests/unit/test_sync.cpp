@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "aapc/sched/algorithms.hpp"
@@ -87,6 +89,70 @@ TEST_CASE("no redundant synchronisation survives, for every pair-wise variant on
       }
     }
   }
+}
+
+namespace {
+
+bool same_rounds(const Round& a, const Round& b) {
+  auto key = [](const Round& r) {
+    std::vector<std::pair<Rank, int>> sends;
+    for (const Send& x : r.sends) sends.emplace_back(x.dst, x.phase);
+    return std::tuple(sends, r.dummy, r.waits, r.emits);
+  };
+  return key(a) == key(b);
+}
+
+bool same_sync(const Sync& a, const Sync& b) {
+  return std::tie(a.id, a.from, a.to, a.trigger, a.from_round, a.after_src, a.to_round) ==
+         std::tie(b.id, b.from, b.to, b.trigger, b.from_round, b.after_src, b.to_round);
+}
+
+}  // namespace
+
+TEST_CASE("a node's part of a plan is that node's program and tokens of the whole plan, for every variant") {
+  std::mt19937_64 rng(7);
+  std::vector<Topology> trees{load_topology(aapc::test::topology_path("12-three-level")), load_topology(aapc::test::topology_path("8-two-switch"))};
+  for (int trial = 0; trial < 6; ++trial) {
+    RandomTreeOptions o;
+    o.machines = 4 + trial * 3;
+    o.switches = 1 + trial % 4;
+    trees.push_back(random_tree(o, rng));
+  }
+  for (const Topology& t : trees) {
+    for (const std::string& name : SyncSpec::names()) {
+      for (const Algorithm a : {Algorithm::kTree, Algorithm::kBruck}) {
+        const SyncSpec spec = *SyncSpec::parse(name);
+        const Schedule base = make_schedule(t, {a, 0});
+        if (base.combining() && spec.kind != SyncKind::kNone) continue;
+        const Schedule whole = plan_sync(t, base, spec);
+        CHECK(whole.part == -1);
+        CHECK(whole.sync_total() == whole.syncs.size());
+        for (Rank me = 0; me < t.machine_count(); ++me) {
+          INFO(t.machine_count() << " machines, " << base.algorithm << "+" << name << ", node " << me);
+          const Schedule part = plan_sync_part(t, base, spec, me);
+          REQUIRE(part.part == me);
+          CHECK(part.sync_total() == whole.syncs.size());
+          CHECK(part.sync_stats.tokens == whole.sync_stats.tokens);
+          CHECK(part.sync_stats.local_waits == whole.sync_stats.local_waits);
+          CHECK(part.phases.size() == whole.phases.size());
+          const Program& mine = part.programs.at(static_cast<std::size_t>(me));
+          const Program& theirs = whole.programs.at(static_cast<std::size_t>(me));
+          REQUIRE(mine.rounds.size() == theirs.rounds.size());
+          for (std::size_t r = 0; r < mine.rounds.size(); ++r) CHECK(same_rounds(mine.rounds[r], theirs.rounds[r]));
+          CHECK(mine.on_receive == theirs.on_receive);
+          if (whole.combining()) CHECK(part.combine.at(static_cast<std::size_t>(me)).size() == whole.combine.at(static_cast<std::size_t>(me)).size());
+          std::vector<Sync> touching;
+          for (const Sync& y : whole.syncs)
+            if (y.from == me || y.to == me) touching.push_back(y);
+          REQUIRE(part.syncs.size() == touching.size());
+          for (std::size_t i = 0; i < touching.size(); ++i) CHECK(same_sync(part.syncs[i], touching[i]));
+          for (Rank other = 0; other < t.machine_count(); ++other)
+            if (other != me) CHECK(part.programs.at(static_cast<std::size_t>(other)).rounds.empty());
+        }
+      }
+    }
+  }
+  CHECK_THROWS_AS(plan_sync_part(trees.front(), tree_of(trees.front()), {SyncKind::kSenderAll, 1}, 12), std::invalid_argument);
 }
 
 TEST_CASE("receiver-based tokens come from the receiver after the receipt") {

@@ -50,7 +50,7 @@ ExchangeSpec exchange_spec(const sched::Schedule& schedule, Rank me, std::uint32
   ExchangeSpec spec;
   spec.id = id;
   spec.program = schedule.programs.at(static_cast<std::size_t>(me));
-  spec.sync_count = static_cast<std::uint32_t>(schedule.syncs.size());
+  spec.sync_count = static_cast<std::uint32_t>(schedule.sync_total());
   for (const auto& s : schedule.syncs) {
     if (s.from == me) spec.sync_targets.emplace_back(s.id, s.to);
     if (s.to == me && s.from != me) spec.sync_sources.emplace_back(s.id, s.from);

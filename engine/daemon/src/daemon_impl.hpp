@@ -84,7 +84,8 @@ struct TreeSchedules {
       : topo(std::move(tree)), model(topo), barrier_radix(radix), max_plans(plans) {}
   TreeSchedules(const TreeSchedules&) = delete;
   TreeSchedules& operator=(const TreeSchedules&) = delete;
-  std::shared_ptr<const sched::Schedule> schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync);
+  // `me`: this node's rank in `topo`; the same in every call.
+  std::shared_ptr<const sched::Schedule> schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync, sched::Rank me);
   std::shared_ptr<const sched::Schedule> barrier();
   sched::Topology topo;
   sched::TreeModel model;

@@ -16,7 +16,9 @@ Error invalid(std::string why) { return Error(Errc::kInvalidArgument, std::move(
 
 }  // namespace
 
-std::shared_ptr<const sched::Schedule> TreeSchedules::schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync) {
+// This node's part of the plan (sched::plan_sync_part): the tokens are chosen over the whole
+// tree, but only this node's program and tokens are kept.
+std::shared_ptr<const sched::Schedule> TreeSchedules::schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync, sched::Rank me) {
   std::string key = sched::format_plan_spec(algo, sync);
   auto it = cached.find(key);
   if (it != cached.end()) {
@@ -27,7 +29,7 @@ std::shared_ptr<const sched::Schedule> TreeSchedules::schedule(const sched::Algo
     auto oldest = std::min_element(cached.begin(), cached.end(), [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
     cached.erase(oldest);
   }
-  auto s = std::make_shared<const sched::Schedule>(sched::plan_sync(topo, sched::make_schedule(topo, algo), sync));
+  auto s = std::make_shared<const sched::Schedule>(sched::plan_sync_part(topo, sched::make_schedule(topo, algo), sync, me));
   cached[key] = {s, ++uses};
   return s;
 }
@@ -228,7 +230,7 @@ Result<void> Daemon::Impl::choose_schedule(const proto::StartRequest& m, Prepare
     if (const auto given = sched::read_spec(m.spec).sync; sparse && !given.empty()) (void)sched::parse_plan_spec("auto+" + given);  // throws
     TreeSchedules& tree = schedules_of(m.group);
     const sched::Choice choice = sched::choose(tree.model, sparse ? "auto" : m.spec, m.kind == proto::Kind::kAlltoall ? m.block : sched::kAnyBlockSize);
-    p.schedule = tree.schedule(choice.algorithm, choice.sync);
+    p.schedule = tree.schedule(choice.algorithm, choice.sync, rank_in(m.group));
     if (m.kind == proto::Kind::kAlltoallv && counts_first(m.spec, tree.topo)) {
       p.counts_first = true;  // the schedule above only sizes the join's deadline
       p.spec = m.spec;

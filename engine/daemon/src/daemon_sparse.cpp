@@ -218,9 +218,9 @@ Result<void> Daemon::Impl::choose_counted_schedule(Counting& k) {
     if (!spec.sync.empty() && spec.sync != "auto") sync = sched::parse_plan_spec("auto+" + spec.sync).sync;
     k.p.schedule = tree.sparse_plans.get(tree.topo, pattern, forced.value_or("sparse"), sync);
     const auto& s = *k.p.schedule;
-    k.p.rec.schedule = s.algorithm + ": " + std::to_string(s.phases.size()) + " phases, " + std::to_string(s.syncs.size()) +
+    k.p.rec.schedule = s.algorithm + ": " + std::to_string(s.phases.size()) + " phases, " + std::to_string(s.sync_total()) +
                        " tokens (dense " + dense->algorithm + ": " + std::to_string(dense->phases.size()) + " phases, " +
-                       std::to_string(dense->syncs.size()) + " tokens; " + verdict.reason + ")";
+                       std::to_string(dense->sync_total()) + " tokens; " + verdict.reason + ")";
     k.p.rec.sync = s.sync.name();
   } catch (const std::exception& e) {
     return Error(Errc::kInvalidArgument, std::string("alltoallv: ") + e.what());

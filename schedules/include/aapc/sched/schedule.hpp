@@ -149,8 +149,15 @@ struct Schedule {
   // this rate. The schedule promises that no link carries more than its rate even when every
   // block that crosses it is in flight at once (verify() checks it).
   std::uint64_t block_rate_bps = 0;
+  // One node's part of a plan (plan_sync_part()): `programs` holds that node's program alone
+  // (the others are empty), and `syncs` only the syncs it emits or waits for, with the ids of
+  // the whole plan, whose count is `part_sync_total`. -1 for a whole plan.
+  Rank part = -1;
+  std::size_t part_sync_total = 0;
 
   std::size_t message_count() const;
+  // The syncs of the whole plan, ids 0..sync_total()-1, whether this is the whole or a part.
+  std::size_t sync_total() const { return part < 0 ? syncs.size() : part_sync_total; }
   bool combining() const { return !combine.empty(); }
 };
 

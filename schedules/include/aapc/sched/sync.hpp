@@ -22,4 +22,11 @@ namespace aapc::sched {
 // none (a combining schedule keeps its own local tokens).
 Schedule plan_sync(const Topology& topology, const Schedule& schedule, const SyncSpec& spec);
 
+// The same plan, of which only `node`'s part is kept (Schedule::part): its program and the
+// syncs it emits or waits for, as plan_sync() makes them. What a daemon runs: the tokens are
+// chosen over the whole cluster as above, but the other nodes' programs and tokens are never
+// kept (at 4,096 machines the whole plan takes gigabytes; docs/scale.md). `schedule` is taken
+// by value: a schedule moved in gives its programs up before the plan is made.
+Schedule plan_sync_part(const Topology& topology, Schedule schedule, const SyncSpec& spec, Rank node);
+
 }  // namespace aapc::sched
