@@ -80,7 +80,10 @@ inline std::vector<std::vector<int>> edge_users(const Topology& topo, const Flat
 
 // Vector clocks over the "sends done" events of each node: clock[k] = number of rounds of node
 // k whose sends are known to be done. A round's clock is kept only while some later event
-// still needs it (reference counted), in a flat arena of N-wide slots.
+// still needs it (reference counted), in a flat arena of N-wide slots. A round whose node merged
+// no other clock since the node's last kept one shares that slot: the two differ only in the
+// node's own entry, which merge() sets (at thousands of machines a copy of every round's clock
+// was most of a plan's time).
 class ClockStore {
  public:
   ClockStore(int nodes, const std::vector<std::size_t>& rounds_per_node) : n_(static_cast<std::size_t>(nodes)) {
@@ -91,49 +94,67 @@ class ClockStore {
     }
     refs_.assign(total, 0);
     slot_.assign(total, -1);
+    current_.assign(n_, -1);
+    stale_.assign(n_, 1);
   }
 
   void add_ref(int node, int round) { ++refs_[at(node, round)]; }
-  // Keeps a copy of the clock of (node, round) if anything references it.
-  void put(int node, int round, const std::uint32_t* clock) {
+  // The clock of (node, round), whose own entry is round + 1, kept if anything references it.
+  // `merged`: whether the node merged another clock into its own in this round (else only its
+  // own entry moved since its previous round). Called for every round of a node, in order.
+  void put(int node, int round, const std::uint32_t* clock, bool merged = true) {
+    const std::size_t k = static_cast<std::size_t>(node);
+    stale_[k] = stale_[k] != 0 || merged ? 1 : 0;
     std::size_t i = at(node, round);
     if (refs_[i] == 0) return;
+    if (stale_[k] != 0) {
+      if (current_[k] >= 0 && users_[static_cast<std::size_t>(current_[k])] == 0) free_.push_back(current_[k]);
+      current_[k] = take(clock);
+      stale_[k] = 0;
+    }
+    slot_[i] = current_[k];
+    ++users_[static_cast<std::size_t>(current_[k])];
+  }
+  void release(int node, int round) {
+    std::size_t i = at(node, round);
+    if (--refs_[i] != 0 || slot_[i] < 0) return;
+    const int slot = slot_[i];
+    slot_[i] = -1;
+    if (--users_[static_cast<std::size_t>(slot)] == 0 && current_[static_cast<std::size_t>(node)] != slot) free_.push_back(slot);
+  }
+
+  void merge(std::uint32_t* into, int node, int round) const {
+    const std::uint32_t* from = arena_.data() + static_cast<std::size_t>(slot_[at(node, round)]) * n_;
+    for (std::size_t i = 0; i < n_; ++i) into[i] = std::max(into[i], from[i]);
+    const auto own = static_cast<std::uint32_t>(round + 1);
+    into[static_cast<std::size_t>(node)] = std::max(into[static_cast<std::size_t>(node)], own);
+  }
+
+ private:
+  std::size_t at(int node, int round) const { return offset_[static_cast<std::size_t>(node)] + static_cast<std::size_t>(round); }
+  int take(const std::uint32_t* clock) {
     int slot;
     if (!free_.empty()) {
       slot = free_.back();
       free_.pop_back();
     } else {
-      slot = static_cast<int>(arena_.size() / n_);
+      slot = static_cast<int>(users_.size());
       arena_.resize(arena_.size() + n_);
+      users_.push_back(0);
     }
     std::copy(clock, clock + n_, arena_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(slot) * n_));
-    slot_[i] = slot;
+    return slot;
   }
-  const std::uint32_t* get(int node, int round) const {
-    return arena_.data() + static_cast<std::size_t>(slot_[at(node, round)]) * n_;
-  }
-  void release(int node, int round) {
-    std::size_t i = at(node, round);
-    if (--refs_[i] == 0 && slot_[i] >= 0) {
-      free_.push_back(slot_[i]);
-      slot_[i] = -1;
-    }
-  }
-
-  void merge(std::uint32_t* into, int node, int round) const {
-    const std::uint32_t* from = get(node, round);
-    for (std::size_t i = 0; i < n_; ++i) into[i] = std::max(into[i], from[i]);
-  }
-
- private:
-  std::size_t at(int node, int round) const { return offset_[static_cast<std::size_t>(node)] + static_cast<std::size_t>(round); }
 
   std::size_t n_;
   std::vector<std::size_t> offset_;
   std::vector<int> refs_;
   std::vector<int> slot_;
   std::vector<std::uint32_t> arena_;
+  std::vector<int> users_;            // by slot: the rounds that share it
   std::vector<int> free_;
+  std::vector<int> current_;          // by node: the slot of its last kept clock, or -1
+  std::vector<std::uint8_t> stale_;   // by node: it merged a clock since that slot was taken
 };
 
 // Counts the contending pairs of messages that a variant must order, without listing them:

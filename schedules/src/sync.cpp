@@ -289,7 +289,9 @@ class SyncPlanner {
   // of the time of a plan of thousands of machines.
   void process_round(Rank c, int r, int msg) {
     std::vector<std::uint32_t>& clock = vc_[idx(c)];
+    bool merged = false;  // another clock into this node's (ClockStore::put)
     for (const FixedWait& w : fixed_.empty() ? kNoWaits : fixed_[idx(c)][idx(r)]) {
+      merged = true;
       clocks_->merge(clock.data(), w.from_node, w.from_round);
       clocks_->release(w.from_node, w.from_round);
     }
@@ -308,6 +310,7 @@ class SyncPlanner {
         if (satisfied(q, c, r, clock, chosen)) continue;
         chosen.push_back(q);
         merge_msg_clock(clock, q.msg);
+        merged = true;
       }
       // Drop any chosen token that the others imply (redundant synchronisation).
       for (std::size_t i = 0; chosen.size() > 1 && i < chosen.size();) {
@@ -334,7 +337,7 @@ class SyncPlanner {
       for (const Req& q : all) clocks_->release(flat_.msg[idx(q.msg)].src, msg_round_[idx(q.msg)]);
     }
     clock[idx(c)] = static_cast<std::uint32_t>(r + 1);
-    clocks_->put(c, r, clock.data());
+    clocks_->put(c, r, clock.data(), merged);
   }
 
   // Rounds in an order consistent with every token: by phase, then barrier stages.
