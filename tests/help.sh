@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # the MPI base
 failed=0
 for t in "$tools"/aapc "$tools"/aapc-bench "$tools"/aapc-emu "$tools"/aapc-sched "$tools"/aapc-trace "$tools"/aapcd \
   "$tools"/aapc-engine-bench "$tools"/aapc-sched-bench "$tools"/aapc-simgrid-check "$tools"/mpi-alltoall-openmpi "$tools"/mpi-alltoall-mpich \
-  "$src"/tools/run-tests "$src"/tools/run-demo "$src"/tools/setup "$src"/tests/others/run-suites; do
+  "$src"/tools/run-tests "$src"/tools/run-demo "$src"/tools/setup "$src"/tests/others/run-suites "$src"/tools/mpi4py-alltoall; do
   case $t in *mpi-alltoall-* | *aapc-simgrid-check) [ -x "$t" ] || continue ;; esac  # built where that MPI (SimGrid) is installed
   out=$(timeout 30 "$t" --help 2>&1)
   rc=$?
