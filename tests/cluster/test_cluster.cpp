@@ -1086,6 +1086,30 @@ TEST_CASE("aapc-bench --rates: the sweep at each rate, and % of the limit agains
   CHECK(nothing_left());
 }
 
+TEST_CASE("aapc-bench stopped by SIGTERM or Ctrl-C takes its emulated cluster down") {
+  for (const int sig : {SIGTERM, SIGINT}) {
+    sh(kEmu + " down");
+    fs::create_directories(kLogs);
+    Proc p;
+    p.log = (kLogs / ("bench-signal-" + std::to_string(sig) + ".log")).string();
+    // A sweep long enough to be stopped while it runs.
+    p.pid = aapc::tools::spawn({kTools + "/aapc-bench", "-t", "8-two-switch", "--sizes", "64K", "--schedules", "tree", "linear", "--mpi", "none", "--repeat", "9",
+                                "--no-plot", "-o", (kLogs / "bench-signal").string()},
+                               {p.log, {}, false});
+    bool up = false;
+    for (int i = 0; i < 600 && !up; ++i) {
+      std::this_thread::sleep_for(100ms);
+      up = sh(kEmu + " status").text.find("aapcd on n7") != std::string::npos;  // the daemons run: the sweep is under way
+    }
+    REQUIRE(up);
+    ::kill(p.pid, sig);
+    REQUIRE(wait_for(p, 60s));
+    INFO(p.output());
+    CHECK(p.status == 128 + sig);  // it dies of the signal, as a shell expects
+    CHECK(nothing_left());
+  }
+}
+
 TEST_CASE("aapc-emu's daemons keep no descriptor of whoever started them: a lock taken around `aapc-emu start` is free once it returns") {
   fs::create_directories(kLogs);
   const std::string lock = (kLogs / "start.lock").string();

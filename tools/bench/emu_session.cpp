@@ -1,19 +1,56 @@
 // aapc-bench's emulated cluster: aapc-emu brings the topology up, runs aapc-bench in
 // measurement mode on every machine, and takes the cluster down.
+#include <csignal>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "aapc/sched/spec.hpp"
 #include "bench/bench.hpp"
 
 namespace aapc::bench {
 
+namespace {
+
+// The aapc-emu that brought the cluster up, while it is up: a bench stopped by a signal
+// (Ctrl-C, a batch system's SIGTERM, a closed terminal) takes the cluster down with it. Before,
+// it left its namespaces up and the next run refused to start.
+char g_emu[4096] = {};
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+// Only async-signal-safe calls (fork, execv, waitpid, signal, raise).
+void down_and_die(int sig) {
+  if (g_emu[0] != '\0') {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      char down[] = "down";
+      char* argv[] = {g_emu, down, nullptr};
+      ::execv(g_emu, argv);
+      ::_exit(127);
+    }
+    if (child > 0) ::waitpid(child, nullptr, 0);
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+}  // namespace
+
 EmuSession::EmuSession(const Sweep& sweep) : sweep_(sweep), emu_((sweep.tools / "aapc-emu").string()) {
   auto st = run_collect(emu_ + " status", [](const Json&) {});
   if (st.other.find("nothing is up") == std::string::npos) throw std::runtime_error("an emulated cluster is already up: `aapc-emu down` it first");
-  auto up = run_collect(emu_ + " up " + shell_quote(sweep_.topo_file.string()), [](const Json&) {});
-  if (up.status != 0) throw std::runtime_error("aapc-emu up failed:\n" + up.other);
+  if (emu_.size() >= sizeof g_emu) throw std::runtime_error("the path of aapc-emu is too long: " + emu_);
+  std::memcpy(g_emu, emu_.c_str(), emu_.size() + 1);  // from here on a signal takes down whatever came up
+  for (int sig : kStopSignals) ::signal(sig, down_and_die);
   up_ = true;
+  auto up = run_collect(emu_ + " up " + shell_quote(sweep_.topo_file.string()), [](const Json&) {});
+  if (up.status != 0) {
+    down();
+    throw std::runtime_error("aapc-emu up failed:\n" + up.other);
+  }
 }
 
 EmuSession::~EmuSession() { down(); }
@@ -22,6 +59,8 @@ void EmuSession::down() {
   if (!up_) return;
   up_ = false;
   run_collect(emu_ + " down", [](const Json&) {});
+  g_emu[0] = '\0';
+  for (int sig : kStopSignals) ::signal(sig, SIG_DFL);
 }
 
 // A run that is not measured first: right after the cluster comes up (and after an earlier
