@@ -462,7 +462,7 @@ std::string percent(double part, double whole) {
 // What `aapc-sched predict` was asked, as typed (checked in predict_options()).
 struct PredictArgs {
   std::string size = "64K", rate, per_link = "0", per_switch = "0.5us", per_nic = "1us", engine = "0.2us", lead = "0", leaves = "drained";
-  double frames_ahead = 1.0;
+  double frames_ahead = 1.0, store_forward = 1.0;
   std::uint32_t wire_extra = 24, token_bytes = HandOver{}.token_bytes;
   double link_share = 1.0;
   bool json = false, path = false;
@@ -482,6 +482,7 @@ PredictOptions predict_options(const PredictArgs& a) {
   h.engine_s = parse_duration("--engine", a.engine);
   h.lead_s = a.lead == "engine" ? 0.0 : parse_duration("--token-lead", a.lead);
   h.frames_ahead = a.frames_ahead;
+  h.store_forward = a.store_forward;
   h.token_bytes = a.token_bytes;
   h.leaves = a.leaves == "arrived" ? TokenLeaves::kArrived : TokenLeaves::kDrained;
   o.keep_path = a.path;
@@ -498,7 +499,7 @@ Json prediction_json(const Topology& t, const Choice& c, const PredictOptions& o
   j["block_bytes"] = o.block_bytes;
   j["wire_extra_bytes"] = o.wire_extra_bytes;
   j["link_share"] = o.link_share;
-  j["hand_over"] = {{"per_link_s", h.per_link_s}, {"frames_ahead", h.frames_ahead}, {"token_bytes", h.token_bytes}, {"per_switch_s", h.per_switch_s}, {"per_nic_s", h.per_nic_s},
+  j["hand_over"] = {{"per_link_s", h.per_link_s}, {"frames_ahead", h.frames_ahead}, {"store_forward", h.store_forward}, {"token_bytes", h.token_bytes}, {"per_switch_s", h.per_switch_s}, {"per_nic_s", h.per_nic_s},
                     {"engine_s", h.engine_s},     {"lead_s", h.lead_s},             {"leaves", h.leaves == TokenLeaves::kArrived ? "arrived" : "drained"}};
   j["time_s"] = p.time_s;
   j["limit_s"] = p.limit_s;
@@ -543,7 +544,7 @@ void print_prediction(const Topology& t, const Choice& c, const PredictOptions& 
               << (p.link_bound_s > p.path_s ? " (longer than the path: blocks overlap there, and the link decides)" : "") << "\n";
   std::cout << "  hand-over      per link " << duration_text(h.per_link_s) << " + " << h.frames_ahead << " frame(s) ahead, per switch "
             << duration_text(h.per_switch_s) << ", per NIC " << duration_text(h.per_nic_s) << ", engines " << duration_text(h.engine_s)
-            << "; tokens leave when " << (h.leaves == TokenLeaves::kArrived ? "the blocks arrived" : "the round drained")
+            << "; a block's last frame held " << h.store_forward << " frame(s) a link; tokens leave when " << (h.leaves == TokenLeaves::kArrived ? "the blocks arrived" : "the round drained")
             << (h.lead_s > 0.0 ? ", " + duration_text(h.lead_s) + " early" : "") << "\n";
   std::cout << "  computed       " << (p.streamed ? "from the phases alone (no programs built)" : "over the planned programs and tokens") << "\n";
 }
@@ -602,6 +603,11 @@ CLI::App* add_predict(CLI::App& app, std::string& topo, std::string& algo, std::
   p->add_option("--per-link", a.per_link, "hand-over: fixed time per link a token crosses (cable, PHY)")->capture_default_str();
   p->add_option("--frames-ahead", a.frames_ahead, "hand-over: full frames a token queues behind at each link it crosses (a sender-based token's first link "
                 "holds its round's last frame, which the round's time counts)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  p->add_option("--store-forward", a.store_forward,
+                "hand-over: frames a block's last frame is held at each link after its sender's own (1: switches store and forward; 0 "
+                "in the emulator, whose shapers pass a frame at once while their bucket holds tokens): receiver-based tokens wait for it")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   p->add_option("--token-bytes", a.token_bytes, "hand-over: the token's frame, serialised at each link it crosses (0: not counted)")

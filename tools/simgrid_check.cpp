@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
 
   PredictOptions po;
   po.block_bytes = *block;
-  po.hand_over = HandOver{0.0, 0.0, 0, 0.0, 0.0, h, 0.0, TokenLeaves::kDrained};
+  po.hand_over = HandOver{0.0, 0.0, 1.0, 0, 0.0, 0.0, h, 0.0, TokenLeaves::kDrained};
   po.keep_path = false;
   auto t0 = std::chrono::steady_clock::now();
   const Prediction p = predict(t, *AlgorithmSpec::parse("tree"), *SyncSpec::parse("sender-all"), po);

@@ -36,7 +36,7 @@ class WireModel {
     if (t.mtu() <= static_cast<int>(kDataHeaderBytes)) throw std::invalid_argument("predict: the MTU leaves no room for a block's bytes");
     if (!(o.link_share > 0.0 && o.link_share <= 1.0)) throw std::invalid_argument("predict: the share of a link's rate must be in (0, 1]");
     const HandOver& h = o.hand_over;
-    for (double term : {h.per_link_s, h.frames_ahead, h.per_switch_s, h.per_nic_s, h.engine_s, h.lead_s})
+    for (double term : {h.per_link_s, h.frames_ahead, h.store_forward, h.per_switch_s, h.per_nic_s, h.engine_s, h.lead_s})
       if (!(term >= 0.0 && std::isfinite(term))) throw std::invalid_argument("predict: every hand-over term must be finite and at least 0");
     const std::size_t nodes = t.nodes().size();
     parent_.assign(nodes, -1);
@@ -52,7 +52,7 @@ class WireModel {
       up_rate_[idx(node)] = rate(link);
       depth_[idx(node)] = depth_[idx(up)] + 1;
       token_sum_[idx(node)] = token_sum_[idx(up)] + o.hand_over.per_link_s + o.hand_over.frames_ahead * frame_s(link) + token_s(link);
-      frame_sum_[idx(node)] = frame_sum_[idx(up)] + o.hand_over.per_link_s + frame_s(link);
+      frame_sum_[idx(node)] = frame_sum_[idx(up)] + o.hand_over.per_link_s + o.hand_over.store_forward * frame_s(link);
     }
   }
 
@@ -93,12 +93,12 @@ class WireModel {
     const double own = after_own_frames ? h.frames_ahead * frame_s(t_.machine(a).links.front()) : 0.0;
     return h.engine_s + 2.0 * h.per_nic_s + crossed_switches(a, b) * h.per_switch_s + along(token_sum_, a, b) - own;
   }
-  // A block's last frame, from leaving a's NIC to its arrival at b: a frame's store and forward
-  // on every link after a's own.
+  // A block's last frame, from leaving a's NIC to its arrival at b: its store and forward on
+  // every link after a's own (HandOver::store_forward).
   double delivery(Rank a, Rank b) const {
     if (a == b) return 0.0;
     const HandOver& h = o_.hand_over;
-    return 2.0 * h.per_nic_s + crossed_switches(a, b) * h.per_switch_s + along(frame_sum_, a, b) - frame_s(t_.machine(a).links.front());
+    return 2.0 * h.per_nic_s + crossed_switches(a, b) * h.per_switch_s + along(frame_sum_, a, b) - h.store_forward * frame_s(t_.machine(a).links.front());
   }
 
  private:

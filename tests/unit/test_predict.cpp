@@ -24,7 +24,7 @@ namespace {
 PredictOptions free_hand_over(std::uint64_t block) {
   PredictOptions o;
   o.block_bytes = block;
-  o.hand_over = HandOver{0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, TokenLeaves::kDrained};
+  o.hand_over = HandOver{0.0, 0.0, 1.0, 0, 0.0, 0.0, 0.0, 0.0, TokenLeaves::kDrained};
   return o;
 }
 
@@ -113,6 +113,29 @@ TEST_CASE("each hand-over term makes the exchange longer, and earlier tokens mak
   x = o;
   x.hand_over.lead_s = 2e-6;
   CHECK(time(x) < base);
+}
+
+TEST_CASE("a block's last frame held at each link lengthens receiver-based hand-overs only") {
+  const Topology t = load_topology(aapc::test::topology_path("12-three-level"));
+  PredictOptions o;
+  o.block_bytes = 64 * 1024;
+  const auto time = [&](const char* sync, double store_forward) {
+    PredictOptions x = o;
+    x.hand_over.store_forward = store_forward;
+    return predict(t, *AlgorithmSpec::parse("tree"), *SyncSpec::parse(sync), x).time_s;
+  };
+  // Sender-based tokens wait for no block: only the exchange's last block arrives later, by at
+  // most its frame stored at each link of the longest path (6 links, 1,514 bytes at 100 Mbit/s).
+  const double frame_s = 1514 * 8 / 100e6;
+  const double sender = time("sender-all", 1.0) - time("sender-all", 0.0);
+  const double receiver = time("receiver-all", 1.0) - time("receiver-all", 0.0);
+  CHECK(sender > 0.0);
+  CHECK(sender <= 6 * frame_s);
+  CHECK(receiver > 20 * sender);  // every hand-over waits for it
+  CHECK(time("receiver-all", 0.5) < time("receiver-all", 1.0));
+  CHECK(time("receiver-all", 0.0) < time("receiver-all", 0.5));
+  o.hand_over.store_forward = -1.0;
+  CHECK_THROWS_AS(predict(t, *AlgorithmSpec::parse("tree"), *SyncSpec::parse("receiver-all"), o), std::invalid_argument);
 }
 
 TEST_CASE("the walk over the tree's phases alone finds the planned tokens' longest path") {

@@ -40,6 +40,11 @@ struct HandOver {
   // Full frames the token queues behind at each link it crosses; a sender-based token's first
   // link holds its own round's last frame, which the round's time already counts.
   double frames_ahead = 1.0;
+  // Frames a block's last frame is held at each link after its sender's own, before the next
+  // link takes it: 1 where switches store and forward (hardware), 0 through shapers that pass a
+  // frame at once while their bucket holds tokens (the emulator's tbf). It is what a
+  // receiver-based token, and one that leaves when the blocks arrived, waits for.
+  double store_forward = 1.0;
   // The token's own frame, serialised at each link it crosses: the Ethernet header, the control
   // header and at most 64 bytes of the exchange's descriptor (before the wire's extra).
   std::uint32_t token_bytes = kFrameEthHeaderBytes + kFrameControlHeaderBytes + 64;
