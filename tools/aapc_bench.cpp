@@ -92,7 +92,7 @@ int orchestrate(const Args& a) {
               << std::fixed << std::setprecision(1) << agg / sweep.peak * 100 << "% of the limit" << std::endl;
   };
   std::cout << "aapc-bench: " << sweep.name << ", " << sweep.n << " machines, physical limit " << mb(sweep.peak) << " Mbit/s; " << total
-            << " points; results in " << sweep.out << "\n";
+            << " points; results in " << sweep.out << std::endl;  // shown even when a signal ends the run
   EmuSession emu(sweep);
   int failures = 0;
   std::vector<Json> runs;  // every measurement; the report holds one per label and size
