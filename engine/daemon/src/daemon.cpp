@@ -40,8 +40,14 @@ Daemon::Impl::~Impl() {
 
 // --- the loop -------------------------------------------------------------------------------
 void Daemon::Impl::collect_finished() {
-  for (auto& rep : engine->take_finished())
+  for (auto& rep : engine->take_finished()) {
+    const auto& k = rep.counters;  // once per exchange, the daemon's own (a pattern's agreement) too
+    spdlog::debug("exchange {} ended: {} data frames sent ({} resent), {} received; control {} sent, {} received; NACKs {} sent, "
+                  "{} received; polls {}, pings {}, tokens {} ({} resent), READYs resent {}",
+                  rep.id, k.data_frames_sent, k.retransmitted_frames, k.data_frames_received, k.control_frames_sent, k.control_frames_received,
+                  k.nacks_sent, k.nacks_received, k.polls_sent, k.pings_sent, k.syncs_sent, k.syncs_resent, k.readies_resent);
     if (!counted(rep)) finished(rep);
+  }
   launch_waiting();
   joins();
   unmapper.reap();

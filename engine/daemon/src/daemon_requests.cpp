@@ -8,8 +8,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include <spdlog/spdlog.h>
-
 #include "daemon_impl.hpp"
 
 namespace aapc::engine {
@@ -117,11 +115,6 @@ void Daemon::Impl::send_done(int fd, std::uint32_t request, std::uint32_t id, co
   m.cpu_ns = rec.cpu_ns;
   for (const auto& rt : rep.counters.rounds) m.rounds.emplace_back(rt.start_ns, rt.end_ns);
   proto::send_message(fd, proto::message(m, request));
-  const auto& k = rep.counters;
-  spdlog::debug("exchange {} ended: {} data frames sent ({} resent), {} received; control {} sent, {} received; NACKs {} sent, "
-                "{} received; polls {}, pings {}, tokens {} ({} resent), READYs resent {}",
-                id, k.data_frames_sent, k.retransmitted_frames, k.data_frames_received, k.control_frames_sent, k.control_frames_received,
-                k.nacks_sent, k.nacks_received, k.polls_sent, k.pings_sent, k.syncs_sent, k.syncs_resent, k.readies_resent);
 }
 
 void Daemon::Impl::wait(ClientState& c, std::uint32_t request, const proto::WaitRequest& m) {
