@@ -195,6 +195,17 @@ bool Fabric::step() {
       if (now - node.polled < options_.late_period) continue;
       node.polled = now;
     }
+    if (static_cast<int>(i) == options_.sleeping_node) {
+      const auto t = engine::Clock::now();
+      if (t < node.wake_at && (t < node.deaf_until || rte_ring_count(node.to_node) == 0)) continue;
+      const bool busy = node.engine->poll();
+      moved = busy || moved;
+      const auto after = engine::Clock::now();
+      node.wake_at = busy ? after : node.engine->next_event(after);
+      node.deaf_until = node.engine->receive_wait_until(after);
+      if (node.wake_at > after) ++node.sleeps;
+      continue;
+    }
     moved = node.engine->poll() || moved;
   }
   return moved;

@@ -39,6 +39,10 @@ struct FabricOptions {
   // host wakes late (-1: none).
   int late_node = -1;
   std::chrono::microseconds late_period{0};
+  // This node's engine sleeps as aapcd's does on a port with a descriptor: after a poll that
+  // moved nothing, until its next_event(), or a frame on its ring unless receive_wait_until()
+  // lets frames wait (-1: none). Fabric::sleeps() counts its sleeps.
+  int sleeping_node = -1;
   // run_exchange() gives every send block a registered region (nic/extmem.hpp): the engines
   // send its payload without copying it.
   bool zero_copy = false;
@@ -86,6 +90,7 @@ class Fabric {
   void settle(std::chrono::milliseconds quiet = std::chrono::milliseconds(50));
 
   std::uint64_t switch_drops() const { return switch_drops_; }
+  std::uint64_t sleeps(int i) const { return nodes_[static_cast<std::size_t>(i)].sleeps; }
   std::uint64_t switched() const { return switched_; }
   // Frames switched whose payload was an external buffer (a chained frame whose last segment
   // is attached to a sender's memory): frames sent without a copy.
@@ -105,6 +110,9 @@ class Fabric {
     std::vector<struct rte_mbuf*> out_queue;  // switch output waiting for the rate limit
     double tokens = 0;
     std::chrono::steady_clock::time_point polled{};
+    // FabricOptions::sleeping_node: asleep until wake_at, or a frame unless deaf_until.
+    std::chrono::steady_clock::time_point wake_at{}, deaf_until{};
+    std::uint64_t sleeps = 0;
   };
   bool chosen_loss(int src, int dst, struct rte_mbuf* m) const;  // FabricOptions::drop
   std::vector<Node> nodes_;

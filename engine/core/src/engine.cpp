@@ -499,6 +499,13 @@ Clock::time_point Engine::next_event(Clock::time_point now) const {
   return std::max(at, now);
 }
 
+Clock::time_point Engine::receive_wait_until(Clock::time_point now) const {
+  // Woken by every frame as well as by every frame it sent, eight daemons pacing on two cores
+  // left the host 3% idle at 300 Mbit/s (15% with their sends batched, 32% with this too).
+  const bool pacing = !active_.empty() && std::all_of(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->pacing(); });
+  return pacing && link_->queued() == 0 ? now + kPacedWake : now;
+}
+
 bool Engine::quiet() const {
   if (link_->queued() > 0 || link_->acks_due() != Clock::time_point::max()) return false;
   return std::none_of(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->running() || ex->settling(); });

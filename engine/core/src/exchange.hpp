@@ -14,6 +14,10 @@
 
 namespace aapc::engine {
 
+// A paced round wakes its engine at most once per this, and frames that arrive meanwhile wait
+// in the port's ring (Exchange::pace_frame, Engine::receive_wait_until).
+inline constexpr auto kPacedWake = std::chrono::microseconds(300);
+
 // A first-in, first-out queue that holds no memory while it has never been used. An
 // exchange has one per block it sends and two of its own, and most stay empty; a std::deque
 // allocates 576 bytes when it is made. On 8 machines they were 3.6 KiB of the 8.4 KiB that
@@ -86,6 +90,8 @@ class Exchange {
   // and tokens of ours still wait for their acknowledgement: they are resent from the
   // exchange's own copy until acknowledged, or given up after the retries.
   bool settling() const { return settling_; }
+  // A paced round with frames left to send: it waits for nothing that it receives.
+  bool pacing() const { return paced() && running() && round_state_ == RoundState::kSending && !streams_.empty(); }
   // A settling exchange stops resending to `peer`, which aborted it.
   void abandon(Rank peer);
   bool reported() const { return reported_; }
@@ -99,8 +105,9 @@ class Exchange {
   // Sends one data frame (retransmissions first) if any is due; false when nothing to send.
   bool send_next(Clock::time_point now);
   bool has_data(Clock::time_point now) const;
-  // While a paced round (ExchangeSpec::block_rate_bps) holds its next frame back: when it may
-  // leave; otherwise the end of time.
+  // While a paced round (ExchangeSpec::block_rate_bps) holds its next frame back: when the
+  // engine should wake to send it, with the frames due by then (pace_frame); otherwise the end
+  // of time.
   Clock::time_point paced_until() const;
   void timers(Clock::time_point now);
   // The earliest time timers() has something to do (a retransmission, a poll, a keepalive,
@@ -329,6 +336,7 @@ class Exchange {
   std::vector<Stream> streams_;
   std::size_t cursor_ = 0;
   Clock::time_point paced_next_{};  // a paced round's next first-pass frame leaves no earlier
+  Clock::duration paced_batch_{};   // ... and the engine need not wake for it before paced_batch_ later (pace_frame)
   std::size_t unacked_blocks_ = 0, incomplete_blocks_ = 0, unacked_pending_ = 0;
   ExchangeCounters counters_;
 };

@@ -124,8 +124,7 @@ bool Exchange::has_data(Clock::time_point now) const {
 }
 
 Clock::time_point Exchange::paced_until() const {
-  if (!paced() || !running() || round_state_ != RoundState::kSending || streams_.empty()) return Clock::time_point::max();
-  return paced_next_;
+  return pacing() ? paced_next_ + paced_batch_ : Clock::time_point::max();
 }
 
 void Exchange::pace_frame(std::uint32_t payload, Clock::time_point now) {
@@ -144,7 +143,13 @@ void Exchange::pace_frame(std::uint32_t payload, Clock::time_point now) {
   const double link_burst = std::max(static_cast<double>(c.pace_burst_bytes), 4 * bytes);
   const double burst = spec_.paced_burst_bytes > 0 ? std::min(static_cast<double>(spec_.paced_burst_bytes), link_burst) : link_burst;
   const auto credit = nanoseconds(static_cast<std::int64_t>(burst * 8e9 / rate));
+  if (now - credit > paced_next_) counters_.pace_lost_ns += (now - credit - paced_next_).count();
   paced_next_ = std::max(paced_next_, now - credit) + frame;
+  // The daemon sleeps until a frame is due (Engine::next_event). Woken for every frame, eight
+  // daemons on two cores spent the host's time waking: at 300 Mbit/s (a frame every 93 us at
+  // 7/16 of the link) the box had 3% idle. So the frames due within kPacedWake leave together,
+  // a burst of at most half the catch-up credit: the other half is left for a late wake-up.
+  paced_batch_ = std::clamp<Clock::duration>(kPacedWake - frame, Clock::duration::zero(), credit / 2);
 }
 
 void Exchange::send_data(OutBlock* block, Rank dst, std::uint32_t index, std::uint64_t len, int phase, std::uint8_t flags) {

@@ -43,9 +43,11 @@ void Daemon::Impl::collect_finished() {
   for (auto& rep : engine->take_finished()) {
     const auto& k = rep.counters;  // once per exchange, the daemon's own (a pattern's agreement) too
     spdlog::debug("exchange {} ended: {} data frames sent ({} resent), {} received; control {} sent, {} received; NACKs {} sent, "
-                  "{} received; polls {}, pings {}, tokens {} ({} resent), READYs resent {}",
+                  "{} received; polls {}, pings {}, tokens {} ({} resent), READYs resent {}; {:.3f} ms, {:.3f} ms of it waiting for peers, "
+                  "{:.3f} ms of pacing lost to late wake-ups",
                   rep.id, k.data_frames_sent, k.retransmitted_frames, k.data_frames_received, k.control_frames_sent, k.control_frames_received,
-                  k.nacks_sent, k.nacks_received, k.polls_sent, k.pings_sent, k.syncs_sent, k.syncs_resent, k.readies_resent);
+                  k.nacks_sent, k.nacks_received, k.polls_sent, k.pings_sent, k.syncs_sent, k.syncs_resent, k.readies_resent, static_cast<double>(rep.duration_ns) / 1e6,
+                  static_cast<double>(k.wait_ns) / 1e6, static_cast<double>(k.pace_lost_ns) / 1e6);
     if (!counted(rep)) finished(rep);
   }
   launch_waiting();
@@ -142,13 +144,14 @@ std::string Daemon::describe() const {
 namespace {
 
 // Sleeps until the epoll set (clients, and the port when it has a descriptor) has something,
-// or `until`; nanosecond timeouts, which epoll_wait lacks, through ppoll on the epoll fd.
+// or `until`; nanosecond timeouts, which epoll_wait lacks, through ppoll on the epoll fd
+// (none: until `until` alone).
 void sleep_in(int epoll_fd, Clock::time_point until) {
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until - Clock::now()).count();
   if (ns <= 0) return;
   pollfd p{epoll_fd, POLLIN, 0};
   timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  ::ppoll(&p, 1, &ts, nullptr);
+  ::ppoll(&p, epoll_fd >= 0 ? 1 : 0, &ts, nullptr);
 }
 
 }  // namespace
@@ -183,7 +186,11 @@ int Daemon::run(const std::atomic<bool>& stop) {
       // Sleep until a frame or a client comes, or the engine has something to send or time
       // out: many daemons share few cores in emulation, and spinning ones starve the rest.
       // Clients are in the epoll set: they wake it, so the sleep need not end for them.
-      sleep_in(m.epoll_fd, m.engine->next_event(Clock::now()));
+      // While the engine lets arrivals wait (a paced round), only its clock wakes it.
+      const auto t = Clock::now();
+      const auto until = m.engine->next_event(t), deaf = m.engine->receive_wait_until(t);
+      if (deaf > t) sleep_in(-1, std::min(until, deaf));
+      else sleep_in(m.epoll_fd, until);
       next_service = std::min(next_service, Clock::now());
     } else if (++idle > 16) {
       std::this_thread::sleep_for(std::chrono::microseconds(idle > 2000 ? 200 : 30));

@@ -70,6 +70,10 @@ class Engine final : private ParseContext {
   // else when pacing lets the next one go or the timers are due. A caller that sleeps until
   // then (or until a frame arrives, Port::wait_fd) loses nothing.
   Clock::time_point next_event(Clock::time_point now) const;
+  // Until when frames that arrive may wait in the port's ring: while every running exchange is
+  // a paced round with frames left to send, which waits for nothing it receives, a sleeping
+  // caller need not wake for each frame (at most kPacedWake, 300 us, from now); else now.
+  Clock::time_point receive_wait_until(Clock::time_point now) const;
   // Says hello to every peer (a PING), so that peers learn this engine's epoch at once: a
   // daemon that restarted is noticed before its first exchange.
   void announce();

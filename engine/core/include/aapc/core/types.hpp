@@ -252,6 +252,7 @@ struct ExchangeCounters {
   std::array<std::uint64_t, kDropReasons> drops{};  // frames of this exchange dropped, by reason
   std::vector<RoundTime> rounds;
   std::int64_t wait_ns = 0;  // time rounds spent waiting for tokens and READY
+  std::int64_t pace_lost_ns = 0;  // a paced round's time lost to late wake-ups past its catch-up credit
   bool streamed = false;     // payloads are written around the caches (EngineConfig::stream_bytes), decided at the start
 };
 
