@@ -171,9 +171,9 @@ TEST_CASE("a paced round sends each block at the schedule's block rate, below th
 // Found on 8-two-switch at 300 Mbit/s: eight daemons that each woke for every frame they sent
 // and every frame they received left two cores 3% idle, and at 500 Mbit/s, with the ranks
 // checking their bytes between exchanges, the paced shuffle reached 73.6-76.9% of the limit
-// (86.6-88.8% now; `aapc run --check`, six rounds side by side). A
-// paced round now wakes its engine once per batch of frames (Exchange::pace_frame), and lets
-// what arrives meanwhile wait in the port's ring (Engine::receive_wait_until).
+// (86.6-88.8% now; `aapc run --check`, six rounds side by side). A paced round now wakes its
+// engine once per batch of frames (Exchange::pace_frame), and lets what arrives meanwhile wait
+// in the port's ring (Engine::receive_wait_until).
 TEST_CASE("a paced round wakes its engine once per batch of frames, not for every frame sent or received") {
   auto opts = test::nodes(4);
   opts.tune = [](engine::EngineConfig& c) { c.pace_bps = 1'000'000'000; };

@@ -186,7 +186,8 @@ int Daemon::run(const std::atomic<bool>& stop) {
       // Sleep until a frame or a client comes, or the engine has something to send or time
       // out: many daemons share few cores in emulation, and spinning ones starve the rest.
       // Clients are in the epoll set: they wake it, so the sleep need not end for them.
-      // While the engine lets arrivals wait (a paced round), only its clock wakes it.
+      // While the engine lets arrivals wait (a paced round), only its clock wakes it: neither
+      // frames nor clients, for at most kPacedWake.
       const auto t = Clock::now();
       const auto until = m.engine->next_event(t), deaf = m.engine->receive_wait_until(t);
       if (deaf > t) sleep_in(-1, std::min(until, deaf));
