@@ -73,6 +73,11 @@ std::vector<std::size_t> sizes(const std::vector<std::uint64_t>& v) { return {v.
 // The schedule asked for with AAPC_MPI_SCHEDULE=ALGORITHM[+SYNC] (default: auto).
 aapc::Options options() {
   aapc::Options o;
+  // A start is one message, and the daemon's one answer comes when the exchange is over: a
+  // test reads the socket and asks nothing. Against a START answered at once and WAITs after
+  // it (8-two-switch, ppn 1, Open MPI, every call through aapc, medians of 6 runs per call):
+  // 8 B blocking 1.41 -> 1.20 ms, persistent 1.73 -> 1.30 ms; 1 KiB 2.46 -> 2.11, 2.73 -> 2.37.
+  o.one_message_start = true;
   const char* spec = std::getenv("AAPC_MPI_SCHEDULE");
   if (spec == nullptr || *spec == '\0') return o;
   const std::string s = spec;

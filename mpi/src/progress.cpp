@@ -52,8 +52,8 @@ bool mover_has_work() {
 }
 
 // The progress thread: moves the detached single-copy ops of this process's leaders while
-// there are any, napping as Idle::nap does (in step 2 each look asks the daemon), and sleeps
-// on Process::wake while there are none.
+// there are any, napping as Idle::nap does (in step 2 each look reads the daemon's socket),
+// and sleeps on Process::wake while there are none.
 [[noreturn]] void mover() {
   Process& pr = process();
   Idle idle;
@@ -126,7 +126,7 @@ bool threads_call() {
 bool await_exchange(Op& op) {
   Process& pr = process();
   std::lock_guard<std::recursive_mutex> hold(pr.mutex);
-  // Alone in step 2, it waits for the daemon's word rather than asking again and again;
+  // Alone in step 2, it waits for the daemon's answer rather than looking again and again;
   // not where other threads may call the MPI. The process's lock and its connection carry
   // one request at a time, so another thread could not start the all-to-all on another
   // communicator that the peers may need first: two threads' calls, started in opposite

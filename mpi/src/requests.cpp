@@ -136,7 +136,7 @@ int test_driving(int count, MPI_Request* reqs, Test test) {
 #ifdef OPEN_MPI
 // Open MPI calls this from its progress loop, in every call that waits (MPI_Recv,
 // MPI_Barrier, ...), as its own nonblocking collectives move (coll/libnbc). At most every
-// 200 us: a step may ask the daemon how its exchange goes. Another thread's progress is not
+// 200 us: a step may look for the daemon's answer. Another thread's progress is not
 // waited for.
 int progress_hook() {
   static std::atomic<std::int64_t> last{0};

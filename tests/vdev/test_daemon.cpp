@@ -758,6 +758,58 @@ TEST_CASE("a WAIT with a bound is answered RUNNING once the bound passed, and DO
   CHECK(theirs->ok);
 }
 
+TEST_CASE("a one-message start returns before its peer starts; its request reads the one answer, past other requests' replies") {
+  DaemonPair pair;
+  Client x = Client::connect(pair.d[0]->socket), y = Client::connect(pair.d[1]->socket);
+  constexpr std::size_t kBlock = 64;
+  Buffer sx[2] = {x.allocate(2 * kBlock), x.allocate(2 * kBlock)}, rx[2] = {x.allocate(2 * kBlock), x.allocate(2 * kBlock)};
+  Buffer sy[2] = {y.allocate(2 * kBlock), y.allocate(2 * kBlock)}, ry[2] = {y.allocate(2 * kBlock), y.allocate(2 * kBlock)};
+  for (int k = 0; k < 2; ++k) {
+    fill(sx[k], 0, kBlock);
+    fill(sy[k], 1, kBlock);
+  }
+  Options o;
+  o.one_message_start = true;
+  // Rank 1 starts nothing yet. A START answered at once would wait here for the session's join.
+  std::vector<Request> mine;
+  for (int k = 0; k < 2; ++k) {
+    auto a = x.start_alltoall(sx[k], rx[k], kBlock, o);
+    REQUIRE(a);
+    CHECK(a->id() == 0);  // not known until the answer
+    mine.push_back(std::move(*a));
+  }
+  CHECK_FALSE(mine[0].test());
+  CHECK_FALSE(mine[1].wait_for(20ms));
+  CHECK(x.status());  // a request of its own meanwhile, answered as ever
+  std::vector<Request> theirs;
+  for (int k = 0; k < 2; ++k) {
+    auto b = y.start_alltoall(sy[k], ry[k], kBlock, o);
+    REQUIRE(b);
+    theirs.push_back(std::move(*b));
+  }
+  // The second first: its answer is read past the first's, which is kept for its own wait.
+  for (int k : {1, 0}) {
+    auto a = mine[static_cast<std::size_t>(k)].wait();
+    auto b = theirs[static_cast<std::size_t>(k)].wait();
+    REQUIRE(a);
+    REQUIRE(b);
+    CHECK(mine[static_cast<std::size_t>(k)].id() == a->exchange);
+    CHECK(received(rx[k], 0, kBlock));
+    CHECK(received(ry[k], 1, kBlock));
+  }
+  CHECK(mine[0].id() != mine[1].id());
+  // A start the daemon refuses fails at its wait, with the daemon's words.
+  o.schedule = "no-such-schedule";
+  auto refused = x.start_alltoall(sx[0], rx[0], kBlock, o);
+  REQUIRE(refused);
+  auto why = refused->wait();
+  REQUIRE_FALSE(why);
+  CHECK_THAT(why.error().message(), Catch::Contains("no-such-schedule"));
+  auto [a, b] = alltoall_both(x, sx[0], rx[0], y, sy[0], ry[0]);
+  CHECK(a);
+  CHECK(b);
+}
+
 TEST_CASE("a group taken back because it did not open on every member tells nobody; its slot's ids are not used up") {
   // Rank 0's client opened slot 5, which rank 1 holds for another group (raced in between
   // GROUP_QUERY and GROUP_OPEN): rank 0 takes it back. Two other clients then open slot 5 from

@@ -1,6 +1,7 @@
 #include "aapc/client.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -12,7 +13,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include "aapc/proto/protocol.hpp"
@@ -130,6 +133,10 @@ struct Connection {
   // (libaapc-mpi's progress thread starts and waits for exchanges while the program's thread
   // opens groups). Recursive: call() reconnects through hello().
   std::recursive_mutex mutex;
+  // Replies read while another one was awaited, by request id (reply_to), and the posted
+  // requests whose replies nobody will collect (forget).
+  std::map<std::uint32_t, std::vector<std::uint8_t>> early;
+  std::set<std::uint32_t> dropped;
 
   ~Connection() {
     if (sock >= 0) ::close(sock);
@@ -157,14 +164,65 @@ struct Connection {
     if (sock < 0) return Error(Errc::kIo, "lost the connection to aapcd at " + path);
     // A failed send is not the end: a daemon that refused us left its reason to read.
     (void)proto::send_message(sock, msg, fd);
-    std::vector<std::uint8_t> reply;
-    int rfd = -1;
-    bool truncated = false;
-    if (proto::recv_message(sock, reply, rfd, truncated) != proto::Received::kMessage)
-      return Error(Errc::kIo, "lost the connection to aapcd at " + path);
-    if (rfd >= 0) ::close(rfd);
-    if (truncated || !proto::header_of(reply)) return Error(Errc::kProtocol, "aapcd sent a malformed reply");
-    return reply;
+    auto reply = reply_to(proto::header_of(msg)->request, std::nullopt);
+    if (!reply) return reply.error();
+    return std::move(**reply);
+  }
+
+  // A request whose reply is read later (answer()), while other requests come and go: a RUN,
+  // answered when its exchange ends (Options::one_message_start). Its request id, and the
+  // connection's generation it was sent on.
+  struct Posted {
+    std::uint32_t request = 0, generation = 0;
+  };
+  template <typename M>
+  Result<Posted> post(const M& request) {
+    std::lock_guard<std::recursive_mutex> hold(mutex);
+    if (sock < 0) return Error(Errc::kIo, "lost the connection to aapcd at " + path);
+    const Posted p{next_request++, generation};
+    (void)proto::send_message(sock, proto::message(request, p.request), -1);  // a refusal is read as its reply
+    return p;
+  }
+
+  // The reply to `request`, read now or before, waited for up to `bound` (for ever without
+  // one): nullopt when it did not come in time. Replies to other requests that come first are
+  // kept for them; one to no request (0: the daemon closing the connection) answers any.
+  Result<std::optional<std::vector<std::uint8_t>>> reply_to(std::uint32_t request, std::optional<std::chrono::microseconds> bound) {
+    std::lock_guard<std::recursive_mutex> hold(mutex);
+    if (auto it = early.find(request); it != early.end()) {
+      std::vector<std::uint8_t> reply = std::move(it->second);
+      early.erase(it);
+      return std::optional(std::move(reply));
+    }
+    const auto until = std::chrono::steady_clock::now() + bound.value_or(std::chrono::microseconds(0));
+    for (;;) {
+      if (sock < 0) return Error(Errc::kIo, "lost the connection to aapcd at " + path);
+      if (bound) {
+        const auto left = std::max(std::chrono::steady_clock::duration(0), until - std::chrono::steady_clock::now());
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+        const timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+        pollfd p{sock, POLLIN, 0};
+        const int n = ::ppoll(&p, 1, &ts, nullptr);
+        if (n == 0) return std::optional<std::vector<std::uint8_t>>();
+        if (n < 0 && errno == EINTR) continue;
+      }
+      std::vector<std::uint8_t> reply;
+      int rfd = -1;
+      bool truncated = false;
+      if (proto::recv_message(sock, reply, rfd, truncated) != proto::Received::kMessage)
+        return Error(Errc::kIo, "lost the connection to aapcd at " + path);
+      if (rfd >= 0) ::close(rfd);
+      if (truncated || !proto::header_of(reply)) return Error(Errc::kProtocol, "aapcd sent a malformed reply");
+      const std::uint32_t of = proto::header_of(reply)->request;
+      if (of == request || of == 0) return std::optional(std::move(reply));
+      if (dropped.erase(of) == 0) early[of] = std::move(reply);
+    }
+  }
+
+  // Posted `request`'s answer is not wanted: dropped when it comes (its Request went away).
+  void forget(std::uint32_t request, std::uint32_t of_generation) {
+    std::lock_guard<std::recursive_mutex> hold(mutex);
+    if (of_generation == generation && early.erase(request) == 0) dropped.insert(request);
   }
 
   // A request that needs no answer, if `of_generation` is still the connection's (best effort).
@@ -181,10 +239,27 @@ struct Connection {
     auto reply = round_trip(proto::message(request, next_request++), fd);
     if (reply) return reply;
     if (reply.error().code() != Errc::kIo) return reply;
-    // Reconnect to tell a restart from a daemon that is gone.
+    return broke();
+  }
+
+  // The reply to posted `request` (post()) of connection `of_generation`, waited for as
+  // reply_to() does; a broken connection is looked into as call() does.
+  Result<std::optional<std::vector<std::uint8_t>>> answer(std::uint32_t request, std::uint32_t of_generation,
+                                                           std::optional<std::chrono::microseconds> bound) {
+    std::lock_guard<std::recursive_mutex> hold(mutex);
+    if (of_generation != generation) return Error(Errc::kIo, "the connection to aapcd broke while the exchange ran; its outcome is lost");
+    auto reply = reply_to(request, bound);
+    if (reply || reply.error().code() != Errc::kIo) return reply;
+    return broke();
+  }
+
+  // The connection broke: reconnects to tell a restart from a daemon that is gone.
+  Error broke() {
     const std::uint32_t old_epoch = info.epoch;
     if (sock >= 0) ::close(sock);
     sock = -1;
+    early.clear();  // the old socket's: their requests are lost with it
+    dropped.clear();
     auto s = open_socket(path);
     if (!s) return Error(Errc::kIo, "aapcd at " + path + " is gone (" + s.error().message() + ")");
     sock = *s;
@@ -249,9 +324,24 @@ Result<Stats> stats_from(const std::vector<std::uint8_t>& reply) {
 
 }  // namespace
 
+// A one-message start's request and connection generation (Connection::post); the last copy
+// of its Request tells the connection when its answer was never read.
+struct PostedStart {
+  std::shared_ptr<Connection> conn;
+  std::uint32_t request = 0, generation = 0;
+  bool answered = false;  // read, by this Request or a copy of it
+  PostedStart(std::shared_ptr<Connection> c, std::uint32_t r, std::uint32_t g) : conn(std::move(c)), request(r), generation(g) {}
+  PostedStart(const PostedStart&) = delete;
+  PostedStart& operator=(const PostedStart&) = delete;
+  ~PostedStart() {
+    if (!answered) conn->forget(request, generation);
+  }
+};
+
 Result<Stats> Request::wait() {
   if (result_) return *result_;
   if (!conn_) return Error(Errc::kInvalidArgument, "this request was never started");
+  if (posted_) return *posted_result(std::nullopt);
   auto reply = conn_->call(proto::WaitRequest{id_, true});
   if (!reply) return reply.error();
   result_ = stats_from(*reply);
@@ -260,9 +350,22 @@ Result<Stats> Request::wait() {
 
 std::optional<Result<Stats>> Request::test() { return wait_for(std::chrono::microseconds(0)); }
 
+std::optional<Result<Stats>> Request::posted_result(std::optional<std::chrono::microseconds> bound) {
+  if (posted_->answered) return Result<Stats>(Error(Errc::kInvalidArgument, "a copy of this request has taken its result"));
+  auto reply = conn_->answer(posted_->request, posted_->generation, bound);
+  if (!reply) result_ = Result<Stats>(reply.error());
+  else if (!*reply) return std::nullopt;
+  else result_ = stats_from(**reply);
+  if (*result_) id_ = (*result_)->exchange;
+  posted_->answered = true;
+  posted_.reset();
+  return result_;
+}
+
 std::optional<Result<Stats>> Request::wait_for(std::chrono::microseconds bound) {
   if (result_) return result_;
   if (!conn_) return Result<Stats>(Error(Errc::kInvalidArgument, "this request was never started"));
+  if (posted_) return posted_result(std::max(bound, std::chrono::microseconds(0)));
   const auto us = static_cast<std::uint32_t>(std::clamp<std::int64_t>(bound.count(), 0, UINT32_MAX));
   auto reply = conn_->call(proto::WaitRequest{id_, us > 0, us});
   if (!reply) return Result<Stats>(reply.error());
@@ -459,7 +562,7 @@ std::vector<proto::Block> blocks_of(const std::vector<std::size_t>& counts, cons
 Result<Request> Client::start_alltoall(const Buffer& send, Buffer& recv, std::size_t block, const Options& options) {
   StartMessage m = start_message(static_cast<int>(proto::Kind::kAlltoall), options);
   m.request.block = block;  // the size once: the daemon lays block d at d x block
-  return start(send, recv, m);
+  return start(send, recv, m, options.one_message_start);
 }
 
 Result<Stats> Client::alltoall(const Buffer& send, Buffer& recv, std::size_t block, const Options& options) {
@@ -479,12 +582,19 @@ Result<Request> Client::start_alltoallv(const Buffer& send, const std::vector<st
   StartMessage m = start_message(static_cast<int>(proto::Kind::kAlltoallv), options);
   m.request.sends = blocks_of(send_counts, send_displs);
   m.request.recvs = blocks_of(recv_counts, recv_displs);
-  return start(send, recv, m);
+  return start(send, recv, m, options.one_message_start);
 }
 
-Result<Request> Client::start(const Buffer& send, Buffer& recv, StartMessage& message) {
+Result<Request> Client::start(const Buffer& send, Buffer& recv, StartMessage& message, bool one_message) {
   if (auto checked = check_blocks(send, recv, message); !checked) return checked.error();
-  return send_start(message);
+  if (!one_message) return send_start(message);
+  message.request.run = true;  // answered once, when the exchange is over
+  auto posted = conn_->post(message.request);
+  if (!posted) return posted.error();
+  Request req;
+  req.conn_ = conn_;
+  req.posted_ = std::make_shared<PostedStart>(conn_, posted->request, posted->generation);
+  return req;
 }
 
 Result<Stats> Client::run(const StartMessage& message) {

@@ -60,6 +60,12 @@ struct Options {
   // The whole exchange. 0: a deadline derived from the exchange's size and the link rates,
   // which fails it only once it also stopped making progress (README, "Using it from a program").
   std::chrono::milliseconds timeout{0};
+  // start_alltoall(v) only: the start is one message to the daemon, not a round trip, and the
+  // request's wait(), test() or wait_for() reads the daemon's one answer, sent when the exchange
+  // is over (test() then asks the daemon nothing). A start the daemon refuses (a bad block, an
+  // unknown schedule, too many collectives) fails at the request's wait or test, and id() is 0
+  // until the request has its result.
+  bool one_message_start = false;
 };
 
 struct RoundTime {
@@ -136,6 +142,8 @@ class Buffer {
   std::size_t size_ = 0;
 };
 
+struct PostedStart;
+
 // An exchange started with a start_* call.
 class Request {
  public:
@@ -152,8 +160,12 @@ class Request {
 
  private:
   friend class Client;
+  // A one-message start's (Options::one_message_start) answer, waited for up to `bound` (for
+  // ever without one).
+  std::optional<Result<Stats>> posted_result(std::optional<std::chrono::microseconds> bound);
   std::shared_ptr<Connection> conn_;
   std::uint32_t id_ = 0;
+  std::shared_ptr<PostedStart> posted_;  // a one-message start's, until its answer is read
   std::optional<Result<Stats>> result_;
 };
 
@@ -210,7 +222,7 @@ class Client {
   // Checks the buffers and the blocks of `message` in them, then starts it. An alltoall
   // carries its block size once, which lets the daemons choose the schedule by block size
   // and still agree.
-  Result<Request> start(const Buffer& send, Buffer& recv, StartMessage& message);
+  Result<Request> start(const Buffer& send, Buffer& recv, StartMessage& message, bool one_message);
   Result<Request> send_start(const StartMessage& message);
   Result<void> check_blocks(const Buffer& send, const Buffer& recv, StartMessage& message) const;
   // START and WAIT in one request (RUN): a blocking collective.
