@@ -5,9 +5,10 @@
 // packing that derived datatypes get in datatypes.cpp, per peer.
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
-#include "plan.hpp"
+#include "op.hpp"
 
 namespace aapc::mpi {
 
@@ -29,44 +30,88 @@ bool prefix(const std::vector<int>& lengths, std::vector<int>& at, int& total) {
   return sum <= std::numeric_limits<int>::max();
 }
 
+// One call's packed blocks, kept until the call is over (with a request, until the program
+// collects it): where each peer's block lies, and the call's arguments, with a request its
+// derived datatypes duplicated (the program may free its own once the call returned, and the
+// MPI's own may start only once the communicator's plan is made).
+struct Packed {
+  std::vector<int> slen, rlen, sat, rat;
+  int stotal = 0, rtotal = 0;
+  std::vector<std::uint8_t> s, r;
+  void* rbuf = nullptr;
+  std::vector<int> scounts, sdispls, rcounts, rdispls;
+  std::vector<MPI_Datatype> stypes, rtypes, held;
+  Packed() = default;
+  Packed(const Packed&) = delete;
+  Packed& operator=(const Packed&) = delete;
+  ~Packed() {
+    for (MPI_Datatype& t : held) PMPI_Type_free(&t);
+  }
+  // The received blocks into place. A block of no bytes (a count of zero, or a type of size
+  // zero) is not unpacked: MPICH 4.0's MPI_Unpack divides by the type's size.
+  void unpack(MPI_Comm comm) {
+    auto* rbase = static_cast<std::uint8_t*>(rbuf);
+    for (std::size_t p = 0; p < rlen.size(); ++p) {
+      int position = rat[p];
+      if (rlen[p] > 0) PMPI_Unpack(r.data(), rtotal, &position, rbase + rdispls[p], rcounts[p], rtypes[p], comm);
+    }
+  }
+};
+
 }  // namespace
 
 int alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes, void* rbuf, const int* rcounts,
-              const int* rdispls, const MPI_Datatype* rtypes, MPI_Comm comm) {
+              const int* rdispls, const MPI_Datatype* rtypes, MPI_Comm comm, MPI_Request* request) {
   int inter = 0, n = 0;
   PMPI_Comm_test_inter(comm, &inter);
-  if (inter != 0) return PMPI_Alltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm);
+  if (inter != 0)
+    return request != nullptr ? PMPI_Ialltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm, request)
+                              : PMPI_Alltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm);
   PMPI_Comm_size(comm, &n);
   // With MPI_IN_PLACE the receive side is sent: everything is packed before anything lands.
-  if (sbuf == MPI_IN_PLACE) sbuf = rbuf, scounts = rcounts, sdispls = rdispls, stypes = rtypes;
+  const bool in_place = sbuf == MPI_IN_PLACE;
+  const void* from = in_place ? rbuf : sbuf;
+  const int* fcounts = in_place ? rcounts : scounts;
+  const int* fdispls = in_place ? rdispls : sdispls;
+  const MPI_Datatype* ftypes = in_place ? rtypes : stypes;
   const auto un = static_cast<std::size_t>(n);
-  std::vector<int> slen(un), rlen(un), sat, rat;
+  auto k = std::make_shared<Packed>();
+  k->slen.resize(un), k->rlen.resize(un);
   bool fits = true;
   for (std::size_t p = 0; p < un; ++p) {
-    const std::int64_t s = bytes_of(scounts[p], stypes[p]), r = bytes_of(rcounts[p], rtypes[p]);
+    const std::int64_t s = bytes_of(fcounts[p], ftypes[p]), r = bytes_of(rcounts[p], rtypes[p]);
     fits = fits && s <= std::numeric_limits<int>::max() && r <= std::numeric_limits<int>::max();
-    slen[p] = static_cast<int>(s), rlen[p] = static_cast<int>(r);
+    k->slen[p] = static_cast<int>(s), k->rlen[p] = static_cast<int>(r);
   }
-  int stotal = 0, rtotal = 0;
-  fits = prefix(slen, sat, stotal) && fits;
-  fits = prefix(rlen, rat, rtotal) && fits;
+  fits = prefix(k->slen, k->sat, k->stotal) && fits;
+  fits = prefix(k->rlen, k->rat, k->rtotal) && fits;
   if (!fits) return raise(comm, "MPI_Alltoallw of more than 2 GiB per rank on one side is not carried (its packed blocks' offsets are ints)");
-  std::vector<std::uint8_t> spacked(static_cast<std::size_t>(stotal) + 1), rpacked(static_cast<std::size_t>(rtotal) + 1);
-  const auto* sbase = static_cast<const std::uint8_t*>(sbuf);
-  // A block of no bytes (a count of zero, or a type of size zero) is neither packed nor
-  // unpacked: MPICH 4.0's MPI_Unpack divides by the type's size.
+  k->s.resize(static_cast<std::size_t>(k->stotal) + 1), k->r.resize(static_cast<std::size_t>(k->rtotal) + 1);
+  const auto* base = static_cast<const std::uint8_t*>(from);
   for (std::size_t p = 0; p < un; ++p) {
-    int position = sat[p];
-    if (slen[p] > 0) PMPI_Pack(sbase + sdispls[p], scounts[p], stypes[p], spacked.data(), stotal, &position, comm);
+    int position = k->sat[p];
+    if (k->slen[p] > 0) PMPI_Pack(base + fdispls[p], fcounts[p], ftypes[p], k->s.data(), k->stotal, &position, comm);
   }
-  const int rc = alltoallv(spacked.data(), slen.data(), sat.data(), MPI_BYTE, rpacked.data(), rlen.data(), rat.data(), MPI_BYTE, comm);
-  if (rc != MPI_SUCCESS) return rc;
-  auto* rbase = static_cast<std::uint8_t*>(rbuf);
-  for (std::size_t p = 0; p < un; ++p) {
-    int position = rat[p];
-    if (rlen[p] > 0) PMPI_Unpack(rpacked.data(), rtotal, &position, rbase + rdispls[p], rcounts[p], rtypes[p], comm);
-  }
-  return MPI_SUCCESS;
+  k->rbuf = rbuf;
+  auto keep = [&](const int* v, std::vector<int>& into) {
+    if (v != nullptr) into.assign(v, v + n);
+  };
+  auto keep_types = [&](const MPI_Datatype* t, std::vector<MPI_Datatype>& into) {
+    for (std::size_t p = 0; t != nullptr && p < un; ++p) into.push_back(request != nullptr ? hold_type(t[p], k->held) : t[p]);
+  };
+  keep(rcounts, k->rcounts), keep(rdispls, k->rdispls), keep_types(rtypes, k->rtypes);
+  if (!in_place) keep(scounts, k->scounts), keep(sdispls, k->sdispls), keep_types(stypes, k->stypes);
+  // The MPI's own in its place, with the kept arguments (in place, the send side's are ignored).
+  auto mpis_own = [k, sbuf](MPI_Comm on, MPI_Request* r) {
+    const int* sc = k->scounts.data();
+    const int* sd = k->sdispls.data();
+    const MPI_Datatype* st = k->stypes.data();
+    return r != nullptr ? PMPI_Ialltoallw(sbuf, sc, sd, st, k->rbuf, k->rcounts.data(), k->rdispls.data(), k->rtypes.data(), on, r)
+                        : PMPI_Alltoallw(sbuf, sc, sd, st, k->rbuf, k->rcounts.data(), k->rdispls.data(), k->rtypes.data(), on);
+  };
+  const StandsFor w{mpis_own, [k](MPI_Comm on) { k->unpack(on); }};
+  return alltoallv(k->s.data(), k->slen.data(), k->sat.data(), MPI_BYTE, k->r.data(), k->rlen.data(), k->rat.data(), MPI_BYTE, comm, request,
+                   nullptr, &w);
 }
 
 }  // namespace aapc::mpi

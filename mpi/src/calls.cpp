@@ -25,6 +25,7 @@ struct Call {
   std::function<int(MPI_Comm, MPI_Datatype, MPI_Datatype, MPI_Request*)> mpi;
   // Its blocks by rank, made only where the library takes the call (small calls are many).
   std::function<void(Call&)> make_sides;
+  std::function<void(MPI_Comm)> after;  // once aapc carried it (Op::after)
   Side send, recv;
   // An MPI_Alltoallv's: the most bytes any rank of the communicator sends to one machine, once
   // its ranks have agreed on it (each knows only its own counts); a persistent one's is kept
@@ -131,6 +132,7 @@ int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
   op->comm = comm;
   op->plan = &p;
   op->alltoall = c.alltoall;
+  op->after = c.after;
   std::unique_lock<std::recursive_mutex> hold(process().mutex);
   enlist(*op);
   if (now) {
@@ -148,7 +150,8 @@ int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
 }  // namespace
 
 int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts, const int* rdispls,
-              MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request, const std::shared_ptr<std::optional<std::uint64_t>>& agreed) {
+              MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request, const std::shared_ptr<std::optional<std::uint64_t>>& agreed,
+              const StandsFor* stands_for) {
   Plan& p = plan_of(comm);
   Call c;
   c.sbuf = sbuf, c.stype = stype, c.rtype = rtype;
@@ -157,6 +160,10 @@ int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Data
     return r != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on, r)
                         : PMPI_Alltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on);
   };
+  if (stands_for != nullptr) {
+    c.mpi = [mpi = stands_for->mpi](MPI_Comm on, MPI_Datatype, MPI_Datatype, MPI_Request* r) { return mpi(on, r); };
+    c.after = stands_for->after;
+  }
   c.make_sides = [=](Call& self) {
     int n = 0;
     PMPI_Comm_size(comm, &n);

@@ -68,10 +68,16 @@ __attribute__((visibility("default"))) int aapc_mpi_ialltoallv(const void* sbuf,
                               handle<MPI_Comm>(comm), request);
 }
 
-// MPI_Alltoallw (alltoallw.cpp): the datatypes by address, an array of the MPI's handles.
+// MPI_Alltoallw and MPI_Ialltoallw (alltoallw.cpp): the datatypes by address, an array of the MPI's handles.
 __attribute__((visibility("default"))) int aapc_mpi_alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes,
                                                               void* rbuf, const int* rcounts, const int* rdispls, const MPI_Datatype* rtypes, Word comm) {
   return aapc::mpi::alltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, handle<MPI_Comm>(comm));
+}
+
+__attribute__((visibility("default"))) int aapc_mpi_ialltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes,
+                                                               void* rbuf, const int* rcounts, const int* rdispls, const MPI_Datatype* rtypes,
+                                                               Word comm, MPI_Request* request) {
+  return aapc::mpi::alltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, handle<MPI_Comm>(comm), request);
 }
 
 // MPI-4's persistent all-to-alls (persistent.cpp): MPI_Alltoall(v)_init, Open MPI's MPIX_*

@@ -320,6 +320,7 @@ void finish(Op& op) {
                    (op.t2 - op.t1) * 1e3, (seconds_now() - op.t2) * 1e3);
   }
   if (op.error.empty() && !op.recv_packed.empty()) unpack(op.recv, op.comm, op.rb);
+  if (op.error.empty() && op.after) op.after(op.comm);
   if (op.error.empty() && !op.plan->carried && !p.doomed) {  // once per communicator, for AAPC_MPI_VERBOSE
     op.plan->carried = true;
     announce_first(*op.plan);

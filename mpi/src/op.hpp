@@ -95,6 +95,9 @@ struct Op {
   // A nonblocking call's duplicates of its derived datatypes (datatypes.cpp, hold_type()),
   // freed with it.
   std::vector<MPI_Datatype> held;
+  // What follows once aapc carried it, on its communicator: an MPI_Alltoallw's blocks unpacked
+  // (StandsFor::after).
+  std::function<void(MPI_Comm)> after;
 
   Op() = default;
   Op(const Op&) = delete;

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -143,14 +144,23 @@ int raise(MPI_Comm comm, const std::string& message);
 // `request`, MPI_Ialltoall and MPI_Ialltoallv.
 int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm,
              MPI_Request* request = nullptr);
+// What an alltoallv of packed bytes stands for (MPI_Alltoallw, alltoallw.cpp): the MPI's own
+// call in its place where aapc does not carry it (on a communicator; blocking without a
+// request), and what follows once aapc carried it (the blocks unpacked, on the call's
+// communicator).
+struct StandsFor {
+  std::function<int(MPI_Comm, MPI_Request*)> mpi;
+  std::function<void(MPI_Comm)> after;
+};
 // `agreed`: a persistent alltoallv's size, agreed by its ranks at its first start and kept
 // for the others (its counts do not change).
 int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts, const int* rdispls,
               MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request = nullptr,
-              const std::shared_ptr<std::optional<std::uint64_t>>& agreed = nullptr);
+              const std::shared_ptr<std::optional<std::uint64_t>>& agreed = nullptr, const StandsFor* stands_for = nullptr);
 
-// MPI_Alltoallw, blocking: packed, carried as alltoallv of bytes, unpacked (alltoallw.cpp).
+// MPI_Alltoallw, and with a `request` MPI_Ialltoallw: packed, carried as an alltoallv of bytes,
+// unpacked (alltoallw.cpp).
 int alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes, void* rbuf, const int* rcounts,
-              const int* rdispls, const MPI_Datatype* rtypes, MPI_Comm comm);
+              const int* rdispls, const MPI_Datatype* rtypes, MPI_Comm comm, MPI_Request* request = nullptr);
 
 }  // namespace aapc::mpi

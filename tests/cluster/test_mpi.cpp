@@ -271,13 +271,15 @@ TEST_CASE("persistent all-to-alls through aapc: initialized once, started many t
   });
 }
 
-// mpi_alltoallw.c: MPI_Alltoallw with a datatype of its own per peer on each side (ints or
+// mpi_alltoallw.c: MPI_Alltoallw and MPI_Ialltoallw (on a communicator of its own, its
+// types freed before the wait) with a datatype of its own per peer on each side (ints or
 // doubles, contiguous or strided), counts that differ by pair, some zero; every value and
 // every gap checked (alltoallw.cpp: packed, carried as a byte alltoallv, unpacked).
-TEST_CASE("MPI_Alltoallw with differing datatypes per peer through aapc, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
+TEST_CASE("MPI_Alltoallw and MPI_Ialltoallw with differing datatypes per peer through aapc, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
   with_both_mpis_at_every_ppn("mpi-alltoallw", "3", [](const Sh& r) {
     CHECK(r.text.find("3 rounds, all values ok") != std::string::npos);
     CHECK(carried(r, "alltoallw"));
+    CHECK(carried(r, "w-nonblocking"));
     CHECK(r.text.find(std::string(kCarried)) != std::string::npos);
   });
 }

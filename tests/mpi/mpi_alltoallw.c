@@ -2,8 +2,8 @@
  * datatype of its own for every peer, on each side: ints or doubles by pair, contiguous or
  * strided (a vector of stride 2 on the sending side, 3 on the receiving one), counts that
  * differ by pair (some zero), byte displacements. Every received value is checked, and the
- * gaps between strided elements must stay untouched. Each round also runs an in-place
- * MPI_Alltoallw whose types include one of size zero.
+ * gaps between strided elements must stay untouched. Each round runs it blocking and as
+ * MPI_Ialltoallw, and an in-place MPI_Alltoallw whose types include one of size zero.
  *
  *   mpi-alltoallw [ROUNDS]    rank 0 prints "mpi-alltoallw: N ranks, R rounds, all values ok"
  */
@@ -41,7 +41,18 @@ static int same(const unsigned char* region, MPI_Datatype t, int stride, int k, 
   return t == MPI_INT ? ((const int*)region)[k * stride] == (int)(x * 2) : ((const double*)region)[k * stride] == x;
 }
 
-static long one_round(MPI_Comm comm, int round) {
+/* The types of one side made for the call, freed through copies of their handles: the arrays
+ * of a nonblocking call stay as they were until it is over. */
+static void free_types(int n, const MPI_Datatype* t) {
+  for (int p = 0; p < n; ++p) {
+    MPI_Datatype copy = t[p];
+    if (copy != MPI_INT && copy != MPI_DOUBLE) MPI_Type_free(&copy);
+  }
+}
+
+/* With `nonblocking`, MPI_Ialltoallw: the types are freed as soon as the call returns (the call
+ * keeps what it uses, MPI 4.0 5.1.5), and odd ranks test until it is over, even ones wait. */
+static long one_round(MPI_Comm comm, int round, int nonblocking) {
   int me = 0, n = 0;
   MPI_Comm_rank(comm, &me);
   MPI_Comm_size(comm, &n);
@@ -61,7 +72,22 @@ static long one_round(MPI_Comm comm, int round) {
     const int stride = p % 2 != 0 ? 2 : 1;
     for (int k = 0; k < elements(me, p); ++k) put(s + sd[p], basic(me, p), stride, k, value(me, p, k, round));
   }
-  MPI_Alltoallw(s, sc, sd, st, r, rc, rd, rt, comm);
+  if (nonblocking) {
+    MPI_Request req;
+    MPI_Ialltoallw(s, sc, sd, st, r, rc, rd, rt, comm, &req);
+    free_types(n, st);
+    free_types(n, rt);
+    if (me % 2 != 0) {
+      int flag = 0;
+      while (!flag) MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Wait(&req, MPI_STATUS_IGNORE);
+    }
+  } else {
+    MPI_Alltoallw(s, sc, sd, st, r, rc, rd, rt, comm);
+    free_types(n, st);
+    free_types(n, rt);
+  }
   long wrong = 0;
   for (int p = 0; p < n; ++p) {
     const int stride = p % 2 != 0 ? 3 : 1, size = basic(p, me) == MPI_INT ? 4 : 8;
@@ -69,10 +95,6 @@ static long one_round(MPI_Comm comm, int round) {
     if (stride == 3) /* the gaps between strided elements */
       for (int k = 0; k + 1 < elements(p, me); ++k)
         for (int b = size; b < 3 * size; ++b) wrong += r[rd[p] + k * 3 * size + b] != 0xee;
-  }
-  for (int p = 0; p < n; ++p) {
-    if (st[p] != MPI_INT && st[p] != MPI_DOUBLE) MPI_Type_free(&st[p]);
-    if (rt[p] != MPI_INT && rt[p] != MPI_DOUBLE) MPI_Type_free(&rt[p]);
   }
   free(s), free(r), free(args), free(types);
   return wrong;
@@ -117,15 +139,20 @@ int main(int argc, char** argv) {
   MPI_Comm dup;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   MPI_Comm_set_name(dup, "alltoallw"); /* AAPC_MPI_VERBOSE names it */
+  MPI_Comm idup;                        /* MPI_Ialltoallw's alone */
+  MPI_Comm_dup(MPI_COMM_WORLD, &idup);
+  MPI_Comm_set_name(idup, "w-nonblocking");
   long wrong = 0;
   for (int round = 0; round < rounds; ++round) {
-    wrong += one_round(round % 2 != 0 ? MPI_COMM_WORLD : dup, round);
+    wrong += one_round(round % 2 != 0 ? MPI_COMM_WORLD : dup, round, 0);
+    wrong += one_round(idup, round, 1);
     wrong += in_place_round(round % 2 != 0 ? dup : MPI_COMM_WORLD, round);
   }
   long all = 0;
   MPI_Allreduce(&wrong, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
   if (me == 0) printf("mpi-alltoallw: %d ranks, %d rounds, %s (%ld wrong)\n", n, rounds, all == 0 ? "all values ok" : "WRONG", all);
   MPI_Comm_free(&dup);
+  MPI_Comm_free(&idup);
   MPI_Finalize();
   return all == 0 ? 0 : 1;
 }
