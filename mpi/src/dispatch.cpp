@@ -27,6 +27,7 @@ using I = const int*;
 // MPI-4's persistent inits; Open MPI 4.1 has MPIX_* ones only.
 using AlltoallInit = int (*)(const void*, int, Word, void*, int, Word, Word, Word, void*);
 using AlltoallvInit = int (*)(const void*, const int*, const int*, Word, void*, const int*, const int*, Word, Word, Word, void*);
+using AlltoallwInit = int (*)(const void*, const int*, const int*, const void*, void*, const int*, const int*, const void*, Word, Word, void*);
 // Fortran (mpif.h, use mpi): every argument by reference, handles as MPI_Fint (int).
 using FAlltoall = void (*)(const void*, const int*, const int*, void*, const int*, const int*, const int*, int*);
 using FAlltoallv = void (*)(const void*, const int*, const int*, const int*, void*, const int*, const int*, const int*, const int*, int*);
@@ -40,6 +41,7 @@ struct Target {
 #undef AAPC_FORWARDED
   AlltoallInit alltoall_init = nullptr;
   AlltoallvInit alltoallv_init = nullptr;
+  AlltoallwInit alltoallw_init = nullptr;
   FAlltoall f_alltoall = nullptr;
   FAlltoallv f_alltoallv = nullptr;
   // Open MPI's mpi_f08 bindings call these (libmpi_mpifh's), past mpi_alltoall_ too.
@@ -119,11 +121,14 @@ bool bind_c(Target& t, void* lib, bool ours) {
   if (ours) {
     bind(t.alltoall_init, "aapc_mpi_alltoall_init", "");
     bind(t.alltoallv_init, "aapc_mpi_alltoallv_init", "");
+    bind(t.alltoallw_init, "aapc_mpi_alltoallw_init", "");
   } else {  // MPICH 4's, or Open MPI's extension's; neither in older MPIs
     t.alltoall_init = symbol<AlltoallInit>(lib, "PMPI_Alltoall_init");
     if (t.alltoall_init == nullptr) t.alltoall_init = symbol<AlltoallInit>(lib, "PMPIX_Alltoall_init");
     t.alltoallv_init = symbol<AlltoallvInit>(lib, "PMPI_Alltoallv_init");
     if (t.alltoallv_init == nullptr) t.alltoallv_init = symbol<AlltoallvInit>(lib, "PMPIX_Alltoallv_init");
+    t.alltoallw_init = symbol<AlltoallwInit>(lib, "PMPI_Alltoallw_init");
+    if (t.alltoallw_init == nullptr) t.alltoallw_init = symbol<AlltoallwInit>(lib, "PMPIX_Alltoallw_init");
   }
   return all;
 }
@@ -189,6 +194,16 @@ __attribute__((visibility("default"))) int MPIX_Alltoall_init(const void* sbuf, 
 __attribute__((visibility("default"))) int MPIX_Alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
                                                                const int* rcounts, const int* rdispls, Word rtype, Word comm, Word info, void* request) {
   return target().alltoallv_init(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, info, request);
+}
+__attribute__((visibility("default"))) int MPI_Alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls, const void* stypes,
+                                                              void* rbuf, const int* rcounts, const int* rdispls, const void* rtypes, Word comm,
+                                                              Word info, void* request) {
+  return target().alltoallw_init(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm, info, request);
+}
+__attribute__((visibility("default"))) int MPIX_Alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls, const void* stypes,
+                                                               void* rbuf, const int* rcounts, const int* rdispls, const void* rtypes, Word comm,
+                                                               Word info, void* request) {
+  return target().alltoallw_init(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm, info, request);
 }
 
 // interposed.def's guarded calls: the library's hook on the communicator first, then the

@@ -80,7 +80,7 @@ __attribute__((visibility("default"))) int aapc_mpi_ialltoallw(const void* sbuf,
   return aapc::mpi::alltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, handle<MPI_Comm>(comm), request);
 }
 
-// MPI-4's persistent all-to-alls (persistent.cpp): MPI_Alltoall(v)_init, Open MPI's MPIX_*
+// MPI-4's persistent all-to-alls (persistent.cpp): MPI_Alltoall(v,w)_init, Open MPI's MPIX_*
 // alike (the info is not used), and the calls that start and free them.
 __attribute__((visibility("default"))) int aapc_mpi_alltoall_init(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype,
                                                                   Word comm, Word, MPI_Request* request) {
@@ -93,6 +93,12 @@ __attribute__((visibility("default"))) int aapc_mpi_alltoallv_init(const void* s
                                                                    MPI_Request* request) {
   return aapc::mpi::alltoallv_init(sbuf, scounts, sdispls, handle<MPI_Datatype>(stype), rbuf, rcounts, rdispls, handle<MPI_Datatype>(rtype),
                                    handle<MPI_Comm>(comm), request);
+}
+
+__attribute__((visibility("default"))) int aapc_mpi_alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls,
+                                                                   const MPI_Datatype* stypes, void* rbuf, const int* rcounts, const int* rdispls,
+                                                                   const MPI_Datatype* rtypes, Word comm, Word, MPI_Request* request) {
+  return aapc::mpi::alltoallw_init(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, handle<MPI_Comm>(comm), request);
 }
 
 __attribute__((visibility("default"))) int aapc_mpi_start(MPI_Request* request) { return aapc::mpi::start(request); }

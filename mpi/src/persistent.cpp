@@ -1,11 +1,11 @@
-// MPI-4's persistent all-to-alls (MPI 4.0, 6.13): MPI_Alltoall_init and MPI_Alltoallv_init
-// (MPICH 4), MPIX_Alltoall_init and MPIX_Alltoallv_init (Open MPI 4.1's pcollreq extension).
+// MPI-4's persistent all-to-alls (MPI 4.0, 6.13): MPI_Alltoall_init, MPI_Alltoallv_init and
+// MPI_Alltoallw_init (MPICH 4), and Open MPI 4.1's MPIX_* (its pcollreq extension).
 //
 // The init call starts the communicator's plan (plan.cpp), once for every start after it, and
 // keeps the call's arguments. The program's handle is a request of the MPI's own that stands
 // for it: an inactive persistent receive from MPI_PROC_NULL, which the MPI completes at once
 // and keeps after completion, as a persistent request is kept. MPI_Start and MPI_Startall run
-// the exchange as an MPI_Ialltoall(v) of the library (op.cpp: through aapc where the
+// the exchange as an MPI_Ialltoall(v,w) of the library (op.cpp: through aapc where the
 // plan says so, with the plan's group and its staging buffers, else the MPI's own on the
 // plan's duplicate), whose request the completion calls (requests.cpp) put in the handle's
 // place while they wait or test, and take out again after: a completed start leaves the
@@ -19,7 +19,7 @@
 #include <optional>
 #include <vector>
 
-#include "plan.hpp"
+#include "op.hpp"
 
 namespace aapc::mpi {
 
@@ -75,6 +75,40 @@ int alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, MPI
   auto agreed = std::make_shared<std::optional<std::uint64_t>>();  // by the first start, for all
   return make(
       [=](MPI_Request* r) { return alltoallv(sbuf, sc->data(), sd->data(), stype, rbuf, rc->data(), rd->data(), rtype, comm, r, agreed); },
+      request);
+}
+
+int alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes, void* rbuf, const int* rcounts,
+                   const int* rdispls, const MPI_Datatype* rtypes, MPI_Comm comm, MPI_Request* request) {
+  int n = 0, inter = 0;
+  PMPI_Comm_test_inter(comm, &inter);
+  if (inter != 0) PMPI_Comm_remote_size(comm, &n);
+  else PMPI_Comm_size(comm, &n);
+  // The arrays are the program's to change, and its types to free, once the call returns:
+  // kept here, derived types duplicated, until MPI_Request_free.
+  struct Kept {
+    std::vector<int> sc, sd, rc, rd;
+    std::vector<MPI_Datatype> st, rt, held;
+    Kept() = default;
+    Kept(const Kept&) = delete;
+    Kept& operator=(const Kept&) = delete;
+    ~Kept() {
+      for (MPI_Datatype& t : held) PMPI_Type_free(&t);
+    }
+  };
+  auto k = std::make_shared<Kept>();
+  const bool in_place = sbuf == MPI_IN_PLACE;
+  auto ints = [n](const int* v, std::vector<int>& into) { into.assign(v, v + n); };
+  auto types = [&](const MPI_Datatype* t, std::vector<MPI_Datatype>& into) {
+    for (int p = 0; p < n; ++p) into.push_back(hold_type(t[p], k->held));
+  };
+  ints(rcounts, k->rc), ints(rdispls, k->rd), types(rtypes, k->rt);
+  if (!in_place) ints(scounts, k->sc), ints(sdispls, k->sd), types(stypes, k->st);
+  plan_of(comm);
+  return make(
+      [=](MPI_Request* r) {
+        return alltoallw(sbuf, k->sc.data(), k->sd.data(), k->st.data(), rbuf, k->rc.data(), k->rd.data(), k->rt.data(), comm, r);
+      },
       request);
 }
 

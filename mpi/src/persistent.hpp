@@ -9,12 +9,14 @@
 
 namespace aapc::mpi {
 
-// MPI_Alltoall_init and MPI_Alltoallv_init (Open MPI: MPIX_*): `*request` stands for the
+// MPI_Alltoall_init, MPI_Alltoallv_init and MPI_Alltoallw_init (Open MPI: MPIX_*): `*request` stands for the
 // persistent call until MPI_Request_free. The plan of `comm` is started here.
 int alltoall_init(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm,
                   MPI_Request* request);
 int alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts,
                    const int* rdispls, MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request);
+int alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes, void* rbuf, const int* rcounts,
+                   const int* rdispls, const MPI_Datatype* rtypes, MPI_Comm comm, MPI_Request* request);
 
 // MPI_Start, MPI_Startall and MPI_Request_free: a persistent all-to-all's here, any other
 // request's the MPI's own.

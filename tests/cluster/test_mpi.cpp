@@ -259,15 +259,16 @@ TEST_CASE("a blocking all-to-all moves the program's pending MPI_Isend that its 
   });
 }
 
-// mpi_persistent.c: MPI-4's persistent all-to-all and all-to-allv (Open MPI 4.1: MPIX_*),
-// each initialized once and started 30 times (MPI_Start with MPI_Wait or MPI_Test, and
-// MPI_Startall with MPI_Waitall), every value checked after every start, the handles kept
-// after completion (persistent.cpp).
+// mpi_persistent.c: MPI-4's persistent all-to-all, all-to-allv and all-to-allw (Open MPI
+// 4.1: MPIX_*), each initialized once and started 30 times (MPI_Start with MPI_Wait or
+// MPI_Test, and MPI_Startall with MPI_Waitall), every value checked after every start, the
+// handles kept after completion (persistent.cpp).
 TEST_CASE("persistent all-to-alls through aapc: initialized once, started many times, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
   with_both_mpis_at_every_ppn("mpi-persistent", "1024 30", [](const Sh& r) {
     CHECK(r.text.find("30 starts, all results ok") != std::string::npos);
     CHECK(carried(r, "persistent-alltoall"));
     CHECK(carried(r, "persistent-alltoallv"));
+    CHECK(carried(r, "persistent-alltoallw"));
   });
 }
 

@@ -1,10 +1,11 @@
 /* mpi-persistent: an ordinary MPI program (nothing of aapc in it) with MPI-4's persistent
- * all-to-alls: MPI_Alltoall_init and MPI_Alltoallv_init (MPICH 4), MPIX_Alltoall_init and
- * MPIX_Alltoallv_init (Open MPI 4.1's pcollreq extension), each on a fresh communicator, then
- * started many times: alone and completed by MPI_Wait, polled by MPI_Test, or both at once by
- * MPI_Startall and MPI_Waitall. The send buffer changes before every start; every received
- * value is checked after every start. The handles must stay valid (inactive) after each
- * completion and become MPI_REQUEST_NULL at MPI_Request_free.
+ * all-to-alls: MPI_Alltoall_init, MPI_Alltoallv_init and MPI_Alltoallw_init (MPICH 4), and
+ * Open MPI 4.1's MPIX_* (its pcollreq extension), each on a fresh communicator, then started
+ * many times: alone and completed by MPI_Wait, polled by MPI_Test, or all at once by
+ * MPI_Startall and MPI_Waitall. The alltoallw's odd peers have a derived type of their own,
+ * freed, with its arrays, right after the init. The send buffer changes before every start;
+ * every received value is checked after every start. The handles must stay valid (inactive)
+ * after each completion and become MPI_REQUEST_NULL at MPI_Request_free.
  *
  *   mpi-persistent [INTS_PER_RANK] [STARTS]
  *       rank 0 prints "mpi-persistent: N ranks, S starts, all results ok"
@@ -14,9 +15,11 @@
 #include <mpi-ext.h>
 #define ALLTOALL_INIT MPIX_Alltoall_init
 #define ALLTOALLV_INIT MPIX_Alltoallv_init
+#define ALLTOALLW_INIT MPIX_Alltoallw_init
 #else
 #define ALLTOALL_INIT MPI_Alltoall_init
 #define ALLTOALLV_INIT MPI_Alltoallv_init
+#define ALLTOALLW_INIT MPI_Alltoallw_init
 #endif
 #include <signal.h>
 #include <stdio.h>
@@ -40,8 +43,10 @@ struct side {
   int *buf, *counts, *displs;
 };
 
+enum { kCalls = 3 };
+
 struct call {
-  int v;  /* 1: the alltoallv */
+  int v;  /* 1: the alltoallv, 2: the alltoallw (the alltoallv's blocks) */
   struct side s, r;
   MPI_Request req;
 };
@@ -79,10 +84,25 @@ static void make(struct call* c, int v, int n, int block, MPI_Comm comm, int me)
   if (c->s.buf == NULL || c->r.buf == NULL || c->s.counts == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
   c->s.displs = c->s.counts + n, c->r.counts = c->s.counts + 2 * n, c->r.displs = c->s.counts + 3 * n;
   layout(c, me, n, block);
-  if (v)
+  if (v == 2) { /* byte displacements, and a derived type (one int) for odd peers */
+    int* bytes = malloc(sizeof(int) * 2 * (size_t)n);
+    MPI_Datatype* types = malloc(sizeof(MPI_Datatype) * (size_t)n);
+    MPI_Datatype one_int;
+    if (bytes == NULL || types == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Type_contiguous(1, MPI_INT, &one_int);
+    MPI_Type_commit(&one_int);
+    for (int p = 0; p < n; ++p) {
+      bytes[p] = c->s.displs[p] * (int)sizeof(int), bytes[n + p] = c->r.displs[p] * (int)sizeof(int);
+      types[p] = p % 2 != 0 ? one_int : MPI_INT;
+    }
+    ALLTOALLW_INIT(c->s.buf, c->s.counts, bytes, types, c->r.buf, c->r.counts, bytes + n, types, comm, MPI_INFO_NULL, &c->req);
+    MPI_Type_free(&one_int);
+    free(bytes), free(types);
+  } else if (v) {
     ALLTOALLV_INIT(c->s.buf, c->s.counts, c->s.displs, MPI_INT, c->r.buf, c->r.counts, c->r.displs, MPI_INT, comm, MPI_INFO_NULL, &c->req);
-  else
+  } else {
     ALLTOALL_INIT(c->s.buf, block, MPI_INT, c->r.buf, block, MPI_INT, comm, MPI_INFO_NULL, &c->req);
+  }
 }
 
 int main(int argc, char** argv) {
@@ -94,25 +114,27 @@ int main(int argc, char** argv) {
   const int starts = argc > 2 ? atoi(argv[2]) : 30;
   signal(SIGALRM, hung);
   alarm(120);
-  MPI_Comm comm[2];
-  struct call calls[2];
-  for (int v = 0; v < 2; ++v) {
+  MPI_Comm comm[kCalls];
+  struct call calls[kCalls];
+  static const char* const names[kCalls] = {"persistent-alltoall", "persistent-alltoallv", "persistent-alltoallw"};
+  for (int v = 0; v < kCalls; ++v) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm[v]);
-    MPI_Comm_set_name(comm[v], v ? "persistent-alltoallv" : "persistent-alltoall"); /* AAPC_MPI_VERBOSE names it */
+    MPI_Comm_set_name(comm[v], names[v]); /* AAPC_MPI_VERBOSE names it */
     make(&calls[v], v, n, block, comm[v], me);
   }
   const int total = n * block + 2 * n;
   long wrong = 0, lost = 0;
   for (int i = 0; i < starts; ++i) {
-    for (int v = 0; v < 2; ++v) fill(&calls[v], me, n, i, total);
-    MPI_Status st[2];
-    if (i % 3 == 2) { /* both at once */
-      MPI_Request both[2] = {calls[0].req, calls[1].req};
-      MPI_Startall(2, both);
-      MPI_Waitall(2, both, st);
-      lost += both[0] != calls[0].req || both[1] != calls[1].req;
+    for (int v = 0; v < kCalls; ++v) fill(&calls[v], me, n, i, total);
+    MPI_Status st[kCalls];
+    if (i % 3 == 2) { /* all at once */
+      MPI_Request all[kCalls];
+      for (int v = 0; v < kCalls; ++v) all[v] = calls[v].req;
+      MPI_Startall(kCalls, all);
+      MPI_Waitall(kCalls, all, st);
+      for (int v = 0; v < kCalls; ++v) lost += all[v] != calls[v].req;
     } else {
-      for (int v = 0; v < 2; ++v) {
+      for (int v = 0; v < kCalls; ++v) {
         MPI_Request r = calls[v].req;
         MPI_Start(&r);
         int done = 0;
@@ -123,9 +145,9 @@ int main(int argc, char** argv) {
         lost += r != calls[v].req;
       }
     }
-    for (int v = 0; v < 2; ++v) wrong += wrong_values(&calls[v], me, n, i);
+    for (int v = 0; v < kCalls; ++v) wrong += wrong_values(&calls[v], me, n, i);
   }
-  for (int v = 0; v < 2; ++v) {
+  for (int v = 0; v < kCalls; ++v) {
     MPI_Request_free(&calls[v].req);
     lost += calls[v].req != MPI_REQUEST_NULL;
     MPI_Comm_free(&comm[v]);
