@@ -40,13 +40,8 @@ struct Packed {
   std::vector<std::uint8_t> s, r;
   void* rbuf = nullptr;
   std::vector<int> scounts, sdispls, rcounts, rdispls;
-  std::vector<MPI_Datatype> stypes, rtypes, held;
-  Packed() = default;
-  Packed(const Packed&) = delete;
-  Packed& operator=(const Packed&) = delete;
-  ~Packed() {
-    for (MPI_Datatype& t : held) PMPI_Type_free(&t);
-  }
+  std::vector<MPI_Datatype> stypes, rtypes;
+  HeldTypes held;
   // The received blocks into place. A block of no bytes (a count of zero, or a type of size
   // zero) is not unpacked: MPICH 4.0's MPI_Unpack divides by the type's size.
   void unpack(MPI_Comm comm) {
@@ -97,7 +92,7 @@ int alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MP
     if (v != nullptr) into.assign(v, v + n);
   };
   auto keep_types = [&](const MPI_Datatype* t, std::vector<MPI_Datatype>& into) {
-    for (std::size_t p = 0; t != nullptr && p < un; ++p) into.push_back(request != nullptr ? hold_type(t[p], k->held) : t[p]);
+    for (std::size_t p = 0; t != nullptr && p < un; ++p) into.push_back(request != nullptr ? k->held.hold(t[p]) : t[p]);
   };
   keep(rcounts, k->rcounts), keep(rdispls, k->rdispls), keep_types(rtypes, k->rtypes);
   if (!in_place) keep(scounts, k->scounts), keep(sdispls, k->sdispls), keep_types(stypes, k->stypes);

@@ -125,8 +125,8 @@ int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
   }
   auto op = std::make_unique<Op>();
   if (request != nullptr) {
-    if (c.sbuf != MPI_IN_PLACE) c.stype = hold_type(c.stype, op->held);
-    c.rtype = hold_type(c.rtype, op->held);
+    if (c.sbuf != MPI_IN_PLACE) c.stype = op->held.hold(c.stype);
+    c.rtype = op->held.hold(c.rtype);
   }
   if (c.send.counts.empty()) c.make_sides(c);
   op->comm = comm;

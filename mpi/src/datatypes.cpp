@@ -109,14 +109,18 @@ Blocks blocks_of(const Side& side, int n, MPI_Comm comm, std::vector<std::uint8_
 void unpack(const Side& side, MPI_Comm comm, const Blocks& b) { packing(side, type_info(side.type), comm, b, false); }
 
 
-MPI_Datatype hold_type(MPI_Datatype t, std::vector<MPI_Datatype>& held) {
+MPI_Datatype HeldTypes::hold(MPI_Datatype t) {
   int ni = 0, na = 0, nd = 0, combiner = MPI_COMBINER_NAMED;
   PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner);
   if (combiner == MPI_COMBINER_NAMED) return t;
   MPI_Datatype d = MPI_DATATYPE_NULL;
   PMPI_Type_dup(t, &d);
-  held.push_back(d);
+  dups_.push_back(d);
   return d;
+}
+
+HeldTypes::~HeldTypes() {
+  for (MPI_Datatype& t : dups_) PMPI_Type_free(&t);
 }
 
 ByteType::ByteType(const std::vector<Piece>& pieces) {

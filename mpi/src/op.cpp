@@ -414,9 +414,6 @@ bool advance_op(Op& op) {
   return false;
 }
 
-Op::~Op() {
-  for (MPI_Datatype& t : held) PMPI_Type_free(&t);
-}
 
 
 void enlist(Op& op) {

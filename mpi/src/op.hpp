@@ -46,6 +46,23 @@ class ByteType {
   int count_ = 0;
 };
 
+// A call's duplicates of the program's derived datatypes, freed with it. The program may free
+// its own as soon as a nonblocking or persistent call returns (MPI 4.0, 5.1.5: a pending call
+// keeps what it uses), and the library uses them until the call is over (packing once the
+// plan is made, unpacking at the end).
+class HeldTypes {
+ public:
+  HeldTypes() = default;
+  HeldTypes(const HeldTypes&) = delete;
+  HeldTypes& operator=(const HeldTypes&) = delete;
+  ~HeldTypes();
+  // `t` as the call keeps it: a derived one duplicated, a named one as it is.
+  MPI_Datatype hold(MPI_Datatype t);
+
+ private:
+  std::vector<MPI_Datatype> dups_;
+};
+
 struct Op {
   enum class Stage {
     kPlan,       // waits for its plan to be made; then `later` starts it as the plan says
@@ -92,9 +109,7 @@ struct Op {
   // A nonblocking call's, once returned to the program: nobody drives it but the completion
   // calls and, on a single-copy leader, the progress thread (mover()).
   bool detached = false;
-  // A nonblocking call's duplicates of its derived datatypes (datatypes.cpp, hold_type()),
-  // freed with it.
-  std::vector<MPI_Datatype> held;
+  HeldTypes held;  // a nonblocking call's duplicates of its derived datatypes
   // What follows once aapc carried it, on its communicator: an MPI_Alltoallw's blocks unpacked
   // (StandsFor::after).
   std::function<void(MPI_Comm)> after;
@@ -102,7 +117,7 @@ struct Op {
   Op() = default;
   Op(const Op&) = delete;
   Op& operator=(const Op&) = delete;
-  ~Op();
+  ~Op() = default;
 
   bool done() const { return stage == Stage::kDone; }
   // Whether its waiters may nap rather than spin: while only the daemons move it, or when its
@@ -147,11 +162,6 @@ bool too_small_v(const Plan& p, std::uint64_t most_to_a_machine);
 Blocks blocks_of(const Side& side, int n, MPI_Comm comm, std::vector<std::uint8_t>& packed, bool pack);
 // The received blocks `b` unpacked into `side`'s buffer.
 void unpack(const Side& side, MPI_Comm comm, const Blocks& b);
-// A nonblocking call's datatype as the library keeps it: a derived one duplicated into `held`.
-// The program may free its own as soon as the call returns (MPI 4.0, 5.1.5: a pending call
-// keeps what it uses), and the library uses them until the call is over (packing once the
-// plan is made, unpacking at the end).
-MPI_Datatype hold_type(MPI_Datatype t, std::vector<MPI_Datatype>& held);
 
 // --- progress.cpp
 

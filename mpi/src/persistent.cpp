@@ -88,19 +88,14 @@ int alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls, con
   // kept here, derived types duplicated, until MPI_Request_free.
   struct Kept {
     std::vector<int> sc, sd, rc, rd;
-    std::vector<MPI_Datatype> st, rt, held;
-    Kept() = default;
-    Kept(const Kept&) = delete;
-    Kept& operator=(const Kept&) = delete;
-    ~Kept() {
-      for (MPI_Datatype& t : held) PMPI_Type_free(&t);
-    }
+    std::vector<MPI_Datatype> st, rt;
+    HeldTypes held;
   };
   auto k = std::make_shared<Kept>();
   const bool in_place = sbuf == MPI_IN_PLACE;
   auto ints = [n](const int* v, std::vector<int>& into) { into.assign(v, v + n); };
   auto types = [&](const MPI_Datatype* t, std::vector<MPI_Datatype>& into) {
-    for (int p = 0; p < n; ++p) into.push_back(hold_type(t[p], k->held));
+    for (int p = 0; p < n; ++p) into.push_back(k->held.hold(t[p]));
   };
   ints(rcounts, k->rc), ints(rdispls, k->rd), types(rtypes, k->rt);
   if (!in_place) ints(scounts, k->sc), ints(sdispls, k->sd), types(stypes, k->st);
