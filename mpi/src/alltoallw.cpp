@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "op.hpp"
@@ -35,25 +36,35 @@ bool prefix(const std::vector<int>& lengths, std::vector<int>& at, int& total) {
 // derived datatypes duplicated (the program may free its own once the call returned, and the
 // MPI's own may start only once the communicator's plan is made).
 struct Packed {
+  template <typename... A>
+  explicit Packed(A&&... kept) : args(std::forward<A>(kept)...) {}  // AlltoallwArgs's
   std::vector<int> slen, rlen, sat, rat;
   int stotal = 0, rtotal = 0;
   std::vector<std::uint8_t> s, r;
   void* rbuf = nullptr;
-  std::vector<int> scounts, sdispls, rcounts, rdispls;
-  std::vector<MPI_Datatype> stypes, rtypes;
-  HeldTypes held;
+  AlltoallwArgs args;
   // The received blocks into place. A block of no bytes (a count of zero, or a type of size
   // zero) is not unpacked: MPICH 4.0's MPI_Unpack divides by the type's size.
   void unpack(MPI_Comm comm) {
     auto* rbase = static_cast<std::uint8_t*>(rbuf);
     for (std::size_t p = 0; p < rlen.size(); ++p) {
       int position = rat[p];
-      if (rlen[p] > 0) PMPI_Unpack(r.data(), rtotal, &position, rbase + rdispls[p], rcounts[p], rtypes[p], comm);
+      if (rlen[p] > 0) PMPI_Unpack(r.data(), rtotal, &position, rbase + args.rdispls[p], args.rcounts[p], args.rtypes[p], comm);
     }
   }
 };
 
 }  // namespace
+
+AlltoallwArgs::AlltoallwArgs(int n, bool in_place, const int* sc, const int* sd, const MPI_Datatype* st, const int* rc, const int* rd,
+                             const MPI_Datatype* rt, bool hold) {
+  auto ints = [n](const int* v, std::vector<int>& into) { into.assign(v, v + n); };
+  auto types = [&](const MPI_Datatype* t, std::vector<MPI_Datatype>& into) {
+    for (int p = 0; p < n; ++p) into.push_back(hold ? held.hold(t[p]) : t[p]);
+  };
+  ints(rc, rcounts), ints(rd, rdispls), types(rt, rtypes);
+  if (!in_place) ints(sc, scounts), ints(sd, sdispls), types(st, stypes);
+}
 
 int alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes, void* rbuf, const int* rcounts,
               const int* rdispls, const MPI_Datatype* rtypes, MPI_Comm comm, MPI_Request* request) {
@@ -70,7 +81,7 @@ int alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MP
   const int* fdispls = in_place ? rdispls : sdispls;
   const MPI_Datatype* ftypes = in_place ? rtypes : stypes;
   const auto un = static_cast<std::size_t>(n);
-  auto k = std::make_shared<Packed>();
+  auto k = std::make_shared<Packed>(n, in_place, scounts, sdispls, stypes, rcounts, rdispls, rtypes, request != nullptr);
   k->slen.resize(un), k->rlen.resize(un);
   bool fits = true;
   for (std::size_t p = 0; p < un; ++p) {
@@ -88,21 +99,13 @@ int alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MP
     if (k->slen[p] > 0) PMPI_Pack(base + fdispls[p], fcounts[p], ftypes[p], k->s.data(), k->stotal, &position, comm);
   }
   k->rbuf = rbuf;
-  auto keep = [&](const int* v, std::vector<int>& into) {
-    if (v != nullptr) into.assign(v, v + n);
-  };
-  auto keep_types = [&](const MPI_Datatype* t, std::vector<MPI_Datatype>& into) {
-    for (std::size_t p = 0; t != nullptr && p < un; ++p) into.push_back(request != nullptr ? k->held.hold(t[p]) : t[p]);
-  };
-  keep(rcounts, k->rcounts), keep(rdispls, k->rdispls), keep_types(rtypes, k->rtypes);
-  if (!in_place) keep(scounts, k->scounts), keep(sdispls, k->sdispls), keep_types(stypes, k->stypes);
   // The MPI's own in its place, with the kept arguments (in place, the send side's are ignored).
   auto mpis_own = [k, sbuf](MPI_Comm on, MPI_Request* r) {
-    const int* sc = k->scounts.data();
-    const int* sd = k->sdispls.data();
-    const MPI_Datatype* st = k->stypes.data();
-    return r != nullptr ? PMPI_Ialltoallw(sbuf, sc, sd, st, k->rbuf, k->rcounts.data(), k->rdispls.data(), k->rtypes.data(), on, r)
-                        : PMPI_Alltoallw(sbuf, sc, sd, st, k->rbuf, k->rcounts.data(), k->rdispls.data(), k->rtypes.data(), on);
+    const AlltoallwArgs& a = k->args;
+    return r != nullptr ? PMPI_Ialltoallw(sbuf, a.scounts.data(), a.sdispls.data(), a.stypes.data(), k->rbuf, a.rcounts.data(),
+                                          a.rdispls.data(), a.rtypes.data(), on, r)
+                        : PMPI_Alltoallw(sbuf, a.scounts.data(), a.sdispls.data(), a.stypes.data(), k->rbuf, a.rcounts.data(),
+                                         a.rdispls.data(), a.rtypes.data(), on);
   };
   const StandsFor w{mpis_own, [k](MPI_Comm on) { k->unpack(on); }};
   return alltoallv(k->s.data(), k->slen.data(), k->sat.data(), MPI_BYTE, k->r.data(), k->rlen.data(), k->rat.data(), MPI_BYTE, comm, request,

@@ -156,13 +156,14 @@ int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Data
   Call c;
   c.sbuf = sbuf, c.stype = stype, c.rtype = rtype;
   if (agreed) c.agreed = *agreed, c.kept = agreed;
-  c.mpi = [=](MPI_Comm on, MPI_Datatype st, MPI_Datatype rt, MPI_Request* r) {
-    return r != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on, r)
-                        : PMPI_Alltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on);
-  };
   if (stands_for != nullptr) {
     c.mpi = [mpi = stands_for->mpi](MPI_Comm on, MPI_Datatype, MPI_Datatype, MPI_Request* r) { return mpi(on, r); };
     c.after = stands_for->after;
+  } else {
+    c.mpi = [=](MPI_Comm on, MPI_Datatype st, MPI_Datatype rt, MPI_Request* r) {
+      return r != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on, r)
+                          : PMPI_Alltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on);
+    };
   }
   c.make_sides = [=](Call& self) {
     int n = 0;

@@ -414,8 +414,6 @@ bool advance_op(Op& op) {
   return false;
 }
 
-
-
 void enlist(Op& op) {
   std::lock_guard<std::recursive_mutex> hold(process().mutex);
   ++op.plan->ops;

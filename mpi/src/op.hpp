@@ -63,6 +63,16 @@ class HeldTypes {
   std::vector<MPI_Datatype> dups_;
 };
 
+// An MPI_Alltoallw's arrays kept past the call (alltoallw.cpp): copies, with `hold` its
+// derived datatypes duplicated. In place, the send side's are not kept (they may be anything).
+struct AlltoallwArgs {
+  std::vector<int> scounts, sdispls, rcounts, rdispls;
+  std::vector<MPI_Datatype> stypes, rtypes;
+  HeldTypes held;
+  AlltoallwArgs(int n, bool in_place, const int* sc, const int* sd, const MPI_Datatype* st, const int* rc, const int* rd,
+                const MPI_Datatype* rt, bool hold);
+};
+
 struct Op {
   enum class Stage {
     kPlan,       // waits for its plan to be made; then `later` starts it as the plan says

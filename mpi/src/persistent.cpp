@@ -86,23 +86,12 @@ int alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls, con
   else PMPI_Comm_size(comm, &n);
   // The arrays are the program's to change, and its types to free, once the call returns:
   // kept here, derived types duplicated, until MPI_Request_free.
-  struct Kept {
-    std::vector<int> sc, sd, rc, rd;
-    std::vector<MPI_Datatype> st, rt;
-    HeldTypes held;
-  };
-  auto k = std::make_shared<Kept>();
-  const bool in_place = sbuf == MPI_IN_PLACE;
-  auto ints = [n](const int* v, std::vector<int>& into) { into.assign(v, v + n); };
-  auto types = [&](const MPI_Datatype* t, std::vector<MPI_Datatype>& into) {
-    for (int p = 0; p < n; ++p) into.push_back(k->held.hold(t[p]));
-  };
-  ints(rcounts, k->rc), ints(rdispls, k->rd), types(rtypes, k->rt);
-  if (!in_place) ints(scounts, k->sc), ints(sdispls, k->sd), types(stypes, k->st);
+  auto k = std::make_shared<AlltoallwArgs>(n, sbuf == MPI_IN_PLACE, scounts, sdispls, stypes, rcounts, rdispls, rtypes, true);
   plan_of(comm);
   return make(
       [=](MPI_Request* r) {
-        return alltoallw(sbuf, k->sc.data(), k->sd.data(), k->st.data(), rbuf, k->rc.data(), k->rd.data(), k->rt.data(), comm, r);
+        return alltoallw(sbuf, k->scounts.data(), k->sdispls.data(), k->stypes.data(), rbuf, k->rcounts.data(), k->rdispls.data(),
+                         k->rtypes.data(), comm, r);
       },
       request);
 }

@@ -142,6 +142,8 @@ struct Connection {
     if (sock >= 0) ::close(sock);
   }
 
+  Error lost() const { return Error(Errc::kIo, "lost the connection to aapcd at " + path); }
+
   Result<void> hello() {
     auto reply = round_trip(proto::message(proto::HelloRequest{"aapc-client 1", job_id()}, next_request++), -1);
     if (!reply) return reply.error();
@@ -161,7 +163,7 @@ struct Connection {
 
   // One request and its reply on the current socket.
   Result<std::vector<std::uint8_t>> round_trip(const std::vector<std::uint8_t>& msg, int fd) {
-    if (sock < 0) return Error(Errc::kIo, "lost the connection to aapcd at " + path);
+    if (sock < 0) return lost();
     // A failed send is not the end: a daemon that refused us left its reason to read.
     (void)proto::send_message(sock, msg, fd);
     auto reply = reply_to(proto::header_of(msg)->request, std::nullopt);
@@ -178,7 +180,7 @@ struct Connection {
   template <typename M>
   Result<Posted> post(const M& request) {
     std::lock_guard<std::recursive_mutex> hold(mutex);
-    if (sock < 0) return Error(Errc::kIo, "lost the connection to aapcd at " + path);
+    if (sock < 0) return lost();
     const Posted p{next_request++, generation};
     (void)proto::send_message(sock, proto::message(request, p.request), -1);  // a refusal is read as its reply
     return p;
@@ -196,7 +198,7 @@ struct Connection {
     }
     const auto until = std::chrono::steady_clock::now() + bound.value_or(std::chrono::microseconds(0));
     for (;;) {
-      if (sock < 0) return Error(Errc::kIo, "lost the connection to aapcd at " + path);
+      if (sock < 0) return lost();
       if (bound) {
         const auto left = std::max(std::chrono::steady_clock::duration(0), until - std::chrono::steady_clock::now());
         const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
@@ -210,7 +212,7 @@ struct Connection {
       int rfd = -1;
       bool truncated = false;
       if (proto::recv_message(sock, reply, rfd, truncated) != proto::Received::kMessage)
-        return Error(Errc::kIo, "lost the connection to aapcd at " + path);
+        return lost();
       if (rfd >= 0) ::close(rfd);
       if (truncated || !proto::header_of(reply)) return Error(Errc::kProtocol, "aapcd sent a malformed reply");
       const std::uint32_t of = proto::header_of(reply)->request;
@@ -219,10 +221,10 @@ struct Connection {
     }
   }
 
-  // Posted `request`'s answer is not wanted: dropped when it comes (its Request went away).
-  void forget(std::uint32_t request, std::uint32_t of_generation) {
+  // A posted request's answer is not wanted: dropped when it comes (its Request went away).
+  void forget(const Posted& p) {
     std::lock_guard<std::recursive_mutex> hold(mutex);
-    if (of_generation == generation && early.erase(request) == 0) dropped.insert(request);
+    if (p.generation == generation && early.erase(p.request) == 0) dropped.insert(p.request);
   }
 
   // A request that needs no answer, if `of_generation` is still the connection's (best effort).
@@ -242,13 +244,12 @@ struct Connection {
     return broke();
   }
 
-  // The reply to posted `request` (post()) of connection `of_generation`, waited for as
-  // reply_to() does; a broken connection is looked into as call() does.
-  Result<std::optional<std::vector<std::uint8_t>>> answer(std::uint32_t request, std::uint32_t of_generation,
-                                                           std::optional<std::chrono::microseconds> bound) {
+  // The reply to a posted request (post()), waited for as reply_to() does; a broken
+  // connection is looked into as call() does.
+  Result<std::optional<std::vector<std::uint8_t>>> answer(const Posted& p, std::optional<std::chrono::microseconds> bound) {
     std::lock_guard<std::recursive_mutex> hold(mutex);
-    if (of_generation != generation) return Error(Errc::kIo, "the connection to aapcd broke while the exchange ran; its outcome is lost");
-    auto reply = reply_to(request, bound);
+    if (p.generation != generation) return Error(Errc::kIo, "the connection to aapcd broke while the exchange ran; its outcome is lost");
+    auto reply = reply_to(p.request, bound);
     if (reply || reply.error().code() != Errc::kIo) return reply;
     return broke();
   }
@@ -328,13 +329,13 @@ Result<Stats> stats_from(const std::vector<std::uint8_t>& reply) {
 // of its Request tells the connection when its answer was never read.
 struct PostedStart {
   std::shared_ptr<Connection> conn;
-  std::uint32_t request = 0, generation = 0;
+  Connection::Posted at;
   bool answered = false;  // read, by this Request or a copy of it
-  PostedStart(std::shared_ptr<Connection> c, std::uint32_t r, std::uint32_t g) : conn(std::move(c)), request(r), generation(g) {}
+  PostedStart(std::shared_ptr<Connection> c, Connection::Posted p) : conn(std::move(c)), at(p) {}
   PostedStart(const PostedStart&) = delete;
   PostedStart& operator=(const PostedStart&) = delete;
   ~PostedStart() {
-    if (!answered) conn->forget(request, generation);
+    if (!answered) conn->forget(at);
   }
 };
 
@@ -352,7 +353,7 @@ std::optional<Result<Stats>> Request::test() { return wait_for(std::chrono::micr
 
 std::optional<Result<Stats>> Request::posted_result(std::optional<std::chrono::microseconds> bound) {
   if (posted_->answered) return Result<Stats>(Error(Errc::kInvalidArgument, "a copy of this request has taken its result"));
-  auto reply = conn_->answer(posted_->request, posted_->generation, bound);
+  auto reply = conn_->answer(posted_->at, bound);
   if (!reply) result_ = Result<Stats>(reply.error());
   else if (!*reply) return std::nullopt;
   else result_ = stats_from(**reply);
@@ -593,7 +594,7 @@ Result<Request> Client::start(const Buffer& send, Buffer& recv, StartMessage& me
   if (!posted) return posted.error();
   Request req;
   req.conn_ = conn_;
-  req.posted_ = std::make_shared<PostedStart>(conn_, posted->request, posted->generation);
+  req.posted_ = std::make_shared<PostedStart>(conn_, *posted);
   return req;
 }
 
