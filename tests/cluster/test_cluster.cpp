@@ -195,6 +195,26 @@ std::vector<nlohmann::json> all_machines_status() {
   return out;
 }
 
+// Waits until the daemon on `m` runs an exchange that has not finished: a client killed
+// before its first collective is one that never called (its peers wait for the collective's
+// deadline), not one killed mid-exchange. A fixed sleep raced a busy machine's start-up.
+bool wait_running(const std::string& m, std::chrono::seconds bound = 30s) {
+  const auto until = std::chrono::steady_clock::now() + bound;
+  std::string last;
+  while (std::chrono::steady_clock::now() < until) {
+    const Sh st = sh("AAPC_SOCKET=" + socket_of(m) + " " + kTools + "/aapc status");
+    last = st.text;
+    if (st.status == 0) {
+      const nlohmann::json status = nlohmann::json::parse(st.text);
+      for (const auto& ex : status["exchanges"])
+        if (!ex["finished"].get<bool>()) return true;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  WARN(m << " ran no exchange within " << bound.count() << " s; its last status:\n" << last);
+  return false;
+}
+
 std::vector<std::string> exchange(std::size_t size, const std::string& schedule, const std::string& sync = "auto", int iters = 2) {
   return {kClient, "exchange", std::to_string(size), schedule, sync, std::to_string(iters)};
 }
@@ -532,7 +552,7 @@ TEST_CASE("a client killed mid-exchange: the others get an error naming it, the 
   Cluster c("8-two-switch", "--peer-deadline-ms 2000");
   std::vector<Proc> procs;
   for (const auto& m : machines()) procs.push_back(spawn_in(m, exchange(4'000'000, "tree", "auto", 100)));
-  std::this_thread::sleep_for(1500ms);
+  REQUIRE(wait_running("n3"));
   ::kill(procs[3].pid, SIGKILL);  // ip netns exec execs the client: this is the client
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < procs.size(); ++i) {
@@ -559,7 +579,7 @@ TEST_CASE("a daemon killed mid-exchange: errors within seconds; its restart is r
   REQUIRE(hold.output().find("ready") != std::string::npos);
   std::vector<Proc> procs;
   for (const auto& m : machines()) procs.push_back(spawn_in(m, exchange(4'000'000, "tree", "auto", 100)));
-  std::this_thread::sleep_for(1500ms);
+  REQUIRE(wait_running("n5"));
   const pid_t victim = daemon_pid("n5");
   REQUIRE(victim > 0);
   ::kill(victim, SIGKILL);
@@ -600,7 +620,7 @@ KillFigures kill_mid_exchange(const std::string& block, bool the_daemon = true) 
   for (const auto& m : machines())
     if (m != "n5") procs.push_back(spawn_in(m, {kClient, "calls", block, "60"}));
   Proc victim_client = spawn_in("n5", {kClient, "calls", block, "60"});
-  std::this_thread::sleep_for(1500ms);
+  REQUIRE(wait_running("n5"));
   const pid_t victim = daemon_pid("n5");
   REQUIRE(victim > 0);
   const auto killed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
