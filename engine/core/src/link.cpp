@@ -26,9 +26,7 @@ Link::Link(nic::Port& port, const EngineConfig& config, std::uint32_t epoch, std
   pace_last_ = Clock::now();
   tokens_ = config_.pace_burst_bytes;
   if (config_.pace_bps > 0)
-    pace_frame_ = std::chrono::nanoseconds(static_cast<std::int64_t>(
-        static_cast<double>(static_cast<std::uint64_t>(config_.mtu) + kEthHeaderLen + config_.pace_overhead_bytes) * 8e9 /
-        static_cast<double>(config_.pace_bps)));
+    pace_frame_ = std::chrono::nanoseconds(static_cast<std::int64_t>(frame_bytes() * 8e9 / static_cast<double>(config_.pace_bps)));
 }
 
 Link::~Link() {
@@ -203,7 +201,7 @@ void Link::refill(Clock::time_point now) {
 void Link::restart_pacing(Clock::time_point now) {
   if (config_.pace_bps == 0) return;
   refill(now);
-  tokens_ = std::min(tokens_, static_cast<double>(config_.mtu + kEthHeaderLen + config_.pace_overhead_bytes));
+  tokens_ = std::min(tokens_, frame_bytes());
 }
 
 void Link::peer_silent(Rank peer, const std::string& why, Clock::time_point now) {

@@ -31,6 +31,8 @@ class Link {
   const EngineConfig& config() const { return config_; }
   Rank rank() const { return config_.rank; }
   std::uint32_t chunk() const { return chunk_; }
+  // A full frame's bytes as the pacing bucket counts them.
+  double frame_bytes() const { return static_cast<double>(static_cast<std::uint64_t>(config_.mtu) + kEthHeaderLen + config_.pace_overhead_bytes); }
   // The payload room of a control frame: a DATA frame's chunk less the longer header.
   std::uint32_t control_room() const { return chunk_ - static_cast<std::uint32_t>(kControlExtra); }
 
@@ -121,8 +123,9 @@ class EngineLink final : public Link {
   using Link::refill;
   // Frames built and not yet taken by the port.
   std::size_t queued() const { return txq_.size(); }
-  // False while the bucket holds no token: nothing more may be built now.
-  bool may_send() const { return config_.pace_bps == 0 || tokens_ > 0; }
+  // False while the bucket holds no token: nothing more may be built now. With a `lead` of
+  // frames, whether the bucket is less than that many full frames in debt.
+  bool may_send(std::uint32_t lead = 0) const { return config_.pace_bps == 0 || tokens_ > -static_cast<double>(lead) * frame_bytes(); }
   // When the bucket next holds a token (a time already past when it holds one now).
   Clock::time_point send_allowed_at() const;
   // Offers the queued frames to the port.
