@@ -153,8 +153,10 @@ TEST_CASE("blocks larger than eager_frames still wait for READY") {
 TEST_CASE("acknowledgements of eager blocks and tokens are gathered, several in a frame, and every exchange settles") {
   const int n = 4;
   auto opts = test::nodes(n);
-  // The daemons' RTO (the fabric's 2 ms is stalled past by a loaded host, and a poll follows).
-  opts.tune = [](engine::EngineConfig& c) { c.rto = std::chrono::milliseconds(20); };
+  // An RTO well past the 5 ms that acknowledgements are gathered for: the fabric's 2 ms is
+  // stalled past by a loaded host, and a poll follows. So was 20 ms, under an ASan build at a
+  // load average of 16 (three polls in each of 36 reports).
+  opts.tune = [](engine::EngineConfig& c) { c.rto = std::chrono::milliseconds(100); };
   test::Fabric fabric(opts);
   std::uint32_t id = 1;
   for (int i = 0; i < 10; ++i) tiny_pair(fabric, id, 64);
