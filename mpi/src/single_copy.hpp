@@ -22,7 +22,7 @@ constexpr std::size_t kErrorBytes = 256;  // MPI_MAX_ERROR_STRING in both MPIs
 
 struct Slot {
   // The rank's, written before `posted`: its description (Op::counts), `words` words at `at`.
-  // `posted` comes first: the leader reads the slot's head in address order.
+  // The leader reads `posted`, and only then, in a read of its own, `words` and `at`.
   std::atomic<std::uint64_t> posted{0};  // 1 + the call described
   std::uint64_t words = 0;
   std::uint64_t at = 0;
