@@ -199,7 +199,7 @@ TEST_CASE("a paced round wakes its engine once per batch of frames, not for ever
 // Found on 8-two-switch at 300-500 Mbit/s: rounds held back by the link's own bucket (the
 // tree's, the shuffles') still woke their daemon for every frame sent and received, and the
 // tree reached 64-67% of the limit at 500 Mbit/s, 256 KiB (77-81% now, side by side). A
-// wake-up now sends up to Engine::link_lead_ frames ahead of the bucket, and while every round
+// wake-up now sends whole frames ahead of the bucket (Link::may_send_ahead), and while every round
 // waits only for the bucket what arrives waits for that wake-up.
 TEST_CASE("a round held back by the link's pace wakes its engine once per batch of frames, and still keeps to the pace") {
   const std::uint64_t rate = 1'000'000'000;

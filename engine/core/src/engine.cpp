@@ -172,21 +172,6 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
         std::max<std::uint64_t>(4ULL * (static_cast<std::uint64_t>(config_.mtu) + kEthHeaderLen), config_.pace_bps / 8 / 2000));
   }
   link_ = std::make_unique<EngineLink>(port_, config_, epoch_, chunk_);
-  if (config_.pace_bps > 0) {
-    // Rounds held back by the link's own bucket (the tree's, the shuffles') wake their engine
-    // about once per kPacedWake, as paced rounds do (Exchange::pace_frame): woken for every
-    // frame sent and received, eight daemons on two cores spent the host's time waking. A
-    // wake-up sends the frames the bucket lets through and link_lead_ more, ahead of their
-    // time: they queue at the port and leave at the link's rate, and the bucket counts them
-    // (Link::drained_at still says when the last one leaves). Waiting for the tokens instead
-    // would leave the link idle at each round's start for the batch's time. The lead is at
-    // most half the bucket and 32 frames (a short burst for a switch port's queue). See
-    // docs/design.md, "Fast links".
-    const double frame = link_->frame_bytes();
-    const double wake = static_cast<double>(config_.pace_bps) / 8e9 * static_cast<double>(std::chrono::nanoseconds(kPacedWake).count());
-    const double most = std::min(static_cast<double>(config_.pace_burst_bytes) / 2, 32 * frame);
-    link_lead_ = static_cast<std::uint32_t>(std::max(0.0, std::min(wake, most) / frame - 1));
-  }
 }
 
 Engine::~Engine() = default;
@@ -427,7 +412,7 @@ void Engine::transmit(Clock::time_point now) {
   const std::size_t budget = avail > kMinFreeMbufs ? std::min<std::size_t>(avail - kMinFreeMbufs, kTxTarget) : 0;
   std::size_t built = 0;
   while (link_->queued() < kTxTarget && built < budget) {
-    if (!link_->may_send(link_lead_)) break;
+    if (!link_->may_send_ahead()) break;
     ++built;
     bool sent = false;
     for (std::size_t k = 0; k < ready_.size() && !sent; ++k) {
@@ -521,7 +506,7 @@ Clock::time_point Engine::receive_wait_until(Clock::time_point now) const {
   if (std::all_of(active_.begin(), active_.end(), [](const Exchange* ex) { return ex->pacing(); })) return now + kPacedWake;
   // Every round held back by the link's own bucket, none waiting for anything: what arrives
   // waits for the next batch's wake-up (Engine::transmit), before which none of them ends.
-  if (link_lead_ == 0 || link_->may_send() || !std::all_of(active_.begin(), active_.end(), [now](const Exchange* ex) { return ex->has_data(now); }))
+  if (!link_->sends_ahead() || link_->may_send() || !std::all_of(active_.begin(), active_.end(), [now](const Exchange* ex) { return ex->has_data(now); }))
     return now;
   return link_->send_allowed_at();
 }

@@ -14,10 +14,6 @@
 
 namespace aapc::engine {
 
-// A paced round wakes its engine at most once per this, and frames that arrive meanwhile wait
-// in the port's ring (Exchange::pace_frame, Engine::receive_wait_until).
-inline constexpr auto kPacedWake = std::chrono::microseconds(300);
-
 // A first-in, first-out queue that holds no memory while it has never been used. An
 // exchange has one per block it sends and two of its own, and most stay empty; a std::deque
 // allocates 576 bytes when it is made. On 8 machines they were 3.6 KiB of the 8.4 KiB that

@@ -149,10 +149,9 @@ void Exchange::pace_frame(std::uint32_t payload, Clock::time_point now) {
   // daemons on two cores spent the host's time waking: at 300 Mbit/s (a frame every 93 us at
   // 7/16 of the link) the box had 3% idle. So the frames due within kPacedWake leave together,
   // a burst of at most half the catch-up credit (the other half is left for a late wake-up)
-  // and of kPacedBatchMost frames: while the engine sleeps, what arrives waits in the port's
+  // and of kWakeFramesMost frames: while the engine sleeps, what arrives waits in the port's
   // ring (Engine::receive_wait_until), in a paced shuffle as many frames as it sends.
-  constexpr int kPacedBatchMost = 32;  // af_packet's ring holds 512, a DPDK port's 1024
-  paced_batch_ = std::clamp<Clock::duration>(kPacedWake - frame, Clock::duration::zero(), std::min<Clock::duration>(credit / 2, frame * kPacedBatchMost));
+  paced_batch_ = std::clamp<Clock::duration>(kPacedWake - frame, Clock::duration::zero(), std::min<Clock::duration>(credit / 2, frame * kWakeFramesMost));
 }
 
 void Exchange::send_data(OutBlock* block, Rank dst, std::uint32_t index, std::uint64_t len, int phase, std::uint8_t flags) {

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "aapc/core/engine.hpp"  // seal_hook()
@@ -25,8 +26,21 @@ Link::Link(nic::Port& port, const EngineConfig& config, std::uint32_t epoch, std
   dead_.resize(config_.peers.size());
   pace_last_ = Clock::now();
   tokens_ = config_.pace_burst_bytes;
-  if (config_.pace_bps > 0)
-    pace_frame_ = std::chrono::nanoseconds(static_cast<std::int64_t>(frame_bytes() * 8e9 / static_cast<double>(config_.pace_bps)));
+  if (config_.pace_bps == 0) return;
+  pace_frame_ = std::chrono::nanoseconds(static_cast<std::int64_t>(frame_bytes() * 8e9 / static_cast<double>(config_.pace_bps)));
+  // Rounds held back by the bucket alone (the tree's, the shuffles') wake their engine about
+  // once per kPacedWake, as paced rounds do (Exchange::pace_frame): woken for every frame sent
+  // and received, eight daemons on two cores spent the host's time waking. A wake-up sends the
+  // frames the bucket lets through and whole frames more, ahead of their time: they queue at
+  // the port and leave at the link's rate, and the bucket counts them (drained_at still says
+  // when the last one leaves). Waiting for the tokens instead would leave the link idle at each
+  // round's start for the batch's time. The lead is at most half the bucket and
+  // kWakeFramesMost frames (a short burst for a switch port's queue). See docs/design.md,
+  // "Fast links".
+  const double frame = frame_bytes();
+  const double wake = static_cast<double>(config_.pace_bps) / 8e9 * static_cast<double>(std::chrono::nanoseconds(kPacedWake).count());
+  const double most = std::min(static_cast<double>(config_.pace_burst_bytes) / 2, kWakeFramesMost * frame);
+  lead_bytes_ = std::floor(std::max(0.0, std::min(wake, most) / frame - 1)) * frame;
 }
 
 Link::~Link() {

@@ -14,6 +14,13 @@ struct rte_mbuf;
 
 namespace aapc::engine {
 
+// A round that sends wakes its engine about once per this, with the frames due by then, and
+// frames that arrive meanwhile wait in the port's ring (Exchange::pace_frame for paced rounds,
+// Link's lead for the others, Engine::receive_wait_until).
+inline constexpr auto kPacedWake = std::chrono::microseconds(300);
+// The most frames such a wake-up sends together: af_packet's ring holds 512, a DPDK port's 1024.
+inline constexpr int kWakeFramesMost = 32;
+
 // A peer declared silent and not heard from since (Link::peer_silent).
 struct DeadPeer {
   bool dead = false;
@@ -105,6 +112,7 @@ class Link {
   Clock::time_point pace_drained_{};     // when everything handed over has left at the paced rate
   Clock::time_point pace_last_start_{};  // when the last frame handed over starts to leave
   Clock::duration pace_frame_{};         // a full frame's time at the paced rate
+  double lead_bytes_ = 0;                // how far a wake-up sends ahead of the bucket
 };
 
 // The engine loop's side of the link: the transmit queue, the bucket's state, the peers
@@ -123,9 +131,12 @@ class EngineLink final : public Link {
   using Link::refill;
   // Frames built and not yet taken by the port.
   std::size_t queued() const { return txq_.size(); }
-  // False while the bucket holds no token: nothing more may be built now. With a `lead` of
-  // frames, whether the bucket is less than that many full frames in debt.
-  bool may_send(std::uint32_t lead = 0) const { return config_.pace_bps == 0 || tokens_ > -static_cast<double>(lead) * frame_bytes(); }
+  // False while the bucket holds no token: nothing more may be built now.
+  bool may_send() const { return config_.pace_bps == 0 || tokens_ > 0; }
+  // Once a wake-up may send, it goes on until the bucket is lead_bytes_ in debt (Link's
+  // constructor); whether it ever does.
+  bool may_send_ahead() const { return config_.pace_bps == 0 || tokens_ > -lead_bytes_; }
+  bool sends_ahead() const { return lead_bytes_ > 0; }
   // When the bucket next holds a token (a time already past when it holds one now).
   Clock::time_point send_allowed_at() const;
   // Offers the queued frames to the port.

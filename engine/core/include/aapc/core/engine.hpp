@@ -260,8 +260,6 @@ class Engine final : private ParseContext {
   std::uint64_t rx_verified_ = 0;  // port_.rx_verified_flag()
   // Frames out, pacing, the peers' liveness and the counters: what exchanges use (Link).
   std::unique_ptr<EngineLink> link_;
-  // Full frames that a wake-up sends ahead of the link's bucket (the constructor).
-  std::uint32_t link_lead_ = 0;
   Clock::time_point next_timers_{};
   std::size_t rr_ = 0;  // round-robin over exchanges
   std::uint64_t handled_ = 0;  // frames of ours that passed validation
