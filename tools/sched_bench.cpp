@@ -83,7 +83,7 @@ void bench_predict(int repeat) {
 }
 
 // What a daemon plans for its first exchange on a two-level tree of `machines` (leaves of
-// sqrt(machines)): tree + sender-all, node 0's part alone (sched::plan_sync_part), or with
+// sqrt(machines)): tree + sender-all, node 0's part alone (sched::plan_part), or with
 // `whole` every node's (plan_sync, as `aapc-sched show` makes it). Run alone, in a process of
 // its own: the peak memory is the process's.
 void bench_daemon_plan(int machines, bool whole) {
@@ -96,9 +96,9 @@ void bench_daemon_plan(int machines, bool whole) {
   std::mt19937_64 rng(1);
   const Topology t = random_tree(o, rng);
   const auto t0 = std::chrono::steady_clock::now();
-  Schedule base = make_schedule(t, {Algorithm::kTree, 0});
-  // As the daemon and `aapc-sched show` do: a part is planned from a schedule given up to it.
-  const Schedule s = whole ? plan_sync(t, base, {SyncKind::kSenderAll, 1}) : plan_sync_part(t, std::move(base), {SyncKind::kSenderAll, 1}, 0);
+  // As the daemon (its part, from the phases alone) and `aapc-sched show` (every node's) do.
+  const Schedule s = whole ? plan_sync(t, make_schedule(t, {Algorithm::kTree, 0}), {SyncKind::kSenderAll, 1})
+                           : plan_part(t, {Algorithm::kTree, 0}, {SyncKind::kSenderAll, 1}, 0);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::size_t rounds = 0;
   for (const Program& p : s.programs) rounds += p.rounds.size();

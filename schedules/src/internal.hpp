@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/schedule.hpp"
 #include "aapc/sched/topology.hpp"
 #include "aapc/sched/verify.hpp"
@@ -18,6 +19,10 @@ namespace aapc::sched::detail {
 // parameter is not such a number. The one grammar of an algorithm's and a sync variant's
 // parameter (AlgorithmSpec::parse, SyncSpec::parse).
 bool split_param(std::string_view text, std::string_view& name, std::optional<int>& param);
+
+// make_schedule(), where `programs` false lets a builder leave the programs out
+// (BuildInput::programs): for plan_part(), whose planner makes its own.
+Schedule build_schedule(const Topology& topology, const AlgorithmSpec& spec, bool programs);
 
 // The checks of a combining schedule (verify_combine.cpp), added to `report`.
 void verify_combine(const Topology& topology, const Schedule& schedule, VerifyReport& report);

@@ -131,10 +131,12 @@ Schedule pattern_schedule(const Topology& topology, const SparsePattern& pattern
   return info->build({.topology = topology, .param = info->param_default, .pattern = &pattern, .seed = seed});
 }
 
-Schedule make_schedule(const Topology& topology, const AlgorithmSpec& spec) {
+Schedule make_schedule(const Topology& topology, const AlgorithmSpec& spec) { return detail::build_schedule(topology, spec, true); }
+
+Schedule detail::build_schedule(const Topology& topology, const AlgorithmSpec& spec, bool programs) {
   const AlgorithmInfo& info = algorithm_info(spec.algorithm);
   if (!dense(info)) throw std::invalid_argument(std::string(info.name) + " decomposes an alltoallv's pattern (planned_sparse)");
-  Schedule s = info.build({.topology = topology, .param = info.param.empty() ? 0 : spec.param});
+  Schedule s = info.build({.topology = topology, .param = info.param.empty() ? 0 : spec.param, .programs = programs});
   // The single-switch algorithms avoid contention only when every machine hangs off one
   // switch; on a tree of switches they are unscheduled baselines.
   if (info.kind == AlgorithmKind::kSwitch && !topology.single_switch()) s.contention_free = false;

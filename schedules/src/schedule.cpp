@@ -96,11 +96,12 @@ std::size_t Schedule::message_count() const {
   return n;
 }
 
-std::vector<Program> programs_from_phases(int machines, const std::vector<Phase>& phases) {
+std::vector<Program> programs_from_phases(int machines, const std::vector<Phase>& phases, Rank only) {
   std::vector<Program> programs(static_cast<std::size_t>(machines));
   for (int r = 0; r < machines; ++r) programs[static_cast<std::size_t>(r)].rank = r;
   for (std::size_t p = 0; p < phases.size(); ++p) {
     for (const Message& m : phases[p]) {
+      if (only >= 0 && m.src != only) continue;
       Round round;
       round.sends.push_back({m.dst, static_cast<int>(p)});
       programs[static_cast<std::size_t>(m.src)].rounds.push_back(std::move(round));

@@ -74,10 +74,6 @@ class SyncPlanner {
   }
 
  private:
-  struct Req {
-    int msg;  // the earlier message; the later one is the round's own
-    Level level;
-  };
   struct FixedWait {
     int from_node, from_round;  // whose clock the token carries
   };
@@ -93,32 +89,32 @@ class SyncPlanner {
   // programs of every node took gigabytes.
   void build_programs() {
     stages_ = ceil_log2(n_);
-    std::vector<std::vector<int>> sent_by(idx(n_));
-    for (int id = 0; id < flat_.size(); ++id) sent_by[idx(flat_.msg[idx(id)].src)].push_back(id);
     msg_round_.assign(idx(flat_.size()), -1);
     round_msg_.assign(idx(n_), {});
+    barrier_round_.assign(idx(n_), {});
+    // flat_ holds the messages in phase order, so each node's rounds are its messages in that
+    // order, with a barrier's stages after each block of phases.
     const int phases = static_cast<int>(s_.phases.size());
-    for (Rank c = 0; c < n_; ++c) {
-      std::vector<int>& rounds = round_msg_[idx(c)];
-      std::size_t next = 0;
-      const auto& mine = sent_by[idx(c)];
-      std::vector<std::vector<int>> barrier_rounds;
-      for (int p = 0; p < phases; ++p) {
-        while (next < mine.size() && flat_.phase[idx(mine[next])] == p) {
-          msg_round_[idx(mine[next])] = static_cast<int>(rounds.size());
-          rounds.push_back(mine[next++]);
-        }
-        if (barrier_after(p)) {
-          std::vector<int> stage_rounds;
-          for (int st = 0; st < stages_; ++st) {
-            stage_rounds.push_back(static_cast<int>(rounds.size()));
-            rounds.push_back(-1);
-          }
-          barrier_rounds.push_back(std::move(stage_rounds));
-        }
+    int id = 0;
+    for (int p = 0; p < phases; ++p) {
+      for (; id < flat_.size() && flat_.phase[idx(id)] == p; ++id) {
+        std::vector<int>& rounds = round_msg_[idx(flat_.msg[idx(id)].src)];
+        msg_round_[idx(id)] = static_cast<int>(rounds.size());
+        rounds.push_back(id);
       }
-      barrier_round_.push_back(std::move(barrier_rounds));
-      std::vector<int>().swap(sent_by[idx(c)]);
+      if (!barrier_after(p)) continue;
+      for (Rank c = 0; c < n_; ++c) {
+        std::vector<int>& rounds = round_msg_[idx(c)];
+        std::vector<int> stage_rounds;
+        for (int st = 0; st < stages_; ++st) {
+          stage_rounds.push_back(static_cast<int>(rounds.size()));
+          rounds.push_back(-1);
+        }
+        barrier_round_[idx(c)].push_back(std::move(stage_rounds));
+      }
+    }
+    for (Rank c = 0; c < n_; ++c) {
+      const std::vector<int>& rounds = round_msg_[idx(c)];
       Program& prog = s_.programs[idx(c)];
       prog = Program{};
       prog.rank = c;
@@ -190,95 +186,79 @@ class SyncPlanner {
     clocks_->add_ref(from_node, from_round);
   }
 
-  // The requirements are kept flat, by message (reqs_at_), counted in a first pass and placed in
-  // a second: a vector per message took a gigabyte at 4,096 machines.
+  // Each message's requirements: the earlier messages it must follow. Two messages need
+  // ordering only if they share a directed edge, and along each edge it is enough to order
+  // consecutive users (or consecutive blocks of users): the rest follows. The messages are
+  // walked once, in phase order (their ids' order), and each edge keeps only its last users,
+  // so each message's list is made in turn and stored flat (reqs_at_): a table of every edge's
+  // users and a vector per message took gigabytes at 4,096 machines.
   void add_requirements() {
     reqs_at_.assign(idx(flat_.size()) + 1, 0);
     if (v_.level == Level::kNone) return;
-    auto users = detail::edge_users(topo_, flat_);
-    std::vector<std::size_t> fill;
-    for (const bool place : {false, true}) {
-      if (place) {
-        for (std::size_t m = 1; m < reqs_at_.size(); ++m) reqs_at_[m] += reqs_at_[m - 1];
-        reqs_flat_.resize(reqs_at_.back());
-        fill.assign(reqs_at_.begin(), reqs_at_.end() - 1);
+    struct EdgeUsers {
+      int block = -1;            // of `current`
+      std::vector<int> earlier;  // the users of the last block before it that used the edge
+      std::vector<int> current;
+      int last = -1;             // the last user (ordered inside blocks)
+    };
+    std::vector<EdgeUsers> edges(idx(topo_.directed_edge_count()));
+    std::vector<int> path, mine;
+    auto block = [&](int id) { return flat_.phase[idx(id)] / v_.block; };
+    for (int id = 0; id < flat_.size(); ++id) {
+      const Message& m = flat_.msg[idx(id)];
+      mine.clear();
+      path.clear();  // a message to oneself uses no edge
+      if (m.src != m.dst) topo_.path(topo_.machine_node(m.src), topo_.machine_node(m.dst), path);
+      for (const int e : path) {
+        EdgeUsers& u = edges[idx(e)];
+        if (v_.across) {  // every user of the edge's previous block of phases
+          if (u.block != block(id)) {
+            u.earlier.swap(u.current);
+            u.current.clear();
+            u.block = block(id);
+          }
+          mine.insert(mine.end(), u.earlier.begin(), u.earlier.end());
+          u.current.push_back(id);
+        } else {  // the edge's previous user, inside a block
+          if (u.last >= 0 && block(u.last) == block(id) && flat_.phase[idx(u.last)] != flat_.phase[idx(id)]) mine.push_back(u.last);
+          u.last = id;
+        }
       }
-      each_requirement(users, [&](int later, int earlier) {
-        if (place) reqs_flat_[fill[idx(later)]++] = {earlier, v_.level};
-        else ++reqs_at_[idx(later) + 1];
-      });
+      std::sort(mine.begin(), mine.end());
+      mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+      reqs_flat_.insert(reqs_flat_.end(), mine.begin(), mine.end());
+      reqs_at_[idx(id) + 1] = reqs_flat_.size();
     }
-    // Each message's list sorted and without repeats, compacted in place.
-    std::size_t out = 0;
-    for (std::size_t m = 0; m + 1 < reqs_at_.size(); ++m) {
-      auto first = reqs_flat_.begin() + static_cast<std::ptrdiff_t>(reqs_at_[m]), last = reqs_flat_.begin() + static_cast<std::ptrdiff_t>(reqs_at_[m + 1]);
-      std::sort(first, last, [](const Req& a, const Req& b) { return a.msg < b.msg; });
-      last = std::unique(first, last, [](const Req& a, const Req& b) { return a.msg == b.msg; });
-      reqs_at_[m] = out;
-      for (auto it = first; it != last; ++it) reqs_flat_[out++] = *it;
-    }
-    reqs_at_.back() = out;
-    reqs_flat_.resize(out);
     reqs_flat_.shrink_to_fit();
-    s_.sync_stats.consecutive_pairs = static_cast<std::int64_t>(out);
-    for (const Req& r : reqs_flat_) clocks_->add_ref(flat_.msg[idx(r.msg)].src, msg_round_[idx(r.msg)]);
+    s_.sync_stats.consecutive_pairs = static_cast<std::int64_t>(reqs_flat_.size());
+    for (const int earlier : reqs_flat_) clocks_->add_ref(flat_.msg[idx(earlier)].src, msg_round_[idx(earlier)]);
+    if (only_ >= 0) return;  // a figure for `aapc-sched show`, which a daemon's part does without (SyncStats)
+    const auto users = detail::edge_users(topo_, flat_);
     const int bs = v_.block;
     s_.sync_stats.contending_pairs =
         v_.across ? detail::count_contending_pairs(topo_, flat_, users, [bs](int p) { return p / bs; })
                   : detail::count_contending_pairs(topo_, flat_, users, [](int p) { return p; });
   }
 
-  std::span<const Req> reqs(int msg) const {
+  std::span<const int> reqs(int msg) const {
     return {reqs_flat_.data() + reqs_at_[idx(msg)], reqs_at_[idx(msg) + 1] - reqs_at_[idx(msg)]};
   }
 
-  // Two messages need ordering only if they share a directed edge; along each edge it is
-  // enough to order consecutive users (or consecutive blocks of users), the rest follows.
-  // `add(later, earlier)` for each, repeats included.
-  template <typename Add>
-  void each_requirement(const std::vector<std::vector<int>>& users, Add add) const {
-    auto block = [&](int id) { return flat_.phase[idx(id)] / v_.block; };
-    for (const auto& list : users) {
-      if (v_.across) {
-        // All pairs between consecutive non-empty blocks.
-        std::size_t g = 0;
-        std::size_t prev_begin = 0, prev_end = 0;
-        bool have_prev = false;
-        while (g < list.size()) {
-          std::size_t end = g;
-          while (end < list.size() && block(list[end]) == block(list[g])) ++end;
-          if (have_prev)
-            for (std::size_t y = g; y < end; ++y)
-              for (std::size_t x = prev_begin; x < prev_end; ++x) add(list[y], list[x]);
-          prev_begin = g;
-          prev_end = end;
-          have_prev = true;
-          g = end;
-        }
-      } else {
-        for (std::size_t t = 1; t < list.size(); ++t) {
-          int a = list[t - 1], b = list[t];
-          if (block(a) == block(b) && flat_.phase[idx(a)] != flat_.phase[idx(b)]) add(b, a);
-        }
-      }
-    }
-  }
-
-  // Is the ordering "m1 done before round (c, r) starts" already implied by `clock` and the
+  // Is the ordering "message `earlier` done before round (c, r) starts" (at the variant's
+  // level) already implied by `clock` and the
   // receiver tokens kept so far (plus those in `chosen` for this round)?
-  bool satisfied(const Req& req, int c, int r, const std::vector<std::uint32_t>& clock, const std::vector<Req>& chosen) const {
-    const Message& m1 = flat_.msg[idx(req.msg)];
-    if (req.level == Level::kSend)
-      return m1.src == c || clock[idx(m1.src)] >= static_cast<std::uint32_t>(msg_round_[idx(req.msg)] + 1);
-    for (const Req& x : chosen)
-      if (x.msg == req.msg) return true;
-    for (const auto& [node, round] : kept_recv_[idx(req.msg)])
+  bool satisfied(int earlier, int c, int r, const std::vector<std::uint32_t>& clock, const std::vector<int>& chosen) const {
+    const Message& m1 = flat_.msg[idx(earlier)];
+    if (v_.level == Level::kSend)
+      return m1.src == c || clock[idx(m1.src)] >= static_cast<std::uint32_t>(msg_round_[idx(earlier)] + 1);
+    if (std::find(chosen.begin(), chosen.end(), earlier) != chosen.end()) return true;
+    for (const auto& [node, round] : kept_recv_[idx(earlier)])
       if ((node == c && round <= r) || clock[idx(node)] >= static_cast<std::uint32_t>(round + 1)) return true;
     return false;
   }
 
-  bool all_satisfied(std::span<const Req> reqs, int c, int r, const std::vector<std::uint32_t>& clock, const std::vector<Req>& chosen) const {
-    return std::all_of(reqs.begin(), reqs.end(), [&](const Req& q) { return satisfied(q, c, r, clock, chosen); });
+  bool all_satisfied(std::span<const int> reqs, int c, int r, const std::vector<std::uint32_t>& clock, const std::vector<int>& chosen) const {
+    return std::all_of(reqs.begin(), reqs.end(), [&](int q) { return satisfied(q, c, r, clock, chosen); });
   }
 
   void merge_msg_clock(std::vector<std::uint32_t>& clock, int msg) const {
@@ -296,28 +276,28 @@ class SyncPlanner {
       clocks_->release(w.from_node, w.from_round);
     }
     if (msg >= 0 && !reqs(msg).empty()) {
-      const std::span<const Req> all = reqs(msg);
-      std::vector<Req> pending;
-      for (const Req& q : all)
+      const std::span<const int> all = reqs(msg);
+      std::vector<int> pending;
+      for (const int q : all)
         if (!satisfied(q, c, r, clock, {})) pending.push_back(q);
       // The clock before any token, for dropping redundant ones below (two or more chosen).
       std::vector<std::uint32_t>& base = base_;
       if (pending.size() > 1) base = clock;
       // Latest first: a token from a later message often implies the earlier ones.
-      std::sort(pending.begin(), pending.end(), [&](const Req& a, const Req& b) { return flat_.phase[idx(a.msg)] > flat_.phase[idx(b.msg)]; });
-      std::vector<Req> chosen;
-      for (const Req& q : pending) {
+      std::sort(pending.begin(), pending.end(), [&](int a, int b) { return flat_.phase[idx(a)] > flat_.phase[idx(b)]; });
+      std::vector<int> chosen;
+      for (const int q : pending) {
         if (satisfied(q, c, r, clock, chosen)) continue;
         chosen.push_back(q);
-        merge_msg_clock(clock, q.msg);
+        merge_msg_clock(clock, q);
         merged = true;
       }
       // Drop any chosen token that the others imply (redundant synchronisation).
       for (std::size_t i = 0; chosen.size() > 1 && i < chosen.size();) {
-        std::vector<Req> rest = chosen;
+        std::vector<int> rest = chosen;
         rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(i));
         trial_ = base;
-        for (const Req& q : rest) merge_msg_clock(trial_, q.msg);
+        for (const int q : rest) merge_msg_clock(trial_, q);
         if (all_satisfied(all, c, r, trial_, rest)) {
           chosen = std::move(rest);
           clock = trial_;
@@ -325,16 +305,16 @@ class SyncPlanner {
           ++i;
         }
       }
-      for (const Req& q : chosen) {
-        const Message& m1 = flat_.msg[idx(q.msg)];
-        if (q.level == Level::kSend) {
-          new_sync({0, m1.src, c, SyncTrigger::kAfterSend, msg_round_[idx(q.msg)], -1, r});
+      for (const int q : chosen) {
+        const Message& m1 = flat_.msg[idx(q)];
+        if (v_.level == Level::kSend) {
+          new_sync({0, m1.src, c, SyncTrigger::kAfterSend, msg_round_[idx(q)], -1, r});
         } else {
           new_sync({0, m1.dst, c, SyncTrigger::kAfterReceive, -1, m1.src, r});
-          kept_recv_[idx(q.msg)].emplace_back(c, r);
+          kept_recv_[idx(q)].emplace_back(c, r);
         }
       }
-      for (const Req& q : all) clocks_->release(flat_.msg[idx(q.msg)].src, msg_round_[idx(q.msg)]);
+      for (const int q : all) clocks_->release(flat_.msg[idx(q)].src, msg_round_[idx(q)]);
     }
     clock[idx(c)] = static_cast<std::uint32_t>(r + 1);
     clocks_->put(c, r, clock.data(), merged);
@@ -396,7 +376,7 @@ class SyncPlanner {
   std::vector<std::vector<std::vector<FixedWait>>> fixed_;    // node, round -> barrier waits (empty without barriers)
   static inline const std::vector<FixedWait> kNoWaits;
   std::vector<std::size_t> reqs_at_;                    // message id -> its first in reqs_flat_ (and its end at id + 1)
-  std::vector<Req> reqs_flat_;                          // the earlier messages to order each after, by message
+  std::vector<int> reqs_flat_;                          // the earlier messages to order each after, by message
   std::vector<std::vector<std::pair<int, int>>> kept_recv_;   // message id -> rounds its receipt token reaches (receipt tokens only)
   std::vector<std::map<Rank, std::vector<std::uint32_t>>> on_receive_;
   std::vector<std::vector<std::uint32_t>> vc_;          // clock after each node's last processed round
@@ -435,6 +415,7 @@ Schedule plan(const Topology& topology, S&& schedule, const SyncSpec& spec, Rank
   }
   if (spec.kind == SyncKind::kNone) {
     Schedule s = std::forward<S>(schedule);
+    if (s.programs.empty()) s.programs = programs_from_phases(s.machines, s.phases, only);  // built without (plan_part)
     s.sync = spec;
     s.syncs.clear();
     s.sync_stats = {};
@@ -475,6 +456,10 @@ Schedule plan_sync_part(const Topology& topology, Schedule schedule, const SyncS
   if (node < 0 || node >= schedule.machines)
     throw std::invalid_argument("node " + std::to_string(node) + " is not one of the schedule's " + std::to_string(schedule.machines) + " machines");
   return plan(topology, std::move(schedule), spec, node);
+}
+
+Schedule plan_part(const Topology& topology, const AlgorithmSpec& algorithm, const SyncSpec& spec, Rank node) {
+  return plan_sync_part(topology, detail::build_schedule(topology, algorithm, false), spec, node);
 }
 
 }  // namespace aapc::sched

@@ -245,16 +245,16 @@ std::vector<Phase> tree_phases(const TreeModel& model) {
   return b.finish();
 }
 
-Schedule tree_schedule(const TreeModel& model) {
+Schedule tree_schedule(const TreeModel& model, bool programs) {
   Schedule sched;
   sched.algorithm = algorithm_name(Algorithm::kTree);
   sched.machines = model.machines();
   sched.contention_free = true;
   sched.phases = tree_phases(model);
-  sched.programs = programs_from_phases(sched.machines, sched.phases);
+  if (programs) sched.programs = programs_from_phases(sched.machines, sched.phases);
   return sched;
 }
 
-Schedule build_tree(const BuildInput& in) { return tree_schedule(TreeModel(in.topology)); }
+Schedule build_tree(const BuildInput& in) { return tree_schedule(TreeModel(in.topology), in.programs); }
 
 }  // namespace aapc::sched

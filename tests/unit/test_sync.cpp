@@ -109,7 +109,7 @@ bool same_sync(const Sync& a, const Sync& b) {
 
 }  // namespace
 
-TEST_CASE("a node's part of a plan is that node's program and tokens of the whole plan, for every variant") {
+TEST_CASE("a node's part of a plan, planned from every program or from the phases alone, is that node's program and tokens of the whole plan, for every variant") {
   std::mt19937_64 rng(7);
   std::vector<Topology> trees{load_topology(aapc::test::topology_path("12-three-level")), load_topology(aapc::test::topology_path("8-two-switch"))};
   for (int trial = 0; trial < 6; ++trial) {
@@ -129,25 +129,28 @@ TEST_CASE("a node's part of a plan is that node's program and tokens of the whol
         CHECK(whole.sync_total() == whole.syncs.size());
         for (Rank me = 0; me < t.machine_count(); ++me) {
           INFO(t.machine_count() << " machines, " << base.algorithm << "+" << name << ", node " << me);
-          const Schedule part = plan_sync_part(t, base, spec, me);
-          REQUIRE(part.part == me);
-          CHECK(part.sync_total() == whole.syncs.size());
-          CHECK(part.sync_stats.tokens == whole.sync_stats.tokens);
-          CHECK(part.sync_stats.local_waits == whole.sync_stats.local_waits);
-          CHECK(part.phases.size() == whole.phases.size());
-          const Program& mine = part.programs.at(static_cast<std::size_t>(me));
-          const Program& theirs = whole.programs.at(static_cast<std::size_t>(me));
-          REQUIRE(mine.rounds.size() == theirs.rounds.size());
-          for (std::size_t r = 0; r < mine.rounds.size(); ++r) CHECK(same_rounds(mine.rounds[r], theirs.rounds[r]));
-          CHECK(mine.on_receive == theirs.on_receive);
-          if (whole.combining()) CHECK(part.combine.at(static_cast<std::size_t>(me)).size() == whole.combine.at(static_cast<std::size_t>(me)).size());
-          std::vector<Sync> touching;
-          for (const Sync& y : whole.syncs)
-            if (y.from == me || y.to == me) touching.push_back(y);
-          REQUIRE(part.syncs.size() == touching.size());
-          for (std::size_t i = 0; i < touching.size(); ++i) CHECK(same_sync(part.syncs[i], touching[i]));
-          for (Rank other = 0; other < t.machine_count(); ++other)
-            if (other != me) CHECK(part.programs.at(static_cast<std::size_t>(other)).rounds.empty());
+          // Planned from a schedule with every program, and from the phases alone (what a daemon plans).
+          const Schedule parts[] = {plan_sync_part(t, base, spec, me), plan_part(t, {a, 0}, spec, me)};
+          for (const Schedule& part : parts) {
+            REQUIRE(part.part == me);
+            CHECK(part.sync_total() == whole.syncs.size());
+            CHECK(part.sync_stats.tokens == whole.sync_stats.tokens);
+            CHECK(part.sync_stats.local_waits == whole.sync_stats.local_waits);
+            CHECK(part.phases.size() == whole.phases.size());
+            const Program& mine = part.programs.at(static_cast<std::size_t>(me));
+            const Program& theirs = whole.programs.at(static_cast<std::size_t>(me));
+            REQUIRE(mine.rounds.size() == theirs.rounds.size());
+            for (std::size_t r = 0; r < mine.rounds.size(); ++r) CHECK(same_rounds(mine.rounds[r], theirs.rounds[r]));
+            CHECK(mine.on_receive == theirs.on_receive);
+            if (whole.combining()) CHECK(part.combine.at(static_cast<std::size_t>(me)).size() == whole.combine.at(static_cast<std::size_t>(me)).size());
+            std::vector<Sync> touching;
+            for (const Sync& y : whole.syncs)
+              if (y.from == me || y.to == me) touching.push_back(y);
+            REQUIRE(part.syncs.size() == touching.size());
+            for (std::size_t i = 0; i < touching.size(); ++i) CHECK(same_sync(part.syncs[i], touching[i]));
+            for (Rank other = 0; other < t.machine_count(); ++other)
+              if (other != me) CHECK(part.programs.at(static_cast<std::size_t>(other)).rounds.empty());
+          }
         }
       }
     }

@@ -16,7 +16,7 @@ Error invalid(std::string why) { return Error(Errc::kInvalidArgument, std::move(
 
 }  // namespace
 
-// This node's part of the plan (sched::plan_sync_part): the tokens are chosen over the whole
+// This node's part of the plan (sched::plan_part): the tokens are chosen over the whole
 // tree, but only this node's program and tokens are kept.
 std::shared_ptr<const sched::Schedule> TreeSchedules::schedule(const sched::AlgorithmSpec& algo, const sched::SyncSpec& sync, sched::Rank me) {
   std::string key = sched::format_plan_spec(algo, sync);
@@ -29,7 +29,7 @@ std::shared_ptr<const sched::Schedule> TreeSchedules::schedule(const sched::Algo
     auto oldest = std::min_element(cached.begin(), cached.end(), [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
     cached.erase(oldest);
   }
-  auto s = std::make_shared<const sched::Schedule>(sched::plan_sync_part(topo, sched::make_schedule(topo, algo), sync, me));
+  auto s = std::make_shared<const sched::Schedule>(sched::plan_part(topo, algo, sync, me));
   cached[key] = {s, ++uses};
   return s;
 }

@@ -46,6 +46,10 @@ struct BuildInput {
   int param = 0;
   const SparsePattern* pattern = nullptr;
   std::uint64_t seed = 1;
+  // false: the phases alone, for the sync planner, which makes the programs it keeps itself
+  // (plan_part). A builder may still make them; the tree's does not (at 4,096 machines its
+  // 16.8 million rounds took 1.9 GB, all of them thrown away).
+  bool programs = true;
 };
 
 // One row of the registry (algorithms.def).
@@ -161,8 +165,9 @@ int edge_color_count(int p);
 // (p - 1) / load of the rate) and no hand-over is waited for. docs/design.md, "Fast links".
 Schedule paced_shuffle_schedule(const TreeModel& model, double share = kPacedShare);
 
-// Faraj/Yuan section 4: contention-free phases, exactly load() of them.
-Schedule tree_schedule(const TreeModel& model);
+// Faraj/Yuan section 4: contention-free phases, exactly load() of them; without the programs
+// where `programs` is false (BuildInput::programs).
+Schedule tree_schedule(const TreeModel& model, bool programs = true);
 // The same phases without the programs (what the predictor needs at thousands of machines,
 // where the programs' rounds would take gigabytes).
 std::vector<Phase> tree_phases(const TreeModel& model);

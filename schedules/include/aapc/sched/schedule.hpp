@@ -117,7 +117,7 @@ struct CombineStep {
 
 // How many synchronisations a plan needed, before and after removing redundant ones.
 struct SyncStats {
-  std::int64_t contending_pairs = 0;  // the paper's dependence graph: contending pairs to order
+  std::int64_t contending_pairs = 0;  // the paper's dependence graph: contending pairs to order (0 in a part)
   std::int64_t consecutive_pairs = 0; // of those, consecutive users of a directed edge
   std::int64_t tokens = 0;            // kept syncs that travel as frames
   std::int64_t local_waits = 0;       // kept syncs with from == to
@@ -162,6 +162,7 @@ struct Schedule {
 };
 
 // Programs of one destination per round, in phase order: what every phased algorithm runs.
-std::vector<Program> programs_from_phases(int machines, const std::vector<Phase>& phases);
+// `only` >= 0: that node's rounds alone, every other program empty but for its rank.
+std::vector<Program> programs_from_phases(int machines, const std::vector<Phase>& phases, Rank only = -1);
 
 }  // namespace aapc::sched

@@ -1,6 +1,7 @@
 // Synchronisation planning for phased schedules (Faraj/Yuan/Patarasuk section 5).
 #pragma once
 
+#include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/schedule.hpp"
 #include "aapc/sched/topology.hpp"
 
@@ -28,5 +29,10 @@ Schedule plan_sync(const Topology& topology, const Schedule& schedule, const Syn
 // kept (at 4,096 machines the whole plan takes gigabytes; docs/scale.md). `schedule` is taken
 // by value: a schedule moved in gives its programs up before the plan is made.
 Schedule plan_sync_part(const Topology& topology, Schedule schedule, const SyncSpec& spec, Rank node);
+
+// plan_sync_part() of make_schedule(topology, algorithm), where the schedule's builder need not
+// make the programs that the planner would throw away (BuildInput::programs): what a daemon
+// plans for its first exchange of a spec.
+Schedule plan_part(const Topology& topology, const AlgorithmSpec& algorithm, const SyncSpec& spec, Rank node);
 
 }  // namespace aapc::sched
