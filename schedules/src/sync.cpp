@@ -245,8 +245,8 @@ class SyncPlanner {
   }
 
   // Is the ordering "message `earlier` done before round (c, r) starts" (at the variant's
-  // level) already implied by `clock` and the
-  // receiver tokens kept so far (plus those in `chosen` for this round)?
+  // level) already implied by `clock` and the receiver tokens kept so far (plus those in
+  // `chosen` for this round)?
   bool satisfied(int earlier, int c, int r, const std::vector<std::uint32_t>& clock, const std::vector<int>& chosen) const {
     const Message& m1 = flat_.msg[idx(earlier)];
     if (v_.level == Level::kSend)
