@@ -69,6 +69,26 @@ struct FlatMessages {
   int size() const { return static_cast<int>(msg.size()); }
 };
 
+// A directed edge's users in its last two non-empty blocks of phases, kept while the messages
+// are walked in phase order (the sync planner, sync.cpp; the predictor's walk, predict.cpp).
+// Along an edge it is enough to order each block's users after the previous block's
+// (Faraj/Yuan/Patarasuk section 5); the rest follows.
+template <typename User>
+struct BlockUsers {
+  int block = -1;  // of `current`
+  std::vector<User> earlier, current;
+
+  // The users a message of `b` on this edge follows: those of the last block before `b`.
+  const std::vector<User>& enter(int b) {
+    if (block != b) {
+      earlier.swap(current);
+      current.clear();
+      block = b;
+    }
+    return earlier;
+  }
+};
+
 // For every directed edge, the messages whose path uses it, in phase order (message ids are
 // already in phase order).
 inline std::vector<std::vector<int>> edge_users(const Topology& topo, const FlatMessages& flat) {

@@ -451,11 +451,6 @@ class PhaseWalk {
     double leaves = 0.0;   // a sender-based token
     double arrival = 0.0;  // a receiver-based token
   };
-  // A directed link's users in its last two non-empty blocks of phases.
-  struct EdgeUsers {
-    int block = -1;
-    std::vector<EdgeUser> previous, current;
-  };
   // pred_: -1 READY, else kPredKinds x the message waited for plus what of it was waited for.
   static constexpr std::int64_t kPredKinds = 3, kPredLocal = 0, kPredSent = 1, kPredReceived = 2;
 
@@ -486,13 +481,7 @@ class PhaseWalk {
     t_.path(t_.machine_node(c), t_.machine_node(m.dst), path_);
     for (int e : path_) {
       if (sync_.level == Level::kNone) break;  // no tokens: no users to keep
-      EdgeUsers& users = edge_[idx(e)];
-      if (users.block != block) {
-        users.previous.swap(users.current);
-        users.current.clear();
-        users.block = block;
-      }
-      for (const EdgeUser& u : users.previous) {
+      for (const EdgeUser& u : edge_[idx(e)].enter(block)) {
         if (sync_.level == Level::kSend && u.src == c) continue;  // its own earlier round
         const auto [ready, waited] = token_ready(u, c);
         if (ready > start) {
@@ -529,7 +518,7 @@ class PhaseWalk {
   std::vector<std::int64_t> pred_;
   std::vector<double> node_end_;
   std::vector<std::int64_t> node_last_;
-  std::vector<EdgeUsers> edge_;
+  std::vector<detail::BlockUsers<EdgeUser>> edge_;  // a directed link's users in its last two blocks
   std::vector<int> path_;
   Totals totals_;
   std::int64_t last_ = 0;

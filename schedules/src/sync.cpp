@@ -195,13 +195,8 @@ class SyncPlanner {
   void add_requirements() {
     reqs_at_.assign(idx(flat_.size()) + 1, 0);
     if (v_.level == Level::kNone) return;
-    struct EdgeUsers {
-      int block = -1;            // of `current`
-      std::vector<int> earlier;  // the users of the last block before it that used the edge
-      std::vector<int> current;
-      int last = -1;             // the last user (ordered inside blocks)
-    };
-    std::vector<EdgeUsers> edges(idx(topo_.directed_edge_count()));
+    std::vector<detail::BlockUsers<int>> blocks(v_.across ? idx(topo_.directed_edge_count()) : 0);  // between blocks
+    std::vector<int> last(v_.across ? 0 : idx(topo_.directed_edge_count()), -1);                      // inside blocks
     std::vector<int> path, mine;
     auto block = [&](int id) { return flat_.phase[idx(id)] / v_.block; };
     for (int id = 0; id < flat_.size(); ++id) {
@@ -210,18 +205,14 @@ class SyncPlanner {
       path.clear();  // a message to oneself uses no edge
       if (m.src != m.dst) topo_.path(topo_.machine_node(m.src), topo_.machine_node(m.dst), path);
       for (const int e : path) {
-        EdgeUsers& u = edges[idx(e)];
         if (v_.across) {  // every user of the edge's previous block of phases
-          if (u.block != block(id)) {
-            u.earlier.swap(u.current);
-            u.current.clear();
-            u.block = block(id);
-          }
-          mine.insert(mine.end(), u.earlier.begin(), u.earlier.end());
-          u.current.push_back(id);
+          const std::vector<int>& earlier = blocks[idx(e)].enter(block(id));
+          mine.insert(mine.end(), earlier.begin(), earlier.end());
+          blocks[idx(e)].current.push_back(id);
         } else {  // the edge's previous user, inside a block
-          if (u.last >= 0 && block(u.last) == block(id) && flat_.phase[idx(u.last)] != flat_.phase[idx(id)]) mine.push_back(u.last);
-          u.last = id;
+          const int u = last[idx(e)];
+          if (u >= 0 && block(u) == block(id) && flat_.phase[idx(u)] != flat_.phase[idx(id)]) mine.push_back(u);
+          last[idx(e)] = id;
         }
       }
       std::sort(mine.begin(), mine.end());
