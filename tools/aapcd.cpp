@@ -17,9 +17,11 @@ void on_signal(int) { g_stop = true; }
 void add_cpu_options(CLI::App& app, aapc::engine::DaemonConfig& cfg, std::vector<std::string>& eal_args) {
   app.add_option("--io-cores", cfg.io_cores,
                  "CPUs for I/O lcores, which take the port's bursts and the check of every received frame off the engine's core: one CPU "
-                 "(receive and send there) or two (receive on the first, send on the second), e.g. --io-cores 2,3")
+                 "(receive and send there), two (receive on the first, send on the second), or more (receive on the first, and send "
+                 "on each of the others through a transmit queue of its own, where one core cannot fill the link; the port needs as "
+                 "many queues), e.g. --io-cores 2,3 or 2,3,4")
       ->delimiter(',')
-      ->expected(1, 2)
+      ->expected(1, 17)
       ->check(CLI::NonNegativeNumber);
   app.add_option("--barrier-radix", cfg.barrier_radix,
                  "radix of the dissemination barrier (0: chosen by the number of machines); every daemon of the cluster must use the same")

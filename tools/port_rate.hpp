@@ -18,6 +18,7 @@ struct NodeOptions {
   int mtu = 1500;
   double seconds = 2;  // the sender's time; the receiver waits this long and more
   std::string ready;   // rx: the file it makes once its port is open
+  int queues = 1;      // queue pairs of the port; tx: a sending thread on each
 };
 int node(const NodeOptions& options);
 
@@ -27,13 +28,15 @@ struct Options {
   bool bench = false;
   NodeOptions node;
   std::vector<std::string> kinds = {"af_packet", "af_xdp"};
+  std::vector<int> queues = {1};  // each kind with each of these numbers of sending queues
   bool asked() const { return bench || !node.role.empty(); }
 };
 void add_options(CLI::App& app, Options& options);
 int run(Options options, int mtu, int repeat);  // the exit status
 
-// Every port kind of `drivers`, `repeat` trials each, interleaved; prints medians and spreads.
-// `self`: this executable, run again in each namespace. Needs root. Throws on failure.
-int bench(const std::string& self, int mtu, double seconds, int repeat, const std::vector<std::string>& drivers);
+// Every port kind of `drivers` with each number of `queues`, `repeat` trials each,
+// interleaved; prints medians and spreads. `self`: this executable, run again in each
+// namespace. Needs root. Throws on failure.
+int bench(const std::string& self, int mtu, double seconds, int repeat, const std::vector<std::string>& drivers, const std::vector<int>& queues);
 
 }  // namespace aapc::port_rate

@@ -9,6 +9,8 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
 #include <net/if.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -86,6 +88,24 @@ int interface_mtu(const std::string& iface) {
   return rc == 0 ? ifr.ifr_mtu : -1;
 }
 
+// How many queues an AF_XDP socket may bind to on kernel interface `iface`: its combined
+// channels (ethtool -l), or one where it has none (veth, for one), as DPDK's net_af_xdp counts
+// them; -1 when that cannot be read.
+int interface_queues(const std::string& iface) {
+  const int s = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (s < 0) return -1;
+  ethtool_channels channels{};
+  channels.cmd = ETHTOOL_GCHANNELS;
+  ifreq ifr{};
+  iface.copy(ifr.ifr_name, sizeof ifr.ifr_name - 1);
+  ifr.ifr_data = reinterpret_cast<char*>(&channels);
+  const int rc = ::ioctl(s, SIOCETHTOOL, &ifr);
+  const int err = errno;
+  ::close(s);
+  if (rc != 0) return err == EOPNOTSUPP ? 1 : -1;
+  return channels.max_combined == 0 ? 1 : static_cast<int>(channels.max_combined);
+}
+
 // net_af_packet: its ring slot and the kernel interface under it must both take frames of the
 // MTU, or frames are cut short on receive and dropped on send without a word.
 void check_af_packet(const std::string& device, const std::string& name, int mtu) {
@@ -146,6 +166,14 @@ void configure_for_mtu(const std::string& name, const rte_eth_dev_info& info, in
     conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
 }
 
+std::string with_queues(const std::string& device, std::uint16_t queues) {
+  if (queues <= 1) return device;
+  const std::string n = std::to_string(queues);
+  if (device.rfind("net_af_packet", 0) == 0 && !devarg(device, "qpairs")) return device + ",qpairs=" + n;
+  if (device.rfind("net_af_xdp", 0) == 0 && !devarg(device, "queue_count")) return device + ",queue_count=" + n;
+  return device;
+}
+
 std::string with_memif_buffers(const std::string& device, int mtu) {
   constexpr int kDefault = 2048;  // DPDK 22.11's bsize
   const int frame = mtu + static_cast<int>(RTE_ETHER_HDR_LEN);
@@ -165,7 +193,9 @@ bool zero_copy_driver(const std::string& driver, std::uint64_t tx_offload_capa) 
 std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   if (!eal_running()) throw NicError("port " + options.device + ": the DPDK EAL is not running (call eal_init first)");
   // af_packet's ring sized for the MTU, unless the device string sizes it.
-  const std::string device = with_memif_buffers(with_af_packet_ring(options.device, options.mtu, static_cast<unsigned>(::getpagesize())), options.mtu);
+  if (options.queues == 0) throw NicError("port " + options.device + ": a port needs at least one queue");
+  const std::string device = with_queues(
+      with_memif_buffers(with_af_packet_ring(options.device, options.mtu, static_cast<unsigned>(::getpagesize())), options.mtu), options.queues);
   std::string name = device_name(device);
   if (is_af_packet(device)) check_af_packet(device, name, options.mtu);
   const std::set<int> packet_before = sockets_of(AF_PACKET), xdp_before = sockets_of(AF_XDP);
@@ -192,14 +222,22 @@ std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   p->zero_copy_tx_ = zero_copy_driver(info.driver_name, info.tx_offload_capa);
   rte_eth_conf conf{};
   configure_for_mtu(name, info, options.mtu, conf);
+  if (info.max_tx_queues < options.queues)
+    throw NicError("port " + name + ": the device (" + info.driver_name + ") has " + std::to_string(info.max_tx_queues) +
+                   " transmit queue(s), fewer than the " + std::to_string(options.queues) +
+                   " asked for (one per sending I/O lcore); give fewer sending CPUs, or a device with more queues");
+  p->tx_queues_ = options.queues;
+  p->rx_queues_ = std::max<std::uint16_t>(1, std::min(options.queues, info.max_rx_queues));
   rte_eth_dev_stop(port);  // a port reopened after a failure
-  if (int rc = rte_eth_dev_configure(port, 1, 1, &conf); rc != 0) fail(name, "configuring", rc);
+  if (int rc = rte_eth_dev_configure(port, p->rx_queues_, p->tx_queues_, &conf); rc != 0) fail(name, "configuring", rc);
   std::uint16_t rxd = options.rx_descriptors, txd = options.tx_descriptors;
   rte_eth_dev_adjust_nb_rx_tx_desc(port, &rxd, &txd);
   int socket = rte_eth_dev_socket_id(port);
   if (socket < 0) socket = static_cast<int>(rte_socket_id());
-  if (int rc = rte_eth_rx_queue_setup(port, 0, rxd, static_cast<unsigned>(socket), nullptr, p->pool_); rc != 0) fail(name, "rx queue setup", rc);
-  if (int rc = rte_eth_tx_queue_setup(port, 0, txd, static_cast<unsigned>(socket), nullptr); rc != 0) fail(name, "tx queue setup", rc);
+  for (std::uint16_t q = 0; q < p->rx_queues_; ++q)
+    if (int rc = rte_eth_rx_queue_setup(port, q, rxd, static_cast<unsigned>(socket), nullptr, p->pool_); rc != 0) fail(name, "rx queue setup", rc);
+  for (std::uint16_t q = 0; q < p->tx_queues_; ++q)
+    if (int rc = rte_eth_tx_queue_setup(port, q, txd, static_cast<unsigned>(socket), nullptr); rc != 0) fail(name, "tx queue setup", rc);
   if (options.mac) {
     rte_ether_addr addr{};
     std::copy(options.mac->begin(), options.mac->end(), addr.addr_bytes);
@@ -212,12 +250,12 @@ std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   std::copy(std::begin(addr.addr_bytes), std::end(addr.addr_bytes), p->mac_.begin());
   if (options.mac) p->mac_ = *options.mac;  // devices that cannot change MAC still send ours
   // net_af_packet and net_af_xdp with one queue pair: the socket this port opened (or the
-  // only one there is, when the EAL probed it). af_packet's mmap'ed receive ring, and an
+  // only one there is, when the EAL probed it; with several, none: the port is polled). af_packet's mmap'ed receive ring, and an
   // AF_XDP socket's receive ring, make poll(2) report POLLIN while a frame waits for the
   // driver, so an idle daemon can sleep until one arrives.
   const std::string driver = info.driver_name;
-  if (driver == "net_af_packet") p->wait_fd_ = fresh_socket(packet_before, sockets_of(AF_PACKET));
-  if (driver == "net_af_xdp") p->wait_fd_ = fresh_socket(xdp_before, sockets_of(AF_XDP));
+  if (driver == "net_af_packet" && p->rx_queues_ == 1) p->wait_fd_ = fresh_socket(packet_before, sockets_of(AF_PACKET));
+  if (driver == "net_af_xdp" && p->rx_queues_ == 1) p->wait_fd_ = fresh_socket(xdp_before, sockets_of(AF_XDP));
   return p;
 }
 
@@ -239,11 +277,12 @@ const char* iface_driver_name(IfaceDriver driver) {
   return "auto";
 }
 
-std::string iface_device(const std::string& iface, IfaceDriver driver) {
+std::string iface_device(const std::string& iface, IfaceDriver driver, std::uint16_t queues) {
   // busy_budget=0: no preferred busy polling, which costs a system call on every receive
   // poll of an idle port; the engine polls often enough.
-  if (driver == IfaceDriver::kAfXdp) return "net_af_xdp0,iface=" + iface + ",start_queue=0,queue_count=1,busy_budget=0";
-  return "net_af_packet0,iface=" + iface;
+  if (driver == IfaceDriver::kAfXdp)
+    return "net_af_xdp0,iface=" + iface + ",start_queue=0,queue_count=" + std::to_string(std::max<std::uint16_t>(queues, 1)) + ",busy_budget=0";
+  return with_queues("net_af_packet0,iface=" + iface, queues);
 }
 
 namespace {
@@ -307,8 +346,13 @@ IfacePort open_iface(const std::string& iface, IfaceDriver driver, PortOptions o
     throw NicError("no interface '" + iface + "' here (`ip link` lists this machine's; --iface takes one of them)");
   std::string passed_over;
   if (driver != IfaceDriver::kAfPacket) {
-    const std::string device = iface_device(iface, IfaceDriver::kAfXdp);
+    const std::string device = iface_device(iface, IfaceDriver::kAfXdp, options.queues);
     try {
+      // An AF_XDP socket is bound to one queue of the interface: it needs as many.
+      if (const int have = interface_queues(iface); have >= 0 && have < options.queues)
+        throw NicError("interface " + iface + " offers AF_XDP " + std::to_string(have) + " queue(s) (combined channels), fewer than the " +
+                       std::to_string(options.queues) + " asked for (one per sending CPU); give it more (ethtool -L " + iface + " combined " +
+                       std::to_string(options.queues) + ") or give fewer sending CPUs");
       // Ours, not libxdp's default program: that one would take every frame of the queue,
       // IP included, away from the kernel.
       const XdpProgramFile program;
@@ -321,7 +365,7 @@ IfacePort open_iface(const std::string& iface, IfaceDriver driver, PortOptions o
       passed_over = e.what();
     }
   }
-  options.device = iface_device(iface, IfaceDriver::kAfPacket);
+  options.device = iface_device(iface, IfaceDriver::kAfPacket, options.queues);
   return {EthPort::open(options), options.device, IfaceDriver::kAfPacket, passed_over};
 }
 
@@ -330,9 +374,22 @@ EthPort::~EthPort() {
   rte_eth_dev_close(port_id_);
 }
 
-std::uint16_t EthPort::rx_burst(rte_mbuf** pkts, std::uint16_t n) { return rte_eth_rx_burst(port_id_, 0, pkts, n); }
+std::uint16_t EthPort::rx_burst(rte_mbuf** pkts, std::uint16_t n) {
+  if (rx_queues_ == 1) return rte_eth_rx_burst(port_id_, 0, pkts, n);
+  // Every queue in turn, a different one first each time, so that none waits behind another.
+  std::uint16_t got = 0;
+  for (std::uint16_t i = 0; i < rx_queues_ && got < n; ++i) {
+    got = static_cast<std::uint16_t>(got + rte_eth_rx_burst(port_id_, rx_next_, pkts + got, static_cast<std::uint16_t>(n - got)));
+    rx_next_ = static_cast<std::uint16_t>((rx_next_ + 1) % rx_queues_);
+  }
+  return got;
+}
 
 std::uint16_t EthPort::tx_burst(rte_mbuf** pkts, std::uint16_t n) { return rte_eth_tx_burst(port_id_, 0, pkts, n); }
+
+std::uint16_t EthPort::tx_burst_on(std::uint16_t queue, rte_mbuf** pkts, std::uint16_t n) {
+  return queue < tx_queues_ ? rte_eth_tx_burst(port_id_, queue, pkts, n) : 0;
+}
 
 std::uint64_t EthPort::link_speed_bps() const {
   rte_eth_link link{};

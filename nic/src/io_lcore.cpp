@@ -49,20 +49,24 @@ void free_all(rte_ring* ring) {
 
 }  // namespace
 
-OffloadPort::OffloadPort(Port& inner, unsigned ring_size) : PortDecorator(inner, "+io-lcore") {
+OffloadPort::OffloadPort(Port& inner, unsigned ring_size)
+    : PortDecorator(inner, "+io-lcore"), tx_queues_(std::max<std::uint16_t>(inner.tx_queue_count(), 1)) {
   if (!eal_running()) throw NicError("an I/O lcore needs the DPDK EAL running (open the port first)");
   if (ring_size < 64 || (ring_size & (ring_size - 1)) != 0) throw NicError("I/O lcore ring size must be a power of two, at least 64");
+  tx_ = std::make_unique<TxQueue[]>(tx_queues_);
   rx_ring_ = make_ring("rx", ring_size);
-  tx_ring_ = make_ring("tx", ring_size);
+  for (std::uint16_t q = 0; q < tx_queues_; ++q) tx_[q].ring = make_ring("tx", ring_size);
   rx_flag_ = dynflag("aapc_rx_verified");
   tx_flag_ = dynflag("aapc_tx_seal");
 }
 
 OffloadPort::~OffloadPort() {
   free_all(rx_ring_);
-  free_all(tx_ring_);
   rte_ring_free(rx_ring_);
-  rte_ring_free(tx_ring_);
+  for (std::uint16_t q = 0; q < tx_queues_; ++q) {
+    free_all(tx_[q].ring);
+    rte_ring_free(tx_[q].ring);
+  }
 }
 
 std::uint16_t OffloadPort::rx_burst(rte_mbuf** pkts, std::uint16_t n) {
@@ -70,12 +74,44 @@ std::uint16_t OffloadPort::rx_burst(rte_mbuf** pkts, std::uint16_t n) {
   return static_cast<std::uint16_t>(rte_ring_sc_dequeue_burst(rx_ring_, reinterpret_cast<void**>(pkts), n, nullptr));
 }
 
-std::uint16_t OffloadPort::tx_burst(rte_mbuf** pkts, std::uint16_t n) {
-  if (tx_.lcore == nullptr) return inner_.tx_burst(pkts, n);
-  return static_cast<std::uint16_t>(rte_ring_sp_enqueue_burst(tx_ring_, reinterpret_cast<void**>(pkts), n, nullptr));
+std::uint16_t OffloadPort::tx_queue_of(const std::uint8_t* dst, std::uint16_t queues) {
+  // The MAC's bytes folded: MACs handed out in sequence (aapc-emu's, a cluster's inventory)
+  // differ in their last byte, and consecutive ones then fill the queues evenly.
+  const unsigned folded = dst[0] ^ dst[1] ^ dst[2] ^ dst[3] ^ dst[4] ^ dst[5];
+  return static_cast<std::uint16_t>(folded % queues);
 }
 
-std::uint32_t OffloadPort::tx_pending() const { return rte_ring_count(tx_ring_) + lcore_held_.load(std::memory_order_acquire); }
+std::uint16_t OffloadPort::spread(rte_mbuf** pkts, std::uint16_t n) {
+  std::uint16_t done = 0;
+  while (done < n) {
+    // A run of frames for one queue, into its ring at once.
+    const std::uint16_t q = tx_queue_of(rte_pktmbuf_mtod(pkts[done], const std::uint8_t*), tx_queues_);
+    std::uint16_t end = done + 1;
+    while (end < n && tx_queue_of(rte_pktmbuf_mtod(pkts[end], const std::uint8_t*), tx_queues_) == q) ++end;
+    const unsigned put = rte_ring_sp_enqueue_burst(tx_[q].ring, reinterpret_cast<void**>(pkts + done), end - done, nullptr);
+    done = static_cast<std::uint16_t>(done + put);
+    if (done < end) break;  // that ring is full: the rest waits, in order
+  }
+  return done;
+}
+
+std::uint16_t OffloadPort::tx_burst(rte_mbuf** pkts, std::uint16_t n) {
+  if (tx_[0].side.lcore == nullptr) return inner_.tx_burst(pkts, n);
+  if (tx_queues_ == 1) return static_cast<std::uint16_t>(rte_ring_sp_enqueue_burst(tx_[0].ring, reinterpret_cast<void**>(pkts), n, nullptr));
+  return spread(pkts, n);
+}
+
+std::uint64_t OffloadPort::tx_seal_flag() const {
+  for (std::uint16_t q = 0; q < tx_queues_; ++q)
+    if (!tx_[q].side.hooked) return 0;
+  return tx_flag_;
+}
+
+std::uint32_t OffloadPort::tx_pending() const {
+  std::uint32_t n = 0;
+  for (std::uint16_t q = 0; q < tx_queues_; ++q) n += rte_ring_count(tx_[q].ring) + tx_[q].held.load(std::memory_order_acquire);
+  return n;
+}
 
 IoLcore::IoLcore(IoLcoreOptions options) : options_(std::move(options)) {}
 
@@ -91,18 +127,25 @@ void IoLcore::claim(OffloadPort& port, OffloadPort::Side& side, const OffloadPor
 }
 
 void IoLcore::serve_rx(OffloadPort& port, FrameHook hook) {
-  claim(port, port.rx_, port.tx_, hook, "receive");
+  claim(port, port.rx_, port.tx_[0].side, hook, "receive");  // a port of several queues keeps no state across them
   rx_.push_back({&port, hook, {}});
 }
 
-void IoLcore::serve_tx(OffloadPort& port, FrameHook hook) {
-  claim(port, port.tx_, port.rx_, hook, "transmit");
-  tx_.push_back({&port, hook, {}});
+void IoLcore::serve_tx(OffloadPort& port, FrameHook hook, std::uint16_t queue) {
+  if (queue >= port.tx_queues_)
+    throw NicError(port.inner_.name() + " has " + std::to_string(port.tx_queues_) + " transmit queue(s): no queue " + std::to_string(queue));
+  claim(port, port.tx_[queue].side, port.rx_, hook, "transmit");
+  tx_.push_back({&port, hook, queue, {}});
 }
 
 void IoLcore::start() {
   if (thread_.joinable()) return;
   if (!eal_running()) throw NicError("I/O lcore " + options_.name + ": the DPDK EAL is not running");
+  for (const Tx& tx : tx_)
+    for (std::uint16_t q = 0; q < tx.port->tx_queues_; ++q)
+      if (tx.port->tx_[q].side.lcore == nullptr)
+        throw NicError("I/O lcore " + options_.name + ": transmit queue " + std::to_string(q) + " of " + tx.port->inner_.name() +
+                       " has no I/O lcore, and frames for it would never leave; serve every queue, or open the port with fewer");
   const int cpus = static_cast<int>(std::thread::hardware_concurrency());
   if (options_.core >= cpus) throw NicError("I/O lcore " + options_.name + ": no CPU " + std::to_string(options_.core) + " (this machine has " + std::to_string(cpus) + ")");
   if (options_.core >= 0) {
@@ -147,20 +190,21 @@ bool IoLcore::poll_rx(Rx& rx) {
 }
 
 bool IoLcore::poll_tx(Tx& tx) {
+  OffloadPort::TxQueue& queue = tx.port->tx_[tx.queue];
   bool busy = false;
   if (tx.held.size() < kBurst) {
     rte_mbuf* m[kBurst];
     const unsigned want = kBurst - static_cast<unsigned>(tx.held.size());
-    const unsigned got = rte_ring_sc_dequeue_burst(tx.port->tx_ring_, reinterpret_cast<void**>(m), want, nullptr);
+    const unsigned got = rte_ring_sc_dequeue_burst(queue.ring, reinterpret_cast<void**>(m), want, nullptr);
     if (got > 0 && tx.hook.fn != nullptr) tx.hook.fn(m, static_cast<std::uint16_t>(got), tx.port->tx_flag_, tx.hook.context);
     tx.held.insert(tx.held.end(), m, m + got);
     busy = got > 0;
   }
-  tx.port->lcore_held_.store(static_cast<std::uint32_t>(tx.held.size()), std::memory_order_release);
+  queue.held.store(static_cast<std::uint32_t>(tx.held.size()), std::memory_order_release);
   if (tx.held.empty()) return busy;
-  const std::uint16_t sent = tx.port->inner_.tx_burst(tx.held.data(), static_cast<std::uint16_t>(tx.held.size()));
+  const std::uint16_t sent = tx.port->inner_.tx_burst_on(tx.queue, tx.held.data(), static_cast<std::uint16_t>(tx.held.size()));
   tx.held.erase(tx.held.begin(), tx.held.begin() + sent);
-  tx.port->lcore_held_.store(static_cast<std::uint32_t>(tx.held.size()), std::memory_order_release);
+  queue.held.store(static_cast<std::uint32_t>(tx.held.size()), std::memory_order_release);
   return busy || sent > 0;
 }
 
@@ -184,10 +228,11 @@ void IoLcore::run() {
   // What the engine sent before stopping still leaves, for up to a second.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   for (Tx& tx : tx_) {
-    while ((!tx.held.empty() || rte_ring_count(tx.port->tx_ring_) > 0) && std::chrono::steady_clock::now() < until) poll_tx(tx);
+    OffloadPort::TxQueue& queue = tx.port->tx_[tx.queue];
+    while ((!tx.held.empty() || rte_ring_count(queue.ring) > 0) && std::chrono::steady_clock::now() < until) poll_tx(tx);
     rte_pktmbuf_free_bulk(tx.held.data(), static_cast<unsigned>(tx.held.size()));
     tx.held.clear();
-    tx.port->lcore_held_.store(0, std::memory_order_release);
+    queue.held.store(0, std::memory_order_release);
   }
   for (Rx& rx : rx_) {
     rte_pktmbuf_free_bulk(rx.held.data(), static_cast<unsigned>(rx.held.size()));

@@ -14,7 +14,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -112,11 +114,11 @@ std::vector<int> cpus_of(const std::string& list) {
 }
 
 // A topology of two machines on one cable, at MTU 9000, written where the logs go.
-fs::path two_on_a_cable() {
+fs::path two_on_a_cable(int mtu = 9000) {
   fs::create_directories(kLogs);
-  const fs::path topo = kLogs / "two-on-a-cable.dot";
-  std::ofstream(topo) << "graph \"two-on-a-cable\" {\n  mtu=9000;\n  edge [rate=\"100Mbit\"];\n"
-                         "  a [mac=\"02:00:00:00:00:01\"];\n  b [mac=\"02:00:00:00:00:02\"];\n  a -- b;\n}\n";
+  const fs::path topo = kLogs / ("two-on-a-cable-" + std::to_string(mtu) + ".dot");
+  std::ofstream(topo) << "graph \"two-on-a-cable\" {\n  mtu=" << mtu << ";\n  edge [rate=\"100Mbit\"];\n"
+                      << "  a [mac=\"02:00:00:00:00:01\"];\n  b [mac=\"02:00:00:00:00:02\"];\n  a -- b;\n}\n";
   return topo;
 }
 
@@ -425,6 +427,56 @@ TEST_CASE("aapcd --io-cores: a CPU outside the daemon's taskset is refused, sayi
   INFO(taken.text);
   CHECK(taken.status == 124);
   CHECK(taken.text.find("outside") == std::string::npos);
+}
+
+TEST_CASE("aapcd --io-cores with two sending CPUs: a transmit queue each, byte-exact; where AF_XDP offers one queue, af_packet carries them, saying why") {
+  const auto cpus = cpus_of(cpus_allowed("/proc/self/status"));
+  if (cpus.size() < 2) {
+    WARN("needs two CPUs in this process's set; skipped");
+    return;
+  }
+  const std::string rx = std::to_string(cpus[0]), tx = std::to_string(cpus[1]);
+  Cluster c(two_on_a_cable(1500).string(), "--io-cores " + rx + "," + tx + "," + tx);
+  require_all_ok(everywhere(exchange(256 * 1024, "auto", "auto", 3)), "two sending lcores");
+  require_all_ok(everywhere(exchange(3000, "sync-shuffle", "none", 2)), "two sending lcores, small blocks");
+  const nlohmann::json first = nlohmann::json::parse(status_of_first().text);
+  INFO(first.dump());
+  CHECK(first["port_queues"]["transmit"] == 2);
+  CHECK(first["io_cores"].size() == 3);
+  // A veth has no combined channels: AF_XDP binds one queue there.
+  CHECK(first["port_driver"] == "net_af_packet");
+  CHECK(sh("grep -c 'offers AF_XDP 1 queue' " + aapc::tools::kEmuStateDir.string() + "/a/aapcd.log").text != "0\n");
+  // --faults sees every frame in one stream: it cannot go with two sending lcores.
+  const Sh refused = sh("timeout 5 " + kTools + "/aapcd -t " + two_on_a_cable().string() + " --vdev net_null0 --rank 0 --socket " +
+                        (kLogs / "io-queues.sock").string() + " --io-cores " + rx + "," + tx + "," + tx + " --faults drop=0.1 --eal-memory-mb 256 2>&1");
+  INFO(refused.text);
+  CHECK(refused.status != 0);
+  CHECK(refused.status != 124);
+  CHECK(refused.text.find("give one or two CPUs with them") != std::string::npos);
+}
+
+TEST_CASE("aapc-engine-bench --port-rate: every port kind's frames arrive, af_packet also from two sending threads; AF_XDP on a veth says why it cannot take two") {
+  // The AF_XDP receiver got none of the benchmark's frames (EtherType 0x88B6, which the XDP
+  // program passes to the kernel) and the table said 100% lost.
+  sh(kEmu + " down");  // no cluster beside it; it makes namespaces of its own
+  const Sh r = sh(kTools + "/aapc-engine-bench --port-rate --port-rate-queues 1 2 --repeat 1 --port-rate-seconds 0.5 2>&1");
+  INFO(r.text);
+  REQUIRE(r.status == 0);
+  // port, then send Gbit/s, send Mframes/s, receive Gbit/s, each a median (min-max).
+  const std::regex row(R"((af_\w+(?: x\d+)?) +([\d.]+) \([^)]*\) +([\d.]+) \([^)]*\) +([\d.]+) \([^)]*\) +([\d.]+) \([^)]*\) +([\d.]+))");
+  std::map<std::string, std::pair<double, double>> sent_received;
+  std::istringstream lines(r.text);
+  for (std::string line; std::getline(lines, line);)
+    if (std::smatch m; std::regex_search(line, m, row)) sent_received[m[1]] = {std::stod(m[2]), std::stod(m[4])};
+  for (const char* kind : {"af_packet", "af_xdp", "af_packet x2"}) {
+    INFO(kind);
+    REQUIRE(sent_received.count(kind) == 1);
+    CHECK(sent_received[kind].first > 0.1);
+    CHECK(sent_received[kind].second > 0.5 * sent_received[kind].first);
+  }
+  CHECK(r.text.find("af_xdp x2: could not run") != std::string::npos);
+  CHECK(r.text.find("offers AF_XDP 1 queue(s)") != std::string::npos);
+  CHECK(sh("ip netns list").text.find("aapc-rate") == std::string::npos);  // its namespaces are gone
 }
 
 TEST_CASE("aapcd --eal=-lN, N not a CPU it may use: the error names those it may") {

@@ -6,6 +6,7 @@
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
@@ -18,6 +19,7 @@ namespace aapc::test {
 namespace {
 
 constexpr unsigned kRingSize = 4096;
+constexpr int kMaxTxQueues = 4;
 std::atomic<int> g_fabric_serial{0};
 
 }  // namespace
@@ -55,9 +57,13 @@ Fabric::Fabric(const FabricOptions& options) : options_(options) {
     Node& node = nodes_[static_cast<std::size_t>(i)];
     std::string base = "f" + std::to_string(serial) + "n" + std::to_string(i);
     node.to_node = rte_ring_create((base + "rx").c_str(), kRingSize, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
-    node.from_node = rte_ring_create((base + "tx").c_str(), kRingSize, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
-    if (node.to_node == nullptr || node.from_node == nullptr) throw std::runtime_error("fabric: cannot create rings");
-    int port_id = rte_eth_from_rings(base.c_str(), &node.to_node, 1, &node.from_node, 1, rte_socket_id());
+    if (options.tx_queues < 1 || options.tx_queues > kMaxTxQueues) throw std::runtime_error("fabric: 1 to 4 transmit queues");
+    for (int q = 0; q < options.tx_queues; ++q)
+      node.from_node.push_back(
+          rte_ring_create((base + "tx" + std::to_string(q)).c_str(), kRingSize, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ));
+    if (node.to_node == nullptr || std::count(node.from_node.begin(), node.from_node.end(), nullptr) != 0)
+      throw std::runtime_error("fabric: cannot create rings");
+    int port_id = rte_eth_from_rings(base.c_str(), &node.to_node, 1, node.from_node.data(), static_cast<unsigned>(options.tx_queues), rte_socket_id());
     if (port_id < 0) throw std::runtime_error("fabric: rte_eth_from_rings failed for " + base);
     char name[RTE_ETH_NAME_MAX_LEN];
     rte_eth_dev_get_name_by_port(static_cast<std::uint16_t>(port_id), name);  // the PMD prefixes "net_ring_"
@@ -66,6 +72,7 @@ Fabric::Fabric(const FabricOptions& options) : options_(options) {
     po.mtu = options.mtu;
     po.mac = macs[static_cast<std::size_t>(i)];
     po.pool_size = options.pool_size;
+    po.queues = static_cast<std::uint16_t>(options.tx_queues);
     node.eth = nic::EthPort::open(po);
     nic::Port* port = node.eth.get();
     if (options.faults) {
@@ -98,15 +105,23 @@ Fabric::Fabric(const FabricOptions& options) : options_(options) {
       if (cfg.key) node.key = std::make_unique<engine::FrameKey>(*cfg.key);
       io_->serve_rx(*node.offload, engine::integrity_hook(node.key.get()));
       io_->serve_tx(*node.offload, engine::seal_hook(node.key.get()));
+      // Every further transmit queue by an lcore of its own, shared by the nodes.
+      for (int q = 1; q < node.offload->tx_queues(); ++q) {
+        if (tx_io_.size() < static_cast<std::size_t>(q))
+          tx_io_.push_back(std::make_unique<nic::IoLcore>(nic::IoLcoreOptions{-1, "fabric-tx" + std::to_string(q)}));
+        tx_io_[static_cast<std::size_t>(q - 1)]->serve_tx(*node.offload, engine::seal_hook(node.key.get()), static_cast<std::uint16_t>(q));
+      }
     }
     node.engine = std::make_unique<engine::Engine>(*port, cfg);
   }
   if (io_) io_->start();
+  for (auto& l : tx_io_) l->start();
   last_ = std::chrono::steady_clock::now();
 }
 
 Fabric::~Fabric() {
   io_.reset();  // stopped before the ports it serves
+  tx_io_.clear();
   for (auto& node : nodes_) {
     node.engine.reset();
     node.offload.reset();
@@ -115,7 +130,9 @@ Fabric::~Fabric() {
     node.eth.reset();  // stops and closes the ring port
     for (auto* m : node.out_queue) rte_pktmbuf_free(m);
     rte_mbuf* m = nullptr;
-    for (rte_ring* r : {node.to_node, node.from_node}) {
+    std::vector<rte_ring*> rings = node.from_node;
+    rings.push_back(node.to_node);
+    for (rte_ring* r : rings) {
       if (r == nullptr) continue;
       while (rte_ring_dequeue(r, reinterpret_cast<void**>(&m)) == 0) rte_pktmbuf_free(m);
       rte_ring_free(r);
@@ -137,9 +154,10 @@ bool Fabric::step() {
   last_ = now;
   const std::size_t n = nodes_.size();
   // The switch: forward by destination MAC.
-  rte_mbuf* burst[64];
+  rte_mbuf* burst[64 * kMaxTxQueues];
   for (std::size_t i = 0; i < n; ++i) {
-    unsigned got = rte_ring_dequeue_burst(nodes_[i].from_node, reinterpret_cast<void**>(burst), 64, nullptr);
+    unsigned got = 0;
+    for (rte_ring* from : nodes_[i].from_node) got += rte_ring_dequeue_burst(from, reinterpret_cast<void**>(burst + got), 64, nullptr);
     for (unsigned k = 0; k < got; ++k) {
       rte_mbuf* m = burst[k];
       moved = true;

@@ -49,6 +49,10 @@ struct FabricOptions {
   // One I/O lcore (nic/io_lcore.hpp, not pinned) takes every node's bursts and checks what
   // they receive (engine::integrity_hook), while the engines run in the calling thread.
   bool io_lcore = false;
+  // Transmit queues of every node's port (1-4). With io_lcore, queue 0 is the I/O lcore's
+  // and each further queue has an lcore of its own (shared by the nodes); the switch takes
+  // from every queue in turn, so frames of different queues may pass each other.
+  int tx_queues = 1;
   // The switch drops each frame of ours (its header decoded) for which this says true: a
   // loss chosen by the test, frame by frame.
   std::function<bool(int src, int dst, const engine::Header& h)> drop;
@@ -100,7 +104,7 @@ class Fabric {
  private:
   struct Node {
     rte_ring* to_node = nullptr;    // the switch puts frames here: the port's rx ring
-    rte_ring* from_node = nullptr;  // the port's tx ring
+    std::vector<rte_ring*> from_node;  // the port's tx rings, one per queue
     std::unique_ptr<nic::EthPort> eth;
     std::unique_ptr<nic::FaultPort> faults;
     std::unique_ptr<nic::CapturePort> capture;
@@ -117,6 +121,7 @@ class Fabric {
   bool chosen_loss(int src, int dst, struct rte_mbuf* m) const;  // FabricOptions::drop
   std::vector<Node> nodes_;
   std::unique_ptr<nic::IoLcore> io_;  // FabricOptions::io_lcore
+  std::vector<std::unique_ptr<nic::IoLcore>> tx_io_;  // transmit queues 1.. (FabricOptions::tx_queues)
   std::vector<bool> unplugged_;
   FabricOptions options_;
   std::uint64_t switch_drops_ = 0, switched_ = 0, switched_external_ = 0;

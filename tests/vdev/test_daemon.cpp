@@ -1221,8 +1221,10 @@ TEST_CASE("daemons with I/O lcores (--io-cores) on one CPU or two exchange byte-
       CHECK(counters["rx_prechecked"] == counters["frames_received"]);
     }
   }
-  // More than two CPUs, or a CPU that does not exist: a clear refusal at start.
-  CHECK_THROWS_WITH(LocalDaemon([](engine::DaemonConfig& cfg) { cfg.io_cores = {0, 0, 0}; }), Catch::Contains("--io-cores takes one CPU"));
+  // Two sending CPUs on a device of one transmit queue, or a CPU that does not exist: a clear
+  // refusal at start.
+  CHECK_THROWS_WITH(LocalDaemon([](engine::DaemonConfig& cfg) { cfg.io_cores = {0, 0, 0}; }),
+                    Catch::Contains("1 transmit queue(s), fewer than the 2 asked for (one per sending I/O lcore)"));
   CHECK_THROWS_WITH(LocalDaemon([](engine::DaemonConfig& cfg) { cfg.io_cores = {4096}; }), Catch::Contains("no CPU 4096"));
 }
 

@@ -217,6 +217,79 @@ TEST_CASE("I/O lcore: what was sent before it stops leaves; a direction is serve
   CHECK_NOTHROW(etx.serve_tx(over_eth));
 }
 
+TEST_CASE("I/O lcores on two transmit queues: exchanges byte-exact, both queues carry frames, none resent for frames passing each other") {
+  for (bool keyed : {false, true}) {
+    INFO((keyed ? "cluster key" : "no key"));
+    auto opts = test::nodes(4);
+    opts.io_lcore = true;
+    opts.tx_queues = 2;
+    if (keyed) opts.tune = with_key;
+    test::Fabric fabric(opts);
+    for (int i = 0; i < fabric.size(); ++i) {
+      REQUIRE(fabric.eth(i).tx_queue_count() == 2);
+      REQUIRE(fabric.offload(i)->tx_queues() == 2);
+      REQUIRE(fabric.offload(i)->tx_seal_flag() != 0);  // both queues' lcores seal
+    }
+    std::uint32_t id = 1;
+    run_some(fabric, id, keyed ? "keyed" : "unkeyed");
+    fabric.settle();
+    std::uint64_t resent = 0;
+    for (int i = 0; i < fabric.size(); ++i) {
+      resent += fabric.engine(i).counters().drops[static_cast<std::size_t>(engine::DropReason::kDuplicate)];
+      rte_eth_stats st{};
+      REQUIRE(rte_eth_stats_get(fabric.eth(i).port_id(), &st) == 0);
+      INFO("node " << i << ": queue 0 sent " << st.q_opackets[0] << ", queue 1 " << st.q_opackets[1]);
+      CHECK(st.q_opackets[0] > 0);  // its peers' frames went out on both queues
+      CHECK(st.q_opackets[1] > 0);
+    }
+    // A destination's frames keep to one queue, so a block's LAST frame never passes the
+    // frames before it: the switch takes the queues in turn, and a frame overtaken would be
+    // NACKed, resent, and arrive twice.
+    CHECK(resent == 0);
+    const Totals t = totals(fabric);
+    CHECK(t.prechecked == t.received);
+    CHECK(t.bad_crc + t.bad_auth == 0);
+  }
+}
+
+TEST_CASE("I/O lcores on several transmit queues: destinations spread evenly; a queue nobody serves, or one the port lacks, is refused") {
+  // aapc-emu's and the fabric's MACs count up in their last bytes.
+  for (std::uint16_t queues : {2, 3, 4}) {
+    std::vector<int> per(queues, 0);
+    for (int rank = 0; rank < 64; ++rank) ++per[nic::OffloadPort::tx_queue_of(test::Fabric::mac(rank).data(), queues)];
+    for (int n : per) CHECK(n >= 64 / queues - 1);
+  }
+  auto opts = test::nodes(2);
+  opts.tx_queues = 2;  // no lcores: the test serves the port itself
+  test::Fabric fabric(opts);
+  nic::OffloadPort port(fabric.eth(0));
+  REQUIRE(port.tx_queues() == 2);
+  nic::IoLcore io, other;
+  io.serve_rx(port);
+  io.serve_tx(port, {}, 0);
+  CHECK_THROWS_WITH(other.serve_tx(port, {}, 2), Catch::Contains("no queue 2"));
+  CHECK_THROWS_WITH(io.start(), Catch::Contains("transmit queue 1") && Catch::Contains("never leave"));
+  other.serve_tx(port, {}, 1);
+  CHECK_NOTHROW(io.start());
+  CHECK_NOTHROW(other.start());
+  // A wrapper that keeps state across frames has one queue.
+  nic::FaultPort faults(fabric.eth(1), nic::FaultOptions{});
+  CHECK(faults.tx_queue_count() == 1);
+  // A device of one transmit queue, asked for two, says so.
+  rte_ring* ring = rte_ring_create("iolq_one", 256, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
+  REQUIRE(ring != nullptr);
+  const int id = rte_eth_from_rings("iolq_one", &ring, 1, &ring, 1, rte_socket_id());
+  REQUIRE(id >= 0);
+  char name[RTE_ETH_NAME_MAX_LEN];
+  rte_eth_dev_get_name_by_port(static_cast<std::uint16_t>(id), name);
+  nic::PortOptions two;
+  two.device = name;
+  two.pool_size = 511;
+  two.queues = 2;
+  CHECK_THROWS_WITH(nic::EthPort::open(two), Catch::Contains("1 transmit queue(s), fewer than the 2"));  // and closed it
+  rte_ring_free(ring);
+}
+
 // The process's set is the one it had when the EAL started: the EAL may pin the thread that
 // starts an lcore to one CPU (-l; aapc-engine-bench does), and that is no reason to refuse
 // another CPU of the set. aapcd under a taskset that leaves the CPU out is refused, saying so:

@@ -216,6 +216,7 @@ struct Daemon::Impl {
   } rates;
   void sample_rates(Clock::time_point now, bool running);
   nic::Port& offload_port(nic::Port& port);
+  std::uint16_t sending_lcores() const;
   void start_io_lcores();
   void choose_pace();
 

@@ -33,6 +33,7 @@ void Daemon::Impl::open_port() {
   nic::PortOptions po;
   po.device = cfg.device;
   po.mtu = topo.mtu();
+  po.queues = sending_lcores();
   if (cfg.rank) po.mac = nic::MacAddr(topo.machine(*cfg.rank).mac.bytes);
   if (cfg.iface.empty()) {
     eth = nic::EthPort::open(po);
@@ -75,21 +76,33 @@ void Daemon::Impl::open_iface(const nic::PortOptions& po) {
 
 // The engine learns from its port whether received frames come checked: the lcores serve the
 // port before the engine is made over it, and start after.
+// --io-cores: the lcores that send, each on a transmit queue of the port (one, also where a
+// single lcore both receives and sends).
+std::uint16_t Daemon::Impl::sending_lcores() const {
+  return cfg.io_cores.size() > 2 ? static_cast<std::uint16_t>(cfg.io_cores.size() - 1) : 1;
+}
+
 nic::Port& Daemon::Impl::offload_port(nic::Port& port) {
   if (cfg.io_cores.empty()) return port;
-  if (cfg.io_cores.size() > 2) fail("--io-cores takes one CPU (receive and send) or two (receive, then send)");
+  const std::uint16_t senders = sending_lcores();
+  if (senders > 1 && port.tx_queue_count() < senders)
+    fail("--io-cores with " + std::to_string(senders) + " sending CPUs: " + port.name() + " sends on " + std::to_string(port.tx_queue_count()) +
+         " queue (--faults and --capture see every frame in one stream); give one or two CPUs with them");
   offload = std::make_unique<nic::OffloadPort>(port);
-  const bool apart = cfg.io_cores.size() == 2;
+  const bool apart = cfg.io_cores.size() >= 2;
   io_lcores.push_back(std::make_unique<nic::IoLcore>(nic::IoLcoreOptions{cfg.io_cores[0], apart ? "aapcd-rx" : "aapcd-io"}));
-  if (apart) io_lcores.push_back(std::make_unique<nic::IoLcore>(nic::IoLcoreOptions{cfg.io_cores[1], "aapcd-tx"}));
+  for (std::uint16_t q = 0; apart && q < senders; ++q)
+    io_lcores.push_back(std::make_unique<nic::IoLcore>(
+        nic::IoLcoreOptions{cfg.io_cores[q + 1U], senders > 1 ? "aapcd-tx" + std::to_string(q) : std::string("aapcd-tx")}));
   try {
     io_lcores.front()->serve_rx(*offload, integrity_hook(key ? &*key : nullptr));
     // The passes over every byte are shared out: the engine copies payloads in and out; the
-    // receiving lcore checks CRCs (and tags). Sealing goes to the sending lcore when it has a
-    // CPU of its own, or without a key (a CRC costs less than a copy); with one CPU and a key,
+    // receiving lcore checks CRCs (and tags). Sealing goes to the sending lcores when they have
+    // CPUs of their own, or without a key (a CRC costs less than a copy); with one CPU and a key,
     // the engine keeps the tag of what it sends, which weighs as much as checking a received one.
     const bool seal_there = apart || !key;
-    io_lcores.back()->serve_tx(*offload, seal_there ? seal_hook(key ? &*key : nullptr) : nic::FrameHook{});
+    for (std::uint16_t q = 0; q < senders; ++q)
+      io_lcores[apart ? q + 1U : 0U]->serve_tx(*offload, seal_there ? seal_hook(key ? &*key : nullptr) : nic::FrameHook{}, q);
   } catch (const nic::NicError& e) {
     fail(std::string("--io-cores: ") + e.what());
   }

@@ -30,6 +30,9 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
       {"topology", topo.source()},
       {"port", cfg.device},
       {"port_driver", eth->driver()},
+      // Transmit queues, each with its sending I/O lcore where --io-cores gives more than two.
+      {"port_queues", {{"transmit", eth->tx_queue_count()}, {"receive", eth->rx_queue_count()}}},
+      {"io_cores", cfg.io_cores},
       // The highest send and receive rates over 50 ms while exchanges ran, frame bytes.
       {"port_peak", {{"send_bps", static_cast<std::uint64_t>(rates.peak_send_bps)}, {"receive_bps", static_cast<std::uint64_t>(rates.peak_receive_bps)}}},
       {"epoch", engine->epoch()},

@@ -1,5 +1,6 @@
 // A DPDK ethdev as a Port: a PCI NIC, or net_af_packet, net_pcap, net_ring, net_memif,
-// net_tap, net_null. One rx and one tx queue, a mempool of its own.
+// net_tap, net_null. One rx and one tx queue, or several (PortOptions::queues), and a mempool
+// of its own.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,11 @@ struct PortOptions {
   std::uint16_t rx_descriptors = 1024;
   std::uint16_t tx_descriptors = 1024;
   bool promiscuous = true;
+  // Transmit queues, each for a thread of its own (io_lcore.hpp), and as many receive queues
+  // as the device has up to this (rx_burst polls them all). net_af_packet and net_af_xdp get
+  // qpairs= or queue_count= added to the device unless it gives them; a device with fewer
+  // transmit queues fails to open, naming how many it has.
+  std::uint16_t queues = 1;
 };
 
 // The configuration of device `name` (what rte_eth_dev_info_get says of it) for frames of
@@ -48,6 +54,9 @@ class EthPort final : public Port {
 
   std::uint16_t rx_burst(rte_mbuf** pkts, std::uint16_t n) override;
   std::uint16_t tx_burst(rte_mbuf** pkts, std::uint16_t n) override;
+  std::uint16_t tx_queue_count() const override { return tx_queues_; }
+  std::uint16_t tx_burst_on(std::uint16_t queue, rte_mbuf** pkts, std::uint16_t n) override;
+  std::uint16_t rx_queue_count() const { return rx_queues_; }
   rte_mempool* pool() const override { return pool_; }
   MacAddr mac() const override { return mac_; }
   int mtu() const override { return mtu_; }
@@ -58,7 +67,7 @@ class EthPort final : public Port {
   // Software devices that read chained frames segment by segment (net_ring hands the mbufs
   // over as they are; af_packet copies each segment): see zero_copy_driver().
   bool zero_copy_tx() const override { return zero_copy_tx_; }
-  bool directions_apart() const override { return true; }  // one rx queue, one tx queue
+  bool directions_apart() const override { return true; }  // rx and tx queues apart
   std::uint16_t port_id() const { return port_id_; }
   const std::string& driver() const { return driver_; }  // "net_af_xdp", "net_ice", ...
 
@@ -78,6 +87,8 @@ class EthPort final : public Port {
   int mtu_ = 1500;
   int wait_fd_ = -1;
   bool zero_copy_tx_ = false;
+  std::uint16_t rx_queues_ = 1, tx_queues_ = 1;
+  std::uint16_t rx_next_ = 0;  // the receive queue polled first next time
 };
 
 // How a kernel interface (aapcd --iface) is reached: AF_XDP (net_af_xdp: the kernel hands
@@ -87,8 +98,13 @@ enum class IfaceDriver { kAuto, kAfXdp, kAfPacket };
 std::optional<IfaceDriver> parse_iface_driver(const std::string& name);  // auto, af_xdp, af_packet
 const char* iface_driver_name(IfaceDriver driver);
 
-// The DPDK device string that opens kernel interface `iface` through `driver` (not kAuto).
-std::string iface_device(const std::string& iface, IfaceDriver driver);
+// The DPDK device string that opens kernel interface `iface` through `driver` (not kAuto),
+// with `queues` queue pairs.
+std::string iface_device(const std::string& iface, IfaceDriver driver, std::uint16_t queues = 1);
+
+// `device` with `queues` queue pairs asked of net_af_packet (qpairs=) and net_af_xdp
+// (queue_count=) unless it names them; other devices as they are.
+std::string with_queues(const std::string& device, std::uint16_t queues);
 
 struct IfacePort {
   std::unique_ptr<EthPort> port;

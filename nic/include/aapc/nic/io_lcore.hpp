@@ -6,12 +6,18 @@
 // frames: on receive the engine's integrity check (the CRC, or the cluster key's tag: the pass
 // over every received byte besides the copy into place), on send the sealing of frames the
 // engine left unsealed (their CRC and tag). One lcore may serve both directions of several
-// ports, or two lcores one direction each (separate RX and TX lcores).
+// ports, or two lcores one direction each (separate RX and TX lcores). On a port of several
+// transmit queues (Port::tx_queue_count), each queue has a ring and an lcore of its own, and
+// the engine's frames go to the queue of their destination: every destination's frames leave
+// in the order the engine sent them (the protocol reads a block's LAST frame as the end of a
+// pass), while a node sending to many destinations at once (the paced shuffle) uses every
+// queue's core.
 //
 //   OffloadPort port(eth);                 // what the engine is given instead of `eth`
 //   IoLcore rx({.core = 2}), tx({.core = 3});
 //   rx.serve_rx(port, check);  tx.serve_tx(port, seal);
 //   rx.start();  tx.start();               // before the engine polls; stopped by destruction
+//   IoLcore tx1({.core = 4});  tx1.serve_tx(port, seal, 1);  // queue 1 of a port of two
 //
 // The rings are single-producer single-consumer (rte_ring), so the engine's thread stays the
 // only user of its side. A port served in both directions by two lcores is used by two threads
@@ -50,6 +56,7 @@ class IoLcore;
 // serve it must be stopped (destroyed) before it is.
 class OffloadPort final : public PortDecorator {
  public:
+  // A transmit ring for each of the inner port's transmit queues.
   explicit OffloadPort(Port& inner, unsigned ring_size = 4096);
   ~OffloadPort() override;
   OffloadPort(const OffloadPort&) = delete;
@@ -58,8 +65,11 @@ class OffloadPort final : public PortDecorator {
   // From the rx ring when an lcore receives for this port, else from the inner port.
   std::uint16_t rx_burst(rte_mbuf** pkts, std::uint16_t n) override;
   // Into the tx ring when an lcore sends for this port (a full ring is backpressure), else to
-  // the inner port.
+  // the inner port. With several queues, each frame into the ring of its destination's
+  // queue (tx_queue_of), in order, up to the first whose ring is full.
   std::uint16_t tx_burst(rte_mbuf** pkts, std::uint16_t n) override;
+  // The transmit queue of frames to destination MAC `dst` among `queues`.
+  static std::uint16_t tx_queue_of(const std::uint8_t* dst, std::uint16_t queues);
   // The engine sleeps on nothing: frames come through a ring, which has no descriptor.
   int wait_fd() const override { return rx_.lcore != nullptr ? -1 : inner_.wait_fd(); }
 
@@ -68,21 +78,30 @@ class OffloadPort final : public PortDecorator {
   std::uint64_t rx_verified_flag() const override { return rx_.hooked ? rx_flag_ : 0; }
   // The ol_flags bit of a frame that the tx lcore's hook is to seal before it leaves; 0 when
   // no lcore sends for this port or no hook runs.
-  std::uint64_t tx_seal_flag() const override { return tx_.hooked ? tx_flag_ : 0; }
-  // Frames sent to the tx ring and not yet taken by the device.
+  std::uint64_t tx_seal_flag() const override;
+  // Frames sent to the tx rings and not yet taken by the device.
   std::uint32_t tx_pending() const;
+  // Its transmit queues (and rings): the inner port's; each needs an lcore (serve_tx).
+  std::uint16_t tx_queues() const { return tx_queues_; }
 
  private:
   friend class IoLcore;
-  rte_ring* rx_ring_ = nullptr;
-  rte_ring* tx_ring_ = nullptr;
   struct Side {
-    const IoLcore* lcore = nullptr;  // who serves this direction, if any
+    const IoLcore* lcore = nullptr;  // who serves this direction (or transmit queue), if any
     bool hooked = false;             // and runs a hook on it
   };
+  struct TxQueue {
+    rte_ring* ring = nullptr;
+    Side side;
+    std::atomic<std::uint32_t> held{0};  // frames its lcore took from the ring and holds
+  };
+  // The first ring of `n` frames from pkts[0] on that can take none; n when all went.
+  std::uint16_t spread(rte_mbuf** pkts, std::uint16_t n);
+  rte_ring* rx_ring_ = nullptr;
   std::uint64_t rx_flag_ = 0, tx_flag_ = 0;
-  Side rx_, tx_;
-  std::atomic<std::uint32_t> lcore_held_{0};  // frames the tx lcore took from the ring and holds
+  Side rx_;
+  std::unique_ptr<TxQueue[]> tx_;  // one per transmit queue of the inner port
+  std::uint16_t tx_queues_ = 1;
 };
 
 struct IoLcoreOptions {
@@ -97,13 +116,15 @@ class IoLcore {
   IoLcore(const IoLcore&) = delete;
   IoLcore& operator=(const IoLcore&) = delete;
 
-  // Before start(): this lcore receives for `port` or sends for it, running `hook` on each
-  // burst. A direction is served by one lcore. Throws NicError when a port is served twice, or
-  // in both directions by two lcores while its inner port keeps state across them.
+  // Before start(): this lcore receives for `port` or sends for it (on transmit queue
+  // `queue`), running `hook` on each burst. A direction (a transmit queue) is served by one
+  // lcore. Throws NicError when a port is served twice, when it has no such queue, or in both
+  // directions by two lcores while its inner port keeps state across them.
   void serve_rx(OffloadPort& port, FrameHook hook = {});
-  void serve_tx(OffloadPort& port, FrameHook hook = {});
+  void serve_tx(OffloadPort& port, FrameHook hook = {}, std::uint16_t queue = 0);
   // Starts the thread (registered with DPDK, so that mempool caches serve it). Throws
-  // NicError when the EAL is not running or the core does not exist.
+  // NicError when the EAL is not running, the core does not exist, or a port it sends for has
+  // a transmit queue that no lcore serves (its frames would never leave).
   void start();
   // Sends what the tx rings still hold (up to a second), frees what is left and what was
   // received but not taken, and joins the thread. Idempotent.
@@ -119,6 +140,7 @@ class IoLcore {
   struct Tx {
     OffloadPort* port;
     FrameHook hook;
+    std::uint16_t queue;
     std::vector<rte_mbuf*> held;  // taken from the ring, not yet by the device
   };
   // serve_rx() and serve_tx(): this lcore takes `side` of `port` (`other` is its other side).

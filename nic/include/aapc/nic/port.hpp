@@ -33,6 +33,13 @@ class Port {
   // Offers n frames; returns how many the port took (and will free). The caller keeps the
   // rest: a full transmit ring is backpressure, not an error.
   virtual std::uint16_t tx_burst(rte_mbuf** pkts, std::uint16_t n) = 0;
+  // Transmit queues: a DPDK ethdev opened with several (PortOptions::queues) sends on each
+  // from a thread of its own (an I/O lcore per queue, io_lcore.hpp), where one core cannot
+  // fill the link. tx_burst() sends on the first. Wrappers have one: they keep state across
+  // frames.
+  virtual std::uint16_t tx_queue_count() const { return 1; }
+  // tx_burst() on transmit queue `queue` (below tx_queue_count()).
+  virtual std::uint16_t tx_burst_on(std::uint16_t queue, rte_mbuf** pkts, std::uint16_t n) { return queue == 0 ? tx_burst(pkts, n) : 0; }
   // Pool to allocate frames for this port from.
   virtual rte_mempool* pool() const = 0;
   virtual MacAddr mac() const = 0;

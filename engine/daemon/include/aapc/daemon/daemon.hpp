@@ -66,7 +66,8 @@ struct DaemonConfig {
   // I/O lcores (nic/io_lcore.hpp): empty, the engine's thread drives the
   // port; one CPU, a thread pinned there receives and sends for it and checks every received
   // frame's CRC (and tag); two, one thread receives (and checks) on the first and one sends
-  // on the second.
+  // on the second; more, one receives on the first and one sends on each of the others, on a
+  // transmit queue of its own (the port is opened with that many queues).
   std::vector<int> io_cores;
   // Radix of the dissemination barrier (0: sched::barrier_radix's choice for the machines of
   // the world or group). Every daemon of the cluster must use the same.
