@@ -192,8 +192,8 @@ bool zero_copy_driver(const std::string& driver, std::uint64_t tx_offload_capa) 
 
 std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   if (!eal_running()) throw NicError("port " + options.device + ": the DPDK EAL is not running (call eal_init first)");
-  // af_packet's ring sized for the MTU, unless the device string sizes it.
   if (options.queues == 0) throw NicError("port " + options.device + ": a port needs at least one queue");
+  // af_packet's ring sized for the MTU, unless the device string sizes it; the queues asked for.
   const std::string device = with_queues(
       with_memif_buffers(with_af_packet_ring(options.device, options.mtu, static_cast<unsigned>(::getpagesize())), options.mtu), options.queues);
   std::string name = device_name(device);
@@ -250,9 +250,10 @@ std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   std::copy(std::begin(addr.addr_bytes), std::end(addr.addr_bytes), p->mac_.begin());
   if (options.mac) p->mac_ = *options.mac;  // devices that cannot change MAC still send ours
   // net_af_packet and net_af_xdp with one queue pair: the socket this port opened (or the
-  // only one there is, when the EAL probed it; with several, none: the port is polled). af_packet's mmap'ed receive ring, and an
-  // AF_XDP socket's receive ring, make poll(2) report POLLIN while a frame waits for the
-  // driver, so an idle daemon can sleep until one arrives.
+  // only one there is, when the EAL probed it; with several queues, none: the port is
+  // polled). af_packet's mmap'ed receive ring, and an AF_XDP socket's receive ring, make
+  // poll(2) report POLLIN while a frame waits for the driver, so an idle daemon can sleep
+  // until one arrives.
   const std::string driver = info.driver_name;
   if (driver == "net_af_packet" && p->rx_queues_ == 1) p->wait_fd_ = fresh_socket(packet_before, sockets_of(AF_PACKET));
   if (driver == "net_af_xdp" && p->rx_queues_ == 1) p->wait_fd_ = fresh_socket(xdp_before, sockets_of(AF_XDP));

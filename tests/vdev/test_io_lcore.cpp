@@ -59,25 +59,28 @@ void run_some(test::Fabric& fabric, std::uint32_t& id, const std::string& what) 
       test::expect_ok(test::run_exchange(fabric, test::planned(t, algo, "none"), id++, block), what + " " + algo + " block " + std::to_string(block));
 }
 
+// Port options for a net_ring ethdev of one queue each way over `rx` and `tx`, made for `base`.
+nic::PortOptions ring_device(const std::string& base, rte_ring** rx, rte_ring** tx) {
+  test::start_eal();
+  *rx = rte_ring_create((base + "rx").c_str(), 256, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
+  *tx = rte_ring_create((base + "tx").c_str(), 256, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
+  REQUIRE((*rx != nullptr && *tx != nullptr));
+  const int id = rte_eth_from_rings(base.c_str(), rx, 1, tx, 1, rte_socket_id());
+  REQUIRE(id >= 0);
+  char name[RTE_ETH_NAME_MAX_LEN];
+  rte_eth_dev_get_name_by_port(static_cast<std::uint16_t>(id), name);
+  nic::PortOptions po;
+  po.device = name;
+  po.pool_size = 511;
+  return po;
+}
+
 // A net_ring port of its own, its two rings kept for the test to fill and drain.
 struct RingPort {
   rte_ring* rx = nullptr;
   rte_ring* tx = nullptr;
   std::unique_ptr<nic::EthPort> eth;
-  explicit RingPort(const std::string& base) {
-    test::start_eal();
-    rx = rte_ring_create((base + "rx").c_str(), 256, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
-    tx = rte_ring_create((base + "tx").c_str(), 256, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
-    REQUIRE((rx != nullptr && tx != nullptr));
-    const int id = rte_eth_from_rings(base.c_str(), &rx, 1, &tx, 1, rte_socket_id());
-    REQUIRE(id >= 0);
-    char name[RTE_ETH_NAME_MAX_LEN];
-    rte_eth_dev_get_name_by_port(static_cast<std::uint16_t>(id), name);
-    nic::PortOptions po;
-    po.device = name;
-    po.pool_size = 511;
-    eth = nic::EthPort::open(po);
-  }
+  explicit RingPort(const std::string& base) : eth(nic::EthPort::open(ring_device(base, &rx, &tx))) {}
   ~RingPort() {
     eth.reset();
     rte_mbuf* m = nullptr;
@@ -276,18 +279,12 @@ TEST_CASE("I/O lcores on several transmit queues: destinations spread evenly; a 
   nic::FaultPort faults(fabric.eth(1), nic::FaultOptions{});
   CHECK(faults.tx_queue_count() == 1);
   // A device of one transmit queue, asked for two, says so.
-  rte_ring* ring = rte_ring_create("iolq_one", 256, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
-  REQUIRE(ring != nullptr);
-  const int id = rte_eth_from_rings("iolq_one", &ring, 1, &ring, 1, rte_socket_id());
-  REQUIRE(id >= 0);
-  char name[RTE_ETH_NAME_MAX_LEN];
-  rte_eth_dev_get_name_by_port(static_cast<std::uint16_t>(id), name);
-  nic::PortOptions two;
-  two.device = name;
-  two.pool_size = 511;
+  rte_ring *rx = nullptr, *tx = nullptr;
+  nic::PortOptions two = ring_device("iolq_one", &rx, &tx);
   two.queues = 2;
   CHECK_THROWS_WITH(nic::EthPort::open(two), Catch::Contains("1 transmit queue(s), fewer than the 2"));  // and closed it
-  rte_ring_free(ring);
+  rte_ring_free(rx);
+  rte_ring_free(tx);
 }
 
 // The process's set is the one it had when the EAL started: the EAL may pin the thread that

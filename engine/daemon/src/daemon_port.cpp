@@ -74,13 +74,14 @@ void Daemon::Impl::open_iface(const nic::PortOptions& po) {
     spdlog::warn("interface {}: AF_XDP could not open it, so af_packet carries it (about 2 Gbit/s a core): {}", cfg.iface, opened.passed_over);
 }
 
-// The engine learns from its port whether received frames come checked: the lcores serve the
-// port before the engine is made over it, and start after.
 // --io-cores: the lcores that send, each on a transmit queue of the port (one, also where a
 // single lcore both receives and sends).
 std::uint16_t Daemon::Impl::sending_lcores() const {
   return cfg.io_cores.size() > 2 ? static_cast<std::uint16_t>(cfg.io_cores.size() - 1) : 1;
 }
+
+// The engine learns from its port whether received frames come checked: the lcores serve the
+// port before the engine is made over it, and start after.
 
 nic::Port& Daemon::Impl::offload_port(nic::Port& port) {
   if (cfg.io_cores.empty()) return port;

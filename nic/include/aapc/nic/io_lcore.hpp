@@ -95,7 +95,8 @@ class OffloadPort final : public PortDecorator {
     Side side;
     std::atomic<std::uint32_t> held{0};  // frames its lcore took from the ring and holds
   };
-  // The first ring of `n` frames from pkts[0] on that can take none; n when all went.
+  // tx_burst() over several queues: how many of the n frames went into their queues' rings,
+  // in order, up to the first that a full ring refused.
   std::uint16_t spread(rte_mbuf** pkts, std::uint16_t n);
   rte_ring* rx_ring_ = nullptr;
   std::uint64_t rx_flag_ = 0, tx_flag_ = 0;
