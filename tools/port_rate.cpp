@@ -48,6 +48,9 @@ constexpr std::uint16_t kEtherType = 0x88b5;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// The bytes of one of the benchmark's frames: the MTU and the Ethernet header.
+std::uint32_t frame_len(int mtu) { return static_cast<std::uint32_t>(mtu) + RTE_ETHER_HDR_LEN; }
+
 std::unique_ptr<nic::EthPort> open_node_port(const std::string& driver, int mtu, int cpu, int queues) {
   nic::EalOptions eal;
   eal.program = "aapc-port-rate";
@@ -70,7 +73,7 @@ struct Sent {
 // One sending thread: frames of the MTU on transmit queue `queue`, for `seconds`, as fast as
 // the port takes them.
 Sent send_on(nic::EthPort& port, std::uint16_t queue, int mtu, double seconds) {
-  const auto frame = static_cast<std::uint32_t>(mtu) + RTE_ETHER_HDR_LEN;
+  const std::uint32_t frame = frame_len(mtu);
   std::array<rte_mbuf*, kBurst> burst{};
   Sent out;
   const auto start = Clock::now();
@@ -114,8 +117,7 @@ nlohmann::json send(nic::EthPort& port, int mtu, double seconds) {
     all.refused += s.refused;
     all.seconds = std::max(all.seconds, s.seconds);
   }
-  const auto frame = static_cast<std::uint64_t>(mtu) + RTE_ETHER_HDR_LEN;
-  return {{"frames", all.frames}, {"bytes", all.frames * frame}, {"seconds", all.seconds}, {"refused", all.refused}, {"queues", sent.size()}};
+  return {{"frames", all.frames}, {"bytes", all.frames * frame_len(mtu)}, {"seconds", all.seconds}, {"refused", all.refused}, {"queues", sent.size()}};
 }
 
 // The receiver: every frame until none came for half a second after the first, or the

@@ -76,33 +76,33 @@ int fresh_socket(const std::set<int>& before, const std::set<int>& now) {
   return -1;
 }
 
+// Interface request `request` on kernel interface `iface` (named in `ifr`, which carries the
+// answer), through a socket of its own; 0, or the errno it failed with.
+int interface_ioctl(const std::string& iface, unsigned long request, ifreq& ifr) {
+  const int s = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (s < 0) return errno;
+  iface.copy(ifr.ifr_name, sizeof ifr.ifr_name - 1);
+  const int err = ::ioctl(s, request, &ifr) == 0 ? 0 : errno;
+  ::close(s);
+  return err;
+}
+
 // The MTU of kernel interface `iface`, or -1 when it cannot be read (no such interface: the
 // probe says so).
 int interface_mtu(const std::string& iface) {
-  const int s = ::socket(AF_INET, SOCK_DGRAM, 0);
-  if (s < 0) return -1;
   ifreq ifr{};
-  iface.copy(ifr.ifr_name, sizeof ifr.ifr_name - 1);
-  const int rc = ::ioctl(s, SIOCGIFMTU, &ifr);
-  ::close(s);
-  return rc == 0 ? ifr.ifr_mtu : -1;
+  return interface_ioctl(iface, SIOCGIFMTU, ifr) == 0 ? ifr.ifr_mtu : -1;
 }
 
 // How many queues an AF_XDP socket may bind to on kernel interface `iface`: its combined
 // channels (ethtool -l), or one where it has none (veth, for one), as DPDK's net_af_xdp counts
 // them; -1 when that cannot be read.
 int interface_queues(const std::string& iface) {
-  const int s = ::socket(AF_INET, SOCK_DGRAM, 0);
-  if (s < 0) return -1;
   ethtool_channels channels{};
   channels.cmd = ETHTOOL_GCHANNELS;
   ifreq ifr{};
-  iface.copy(ifr.ifr_name, sizeof ifr.ifr_name - 1);
   ifr.ifr_data = reinterpret_cast<char*>(&channels);
-  const int rc = ::ioctl(s, SIOCETHTOOL, &ifr);
-  const int err = errno;
-  ::close(s);
-  if (rc != 0) return err == EOPNOTSUPP ? 1 : -1;
+  if (const int err = interface_ioctl(iface, SIOCETHTOOL, ifr); err != 0) return err == EOPNOTSUPP ? 1 : -1;
   return channels.max_combined == 0 ? 1 : static_cast<int>(channels.max_combined);
 }
 

@@ -57,7 +57,7 @@ Fabric::Fabric(const FabricOptions& options) : options_(options) {
     Node& node = nodes_[static_cast<std::size_t>(i)];
     std::string base = "f" + std::to_string(serial) + "n" + std::to_string(i);
     node.to_node = rte_ring_create((base + "rx").c_str(), kRingSize, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
-    if (options.tx_queues < 1 || options.tx_queues > kMaxTxQueues) throw std::runtime_error("fabric: 1 to 4 transmit queues");
+    if (options.tx_queues < 1 || options.tx_queues > kMaxTxQueues) throw std::runtime_error("fabric: 1 to " + std::to_string(kMaxTxQueues) + " transmit queues");
     for (int q = 0; q < options.tx_queues; ++q)
       node.from_node.push_back(
           rte_ring_create((base + "tx" + std::to_string(q)).c_str(), kRingSize, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ));
