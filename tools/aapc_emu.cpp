@@ -565,6 +565,7 @@ int command_everywhere(const Json& state, const RunOptions& o, const std::vector
   std::vector<int> status(pids.size(), -1);
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s);
   std::size_t running = pids.size();
+  bool killed = false;
   // Rank 0's output is shown as it comes (progress of long runs).
   std::ifstream rank0;
   auto stream_rank0 = [&] {
@@ -586,7 +587,9 @@ int command_everywhere(const Json& state, const RunOptions& o, const std::vector
         --running;
       }
     }
-    if (running > 0 && (g_interrupted || std::chrono::steady_clock::now() > end)) {
+    if (running > 0 && !killed && (g_interrupted || std::chrono::steady_clock::now() > end)) {
+      // Once: killed processes may take a while to be reaped on a loaded machine.
+      killed = true;
       for (std::size_t i = 0; i < pids.size(); ++i)
         if (status[i] == -1) ::kill(-pids[i], SIGKILL);
       if (!g_interrupted) std::cerr << "aapc-emu: the command did not finish within " << o.timeout_s << " s; killed\n";
