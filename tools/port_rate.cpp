@@ -191,6 +191,13 @@ struct Trial {
 Trial trial(const std::string& self, const std::string& driver, int queues, int mtu, double seconds) {
   const fs::path dir = fs::temp_directory_path() / ("aapc-port-rate-" + std::to_string(::getpid()));
   fs::create_directories(dir);
+  struct Removed {  // also when a node fails (a kind that cannot run here)
+    fs::path dir;
+    ~Removed() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } removed{dir};
   const fs::path ready = dir / "ready", log = dir / "rx.log";
   fs::remove(ready);
   const std::string secs = std::to_string(seconds), q = std::to_string(queues);
@@ -212,7 +219,6 @@ Trial trial(const std::string& self, const std::string& driver, int queues, int 
   ::waitpid(rx, &status, 0);
   std::ifstream in(log);
   const std::string rx_text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  fs::remove_all(dir);
   if (tx.status != 0) throw std::runtime_error("the sender (" + driver + ") failed:\n" + tx.text);
   const auto s = last_json_line(tx.text), r = last_json_line(rx_text);
   Trial t;
