@@ -5,6 +5,7 @@
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
+#include <rte_mbuf_pool_ops.h>
 #include <rte_mempool.h>
 
 #include <bpf/bpf.h>
@@ -68,12 +69,11 @@ std::set<int> sockets_of(int domain) {
 }
 
 // The one socket in `now` that is not in `before`, or the only one there is; else -1.
-int fresh_socket(const std::set<int>& before, const std::set<int>& now) {
-  std::set<int> fresh;
-  std::set_difference(now.begin(), now.end(), before.begin(), before.end(), std::inserter(fresh, fresh.end()));
-  if (fresh.size() == 1) return *fresh.begin();
-  if (fresh.empty() && now.size() == 1) return *now.begin();
-  return -1;
+std::vector<int> fresh_sockets(const std::set<int>& before, const std::set<int>& now) {
+  std::vector<int> fresh;
+  std::set_difference(now.begin(), now.end(), before.begin(), before.end(), std::back_inserter(fresh));
+  if (fresh.empty() && now.size() == 1) fresh.push_back(*now.begin());
+  return fresh;
 }
 
 // Interface request `request` on kernel interface `iface` (named in `ifr`, which carries the
@@ -126,9 +126,40 @@ void check_af_packet(const std::string& device, const std::string& name, int mtu
 // buffers, and the engine linearizes chained frames).
 bool nominal_frame_limit(const std::string& driver) { return driver == "net_af_packet" || driver == "net_memif"; }
 
-// The port's pool: mbufs that hold a whole frame of the MTU (and, for af_packet, a whole ring
-// slot, which its receive queue setup insists on).
-rte_mempool* make_pool(const std::string& device, std::uint16_t port, int mtu, unsigned pool_size) {
+bool is_af_xdp(const std::string& device) { return device.rfind("net_af_xdp", 0) == 0; }
+
+// A pool of mbufs laid end to end, none moved to the start of a page. net_af_xdp hands the
+// pool's memory to the kernel as the AF_XDP socket's UMEM, sized as if its objects were
+// packed (mbufs x object size, DPDK 22.11). A default pool keeps objects from crossing page
+// boundaries: without hugepages, on 4 KiB pages, each 2,368-byte mbuf then takes a page of its
+// own, and every mbuf past the first ~58% lies outside the UMEM. The kernel refuses those as
+// invalid descriptors: frames sent from them never leave, and the fill queue loses each one
+// given to it, until the port receives nothing (seen once mbufs cycle through the whole pool,
+// as with separate receive and send lcores). AF_XDP reads virtual addresses, so the pool
+// needs no IOVA-contiguous objects. nullptr (rte_errno set) where it cannot be made.
+rte_mempool* packed_pool(const std::string& name, unsigned size, std::uint16_t data_room) {
+  rte_pktmbuf_pool_private priv{};
+  priv.mbuf_data_room_size = data_room;
+  rte_mempool* pool = rte_mempool_create_empty(name.c_str(), size, sizeof(rte_mbuf) + data_room, 256, sizeof priv,
+                                               static_cast<int>(rte_socket_id()), RTE_MEMPOOL_F_NO_IOVA_CONTIG);
+  if (pool == nullptr) return nullptr;
+  if (rte_mempool_set_ops_byname(pool, rte_mbuf_best_mempool_ops(), nullptr) != 0) {
+    rte_mempool_free(pool);
+    return nullptr;
+  }
+  rte_pktmbuf_pool_init(pool, &priv);
+  if (const int rc = rte_mempool_populate_default(pool); rc < 0) {
+    rte_mempool_free(pool);
+    rte_errno = -rc;
+    return nullptr;
+  }
+  rte_mempool_obj_iter(pool, rte_pktmbuf_init, nullptr);
+  return pool;
+}
+
+}  // namespace
+
+rte_mempool* frame_pool(const std::string& device, std::uint16_t port, int mtu, unsigned pool_size) {
   unsigned data_room = static_cast<unsigned>(mtu) + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN + RTE_PKTMBUF_HEADROOM + 64;
   if (is_af_packet(device)) data_room = std::max(data_room, af_packet_mbuf_data(af_packet_frame_size(device)) + RTE_PKTMBUF_HEADROOM);
   data_room = std::max<unsigned>(data_room, RTE_MBUF_DEFAULT_BUF_SIZE);
@@ -136,15 +167,14 @@ rte_mempool* make_pool(const std::string& device, std::uint16_t port, int mtu, u
   // Pools outlive ports: a port id used again, by a device of another MTU, needs its own pool.
   const std::string pool_name = "aapc_pool_" + std::to_string(port) + "_" + std::to_string(data_room);
   if (rte_mempool* pool = rte_mempool_lookup(pool_name.c_str()); pool != nullptr) return pool;
-  rte_mempool* pool = rte_pktmbuf_pool_create(pool_name.c_str(), pool_size, 256, 0, static_cast<std::uint16_t>(data_room),
-                                              static_cast<int>(rte_socket_id()));
+  rte_mempool* pool = is_af_xdp(device) ? packed_pool(pool_name, pool_size, static_cast<std::uint16_t>(data_room))
+                                         : rte_pktmbuf_pool_create(pool_name.c_str(), pool_size, 256, 0, static_cast<std::uint16_t>(data_room),
+                                                                   static_cast<int>(rte_socket_id()));
   if (pool == nullptr)
     throw NicError("port " + device_name(device) + ": cannot create a pool of " + std::to_string(pool_size) + " mbufs of " +
                    std::to_string(data_room) + " bytes (" + rte_strerror(rte_errno) + "); give the EAL more memory (-m) or use fewer mbufs");
   return pool;
 }
-
-}  // namespace
 
 void configure_for_mtu(const std::string& name, const rte_eth_dev_info& info, int mtu, rte_eth_conf& conf) {
   conf = rte_eth_conf{};
@@ -218,7 +248,7 @@ std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   if (int rc = rte_eth_dev_info_get(port, &info); rc != 0) fail(name, "reading device info", rc);
 
   p->driver_ = info.driver_name;
-  p->pool_ = make_pool(device, port, options.mtu, options.pool_size);
+  p->pool_ = frame_pool(device, port, options.mtu, options.pool_size);
   p->zero_copy_tx_ = zero_copy_driver(info.driver_name, info.tx_offload_capa);
   rte_eth_conf conf{};
   configure_for_mtu(name, info, options.mtu, conf);
@@ -249,14 +279,15 @@ std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   rte_eth_macaddr_get(port, &addr);
   std::copy(std::begin(addr.addr_bytes), std::end(addr.addr_bytes), p->mac_.begin());
   if (options.mac) p->mac_ = *options.mac;  // devices that cannot change MAC still send ours
-  // net_af_packet and net_af_xdp with one queue pair: the socket this port opened (or the
-  // only one there is, when the EAL probed it; with several queues, none: the port is
-  // polled). af_packet's mmap'ed receive ring, and an AF_XDP socket's receive ring, make
-  // poll(2) report POLLIN while a frame waits for the driver, so an idle daemon can sleep
-  // until one arrives.
+  // net_af_packet and net_af_xdp: the sockets this port opened, one per queue pair (or the
+  // only one there is, when the EAL probed it). af_packet's mmap'ed receive ring, and an
+  // AF_XDP socket's receive ring, make poll(2) report POLLIN while a frame waits for the
+  // driver, so an idle daemon (or I/O lcore) can sleep until one arrives.
   const std::string driver = info.driver_name;
-  if (driver == "net_af_packet" && p->rx_queues_ == 1) p->wait_fd_ = fresh_socket(packet_before, sockets_of(AF_PACKET));
-  if (driver == "net_af_xdp" && p->rx_queues_ == 1) p->wait_fd_ = fresh_socket(xdp_before, sockets_of(AF_XDP));
+  if (driver == "net_af_packet") p->wait_fds_ = fresh_sockets(packet_before, sockets_of(AF_PACKET));
+  if (driver == "net_af_xdp") p->wait_fds_ = fresh_sockets(xdp_before, sockets_of(AF_XDP));
+  // A socket per queue pair; anything else (another port opened meanwhile) is not ours to sleep on.
+  if (p->wait_fds_.size() != std::max(p->rx_queues_, p->tx_queues_)) p->wait_fds_.clear();
   return p;
 }
 

@@ -44,6 +44,12 @@ struct PortOptions {
 // our mbufs then chains them, and the engine linearizes them) and multi-segment send.
 void configure_for_mtu(const std::string& name, const rte_eth_dev_info& info, int mtu, rte_eth_conf& conf);
 
+// The pool EthPort::open gives `device` (port id `port`): `size` mbufs that each hold a whole
+// frame of the MTU (and, for af_packet, a whole ring slot, which its receive queue setup
+// insists on); for net_af_xdp laid end to end, as the UMEM it becomes assumes. Pools outlive
+// ports: the same one again for the same port id and frame size. Throws NicError.
+rte_mempool* frame_pool(const std::string& device, std::uint16_t port, int mtu, unsigned size);
+
 class EthPort final : public Port {
  public:
   // Probes (if needed), configures and starts the device. Throws NicError.
@@ -62,8 +68,10 @@ class EthPort final : public Port {
   int mtu() const override { return mtu_; }
   std::uint64_t link_speed_bps() const override;
   std::string name() const override { return name_; }
-  // net_af_packet: its socket, which polls readable when its receive ring holds frames.
-  int wait_fd() const override { return wait_fd_; }
+  // net_af_packet and net_af_xdp: their socket, which polls readable when its receive ring
+  // holds frames; -1 with several receive queues (a socket each: wait_fds()).
+  int wait_fd() const override { return wait_fds_.size() == 1 ? wait_fds_.front() : -1; }
+  std::vector<int> wait_fds() const override { return wait_fds_; }
   // Software devices that read chained frames segment by segment (net_ring hands the mbufs
   // over as they are; af_packet copies each segment): see zero_copy_driver().
   bool zero_copy_tx() const override { return zero_copy_tx_; }
@@ -85,7 +93,7 @@ class EthPort final : public Port {
   rte_mempool* pool_ = nullptr;
   MacAddr mac_{};
   int mtu_ = 1500;
-  int wait_fd_ = -1;
+  std::vector<int> wait_fds_;
   bool zero_copy_tx_ = false;
   std::uint16_t rx_queues_ = 1, tx_queues_ = 1;
   std::uint16_t rx_next_ = 0;  // the receive queue polled first next time
