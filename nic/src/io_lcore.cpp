@@ -5,8 +5,11 @@
 #include <rte_mbuf.h>
 #include <rte_mbuf_dyn.h>
 #include <rte_ring.h>
+#include <poll.h>
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +22,11 @@ namespace aapc::nic {
 namespace {
 
 constexpr std::uint16_t kBurst = 32;
+// Rounds of polling with nothing done before an lcore sleeps (a few hundred microseconds:
+// frames paced at 100 Mbit/s, one every 120 us at MTU 1500, keep it awake), and how long it
+// sleeps at most: a safety net, since frames and the doorbell end the sleep.
+constexpr unsigned kSpinRounds = 4096;
+constexpr int kNapMs = 50;
 
 // A dynamic ol_flags bit (registered once per process, the same for every port): that a
 // received frame's integrity was checked, or that a frame to send is still to be sealed.
@@ -81,7 +89,7 @@ std::uint16_t OffloadPort::tx_queue_of(const std::uint8_t* dst, std::uint16_t qu
   return static_cast<std::uint16_t>(folded % queues);
 }
 
-std::uint16_t OffloadPort::spread(rte_mbuf** pkts, std::uint16_t n) {
+std::uint16_t OffloadPort::spread(rte_mbuf** pkts, std::uint16_t n, std::uint64_t& touched) {
   std::uint16_t done = 0;
   while (done < n) {
     // A run of frames for one queue, into its ring at once.
@@ -89,6 +97,7 @@ std::uint16_t OffloadPort::spread(rte_mbuf** pkts, std::uint16_t n) {
     std::uint16_t end = done + 1;
     while (end < n && tx_queue_of(rte_pktmbuf_mtod(pkts[end], const std::uint8_t*), tx_queues_) == q) ++end;
     const unsigned put = rte_ring_sp_enqueue_burst(tx_[q].ring, reinterpret_cast<void**>(pkts + done), end - done, nullptr);
+    if (put > 0) touched |= 1ULL << (q % 64);
     done = static_cast<std::uint16_t>(done + put);
     if (done < end) break;  // that ring is full: the rest waits, in order
   }
@@ -97,8 +106,23 @@ std::uint16_t OffloadPort::spread(rte_mbuf** pkts, std::uint16_t n) {
 
 std::uint16_t OffloadPort::tx_burst(rte_mbuf** pkts, std::uint16_t n) {
   if (tx_[0].side.lcore == nullptr) return inner_.tx_burst(pkts, n);
-  if (tx_queues_ == 1) return static_cast<std::uint16_t>(rte_ring_sp_enqueue_burst(tx_[0].ring, reinterpret_cast<void**>(pkts), n, nullptr));
-  return spread(pkts, n);
+  if (tx_queues_ == 1) {
+    const auto put = static_cast<std::uint16_t>(rte_ring_sp_enqueue_burst(tx_[0].ring, reinterpret_cast<void**>(pkts), n, nullptr));
+    if (put > 0) wake(0);
+    return put;
+  }
+  std::uint64_t touched = 0;
+  const std::uint16_t put = spread(pkts, n, touched);
+  for (std::uint16_t q = 0; q < tx_queues_; ++q)
+    if ((touched >> (q % 64) & 1) != 0) wake(q);
+  return put;
+}
+
+void OffloadPort::wake(std::uint16_t q) const {
+  // Orders the enqueue before the look at whether the lcore sleeps; nap() orders the other
+  // way (its flag before its look at the rings), so one of the two sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (const IoLcore* lcore = tx_[q].side.lcore; lcore != nullptr) lcore->wake();
 }
 
 std::uint64_t OffloadPort::tx_seal_flag() const {
@@ -115,7 +139,51 @@ std::uint32_t OffloadPort::tx_pending() const {
 
 IoLcore::IoLcore(IoLcoreOptions options) : options_(std::move(options)) {}
 
-IoLcore::~IoLcore() { stop(); }
+IoLcore::~IoLcore() {
+  stop();
+  if (bell_ >= 0) ::close(bell_);
+}
+
+void IoLcore::wake() const {
+  if (!asleep_.load(std::memory_order_relaxed) || bell_ < 0) return;
+  const std::uint64_t one = 1;
+  (void)!::write(bell_, &one, sizeof one);  // EAGAIN: rung already, and not yet heard
+}
+
+void IoLcore::nap() {
+  // Where it sleeps: the doorbell, and each device it receives from. A device without
+  // descriptors (a ring, a pcap file) is polled: short sleeps, as before there were naps.
+  std::vector<pollfd> fds{{bell_, POLLIN, 0}};
+  bool polled_only = false;
+  for (const Rx& rx : rx_) {
+    const std::vector<int> wait = rx.port->inner_.wait_fds();
+    if (wait.empty()) polled_only = true;
+    for (int fd : wait) fds.push_back({fd, POLLIN, 0});
+  }
+  asleep_.store(true, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // see OffloadPort::wake
+  // Frames the engine put into a ring before it could see this lcore asleep, frames a full
+  // ring or a busy device holds back: no sleep, or a short one.
+  bool waiting = false, held = false;
+  for (const Tx& tx : tx_) {
+    waiting = waiting || rte_ring_count(tx.port->tx_[tx.queue].ring) > 0;
+    held = held || !tx.held.empty();
+  }
+  for (const Rx& rx : rx_) held = held || !rx.held.empty();
+  if (!waiting) {
+    if (held || polled_only) {
+      std::this_thread::sleep_for(std::chrono::microseconds(held ? 10 : 100));
+    } else {
+      naps_.fetch_add(1, std::memory_order_relaxed);
+      if (::poll(fds.data(), fds.size(), kNapMs) > 0 && (fds[0].revents & POLLIN) != 0) {
+        std::uint64_t count = 0;
+        (void)!::read(bell_, &count, sizeof count);
+        doorbells_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+  asleep_.store(false, std::memory_order_relaxed);
+}
 
 void IoLcore::claim(OffloadPort& port, OffloadPort::Side& side, const OffloadPort::Side& other, FrameHook hook, const char* what) {
   if (thread_.joinable()) throw NicError("I/O lcore " + options_.name + ": ports are added before it starts");
@@ -157,6 +225,8 @@ void IoLcore::start() {
       throw NicError("I/O lcore " + options_.name + ": CPU " + std::to_string(options_.core) +
                      " is outside this process's CPU set; give one that taskset -p (or the job's allocation) allows");
   }
+  if (bell_ < 0) bell_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (bell_ < 0) throw NicError("I/O lcore " + options_.name + ": cannot make its doorbell (eventfd: " + std::strerror(errno) + ")");
   stop_.store(false);
   thread_ = std::thread([this] { run(); });
   pthread_setname_np(thread_.native_handle(), options_.name.substr(0, 15).c_str());
@@ -220,9 +290,10 @@ void IoLcore::run() {
     for (Tx& tx : tx_) busy = poll_tx(tx) || busy;
     if (busy) {
       idle = 0;
-    } else if (++idle > 4096) {
-      // Long idle (no exchange runs): yield the core now and then rather than spin on it.
-      std::this_thread::sleep_for(std::chrono::microseconds(idle > 65536 ? 100 : 10));
+    } else if (++idle > kSpinRounds) {
+      // Idle (no exchange runs, or it waits for peers): leave the core to others.
+      nap();
+      idle = 0;
     }
   }
   // What the engine sent before stopping still leaves, for up to a second.
@@ -244,6 +315,8 @@ void IoLcore::run() {
 void IoLcore::stop() {
   if (!thread_.joinable()) return;
   stop_.store(true, std::memory_order_release);
+  const std::uint64_t one = 1;
+  (void)!::write(bell_, &one, sizeof one);  // out of a nap now
   thread_.join();
 }
 

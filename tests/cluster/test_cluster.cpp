@@ -455,6 +455,24 @@ TEST_CASE("aapcd --io-cores with two sending CPUs: a transmit queue each, byte-e
   CHECK(refused.text.find("give one or two CPUs with them") != std::string::npos);
 }
 
+TEST_CASE("aapcd --io-cores with receive and send apart, on AF_XDP: eight machines exchange byte-exact, and aapc run --check ends") {
+  const auto cpus = cpus_of(cpus_allowed("/proc/self/status"));
+  if (cpus.size() < 2) {
+    WARN("needs two CPUs in this process's set; skipped");
+    return;
+  }
+  // With a receive and a send lcore, frames cycle through the port's whole pool. Past its
+  // first ~58% the pool lay outside the AF_XDP socket's UMEM (a page per mbuf without
+  // hugepages): every node stopped receiving after 4,479 frames, and the exchange hung to
+  // its deadline. And idle lcores spun: eight daemons with two each left no CPU idle, so
+  // aapc run's check (at idle priority) did not run for 20 s and more.
+  Cluster c("8-two-switch", "--io-cores " + std::to_string(cpus[0]) + "," + std::to_string(cpus[1]));
+  REQUIRE(nlohmann::json::parse(status_of_first().text)["port_driver"] == "net_af_xdp");
+  require_all_ok(everywhere(exchange(256 * 1024, "paced-shuffle", "auto", 4)), "receive and send lcores apart");
+  require_all_ok(everywhere({kTools + "/aapc", "run", "--size", "256K", "--schedule", "paced-shuffle", "--iters", "3", "--check"}),
+                 "aapc run --check, receive and send lcores apart");
+}
+
 TEST_CASE("aapc-engine-bench --port-rate: every port kind's frames arrive, af_packet also from two sending threads; AF_XDP on a veth says why it cannot take two") {
   // The AF_XDP receiver got none of the benchmark's frames (EtherType 0x88B6, which the XDP
   // program passes to the kernel) and the table said 100% lost.

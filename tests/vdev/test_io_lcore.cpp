@@ -2,21 +2,28 @@
 // frame's CRC (and tag) and seals every frame sent, while the engines run in the test's thread. Exchanges stay
 // byte-exact at MTU 1500 and 9000, with and without a cluster key; frames corrupted on the
 // way are caught on the lcore; a flag set on a frame before it is received never passes for a
-// check; frames queued before the lcore stops still leave.
+// check; frames queued before the lcore stops still leave; an idle lcore sleeps until the
+// engine rings it. And the pool an AF_XDP port's UMEM is made of lies end to end.
 #include <catch2/catch.hpp>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <rte_mempool.h>
 #include <rte_ring.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
+#include <vector>
 
 #include "skip.hpp"
 #include "aapc/nic/eal.hpp"
+#include "aapc/nic/eth_port.hpp"
 #include "aapc/nic/io_lcore.hpp"
 #include "aapc/sched/generate.hpp"
 #include "aapc/wire/wire.hpp"
@@ -319,4 +326,79 @@ TEST_CASE("I/O lcore: a CPU of the process's set is taken though the calling thr
   nic::OffloadPort port(*rp.eth);
   io.serve_rx(port);
   CHECK_NOTHROW(io.start());
+}
+
+namespace {
+
+// The thread of this process named `name`: its voluntary context switches so far.
+long voluntary_switches(const std::string& name) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string have;
+    std::getline(comm, have);
+    if (have != name) continue;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(line.find(':') + 1));
+  }
+  return -1;
+}
+
+template <typename F>
+bool eventually(F&& done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("I/O lcore: idle, it sleeps in poll(2) instead of spinning, and the engine's frames ring it awake") {
+  RingPort rp("iol_nap");
+  nic::OffloadPort port(*rp.eth);
+  nic::IoLcore io({-1, "aapc-naptest"});
+  io.serve_tx(port);
+  io.start();
+  REQUIRE(eventually([&] { return io.naps() > 0; }));
+  // Asleep, it wakes only at its safety timeout (20 times a second). Spinning with short
+  // sleeps, as it did, an idle lcore switched tens of thousands of times a second, and eight
+  // idle daemons with two each left no CPU of two idle (an emulated cluster stalled).
+  const long before = voluntary_switches("aapc-naptest");
+  REQUIRE(before >= 0);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  CHECK(voluntary_switches("aapc-naptest") - before < 200);
+  for (int round = 0; round < 3; ++round) {
+    // Once it has gone to sleep again, frames put into its ring wake it.
+    const std::uint64_t naps = io.naps(), rung = io.doorbells();
+    REQUIRE(eventually([&] { return io.naps() > naps; }));
+    rte_mbuf* m[8];
+    for (auto*& f : m) f = frame_of(rp.eth->pool(), static_cast<std::uint8_t>(round));
+    REQUIRE(port.tx_burst(m, 8) == 8);
+    CHECK(eventually([&] { return rte_ring_count(rp.tx) == 8; }));
+    CHECK(eventually([&] { return io.doorbells() > rung; }));
+    rte_mbuf* out[8];
+    rte_pktmbuf_free_bulk(out, rte_ring_dequeue_burst(rp.tx, reinterpret_cast<void**>(out), 8, nullptr));
+  }
+  io.stop();
+}
+
+TEST_CASE("An AF_XDP port's pool lies end to end, as the UMEM its driver registers assumes, also without hugepages") {
+  test::start_eal();
+  // net_af_xdp (DPDK 22.11) registers mbufs x object size from the first object as the
+  // socket's UMEM. On 4 KiB pages a default pool put each 2,368-byte mbuf on a page of its
+  // own: the last 42% of the pool lay outside, frames sent from there never left, and the
+  // fill queue lost each one given to it until the port received nothing.
+  for (int mtu : {1500, 9000}) {
+    rte_mempool* pool = nic::frame_pool("net_af_xdp_layout" + std::to_string(mtu) + ",iface=none", 77, mtu, 4095);
+    REQUIRE(pool != nullptr);
+    std::vector<std::uintptr_t> objects;
+    rte_mempool_obj_iter(pool, [](rte_mempool*, void* list, void* obj, unsigned) { static_cast<std::vector<std::uintptr_t>*>(list)->push_back(reinterpret_cast<std::uintptr_t>(obj)); }, &objects);
+    REQUIRE(objects.size() == pool->populated_size);
+    const auto [first, last] = std::minmax_element(objects.begin(), objects.end());
+    const std::uintptr_t object = rte_mempool_calc_obj_size(pool->elt_size, pool->flags, nullptr);
+    CHECK(*last - *first == (pool->populated_size - 1) * object);
+  }
 }

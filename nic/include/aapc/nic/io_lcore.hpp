@@ -20,7 +20,11 @@
 //   IoLcore tx1({.core = 4});  tx1.serve_tx(port, seal, 1);  // queue 1 of a port of two
 //
 // The rings are single-producer single-consumer (rte_ring), so the engine's thread stays the
-// only user of its side. A port served in both directions by two lcores is used by two threads
+// only user of its side. An lcore that has found nothing to do for a while sleeps in poll(2)
+// on the devices it receives from (Port::wait_fds) and on a doorbell (an eventfd) that the
+// engine rings when it puts frames into the ring of a sleeping lcore: an idle daemon leaves
+// its cores to others, as one without I/O lcores does (emulated clusters put many daemons on
+// few cores, and nodes of a real one run the application beside aapcd). A port served in both directions by two lcores is used by two threads
 // at once, its receive queue by one and its transmit queue by the other: DPDK ethdevs allow
 // that (EthPort); the fault injector and the capture tap, which keep state across the two
 // directions, must be served by one lcore (serve_tx refuses otherwise).
@@ -96,8 +100,11 @@ class OffloadPort final : public PortDecorator {
     std::atomic<std::uint32_t> held{0};  // frames its lcore took from the ring and holds
   };
   // tx_burst() over several queues: how many of the n frames went into their queues' rings,
-  // in order, up to the first that a full ring refused.
-  std::uint16_t spread(rte_mbuf** pkts, std::uint16_t n);
+  // in order, up to the first that a full ring refused; `touched` gets a bit per queue that
+  // took some.
+  std::uint16_t spread(rte_mbuf** pkts, std::uint16_t n, std::uint64_t& touched);
+  // After frames went into queue q's ring: wakes its lcore if it sleeps.
+  void wake(std::uint16_t q) const;
   rte_ring* rx_ring_ = nullptr;
   std::uint64_t rx_flag_ = 0, tx_flag_ = 0;
   Side rx_;
@@ -131,8 +138,13 @@ class IoLcore {
   // received but not taken, and joins the thread. Idempotent.
   void stop();
 
+  // Times this lcore slept in poll(2) for want of work, and times its doorbell woke it, so
+  // far (tests look at them).
+  std::uint64_t naps() const { return naps_.load(std::memory_order_relaxed); }
+  std::uint64_t doorbells() const { return doorbells_.load(std::memory_order_relaxed); }
 
  private:
+  friend class OffloadPort;
   struct Rx {
     OffloadPort* port;
     FrameHook hook;
@@ -149,12 +161,20 @@ class IoLcore {
   void run();
   bool poll_rx(Rx& rx);
   bool poll_tx(Tx& tx);
+  // Nothing was done for a while: sleep until a device it receives from has frames, the
+  // engine rings, or a while passes.
+  void nap();
+  // The engine put frames into a ring of this lcore: wakes it if it sleeps (any thread).
+  void wake() const;
 
   IoLcoreOptions options_;
   std::vector<Rx> rx_;
   std::vector<Tx> tx_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  int bell_ = -1;                      // eventfd: written to wake the lcore from nap()
+  std::atomic<bool> asleep_{false};  // in nap(), or about to be: wake() must ring
+  std::atomic<std::uint64_t> naps_{0}, doorbells_{0};
 };
 
 }  // namespace aapc::nic

@@ -9,6 +9,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 #include <utility>
 
 struct rte_mbuf;
@@ -50,6 +51,12 @@ class Port {
   // A descriptor that polls readable when frames wait to be received, for sleeping in
   // poll(2) instead of spinning; -1 when the device has none (poll it).
   virtual int wait_fd() const { return -1; }
+  // Descriptors that together poll readable when frames wait on any of the port's receive
+  // queues (one per queue); empty when the device has none. An I/O lcore sleeps on them.
+  virtual std::vector<int> wait_fds() const {
+    if (const int fd = wait_fd(); fd >= 0) return {fd};
+    return {};
+  }
   // True when the port takes chained frames whose segments may be external buffers (the
   // sender's own memory, extmem.hpp) and moves them without DMA: the engine may then send
   // payload without copying it.
@@ -77,6 +84,7 @@ class PortDecorator : public Port {
   int mtu() const override { return inner_.mtu(); }
   std::uint64_t link_speed_bps() const override { return inner_.link_speed_bps(); }
   int wait_fd() const override { return inner_.wait_fd(); }
+  std::vector<int> wait_fds() const override { return inner_.wait_fds(); }
   bool zero_copy_tx() const override { return inner_.zero_copy_tx(); }
   std::string name() const override { return inner_.name() + suffix_; }
 
