@@ -63,12 +63,15 @@ OffloadPort::OffloadPort(Port& inner, unsigned ring_size)
   if (ring_size < 64 || (ring_size & (ring_size - 1)) != 0) throw NicError("I/O lcore ring size must be a power of two, at least 64");
   tx_ = std::make_unique<TxQueue[]>(tx_queues_);
   rx_ring_ = make_ring("rx", ring_size);
+  rx_bell_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (rx_bell_ < 0) throw NicError(std::string("cannot make the engine's doorbell for an I/O lcore (eventfd: ") + std::strerror(errno) + ")");
   for (std::uint16_t q = 0; q < tx_queues_; ++q) tx_[q].ring = make_ring("tx", ring_size);
   rx_flag_ = dynflag("aapc_rx_verified");
   tx_flag_ = dynflag("aapc_tx_seal");
 }
 
 OffloadPort::~OffloadPort() {
+  if (rx_bell_ >= 0) ::close(rx_bell_);
   free_all(rx_ring_);
   rte_ring_free(rx_ring_);
   for (std::uint16_t q = 0; q < tx_queues_; ++q) {
@@ -79,6 +82,11 @@ OffloadPort::~OffloadPort() {
 
 std::uint16_t OffloadPort::rx_burst(rte_mbuf** pkts, std::uint16_t n) {
   if (rx_.lcore == nullptr) return inner_.rx_burst(pkts, n);
+  if (rx_rung_.load(std::memory_order_acquire)) {  // heard: quiet the doorbell for the next sleep
+    rx_rung_.store(false, std::memory_order_relaxed);
+    std::uint64_t count = 0;
+    (void)!::read(rx_bell_, &count, sizeof count);
+  }
   return static_cast<std::uint16_t>(rte_ring_sc_dequeue_burst(rx_ring_, reinterpret_cast<void**>(pkts), n, nullptr));
 }
 
@@ -123,6 +131,23 @@ void OffloadPort::wake(std::uint16_t q) const {
   // way (its flag before its look at the rings), so one of the two sees the other.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (const IoLcore* lcore = tx_[q].side.lcore; lcore != nullptr) lcore->wake();
+}
+
+bool OffloadPort::arm_wait() {
+  if (rx_.lcore == nullptr) return true;
+  engine_asleep_.store(true, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the flag, then the look at the ring: see wake_engine
+  if (rte_ring_count(rx_ring_) == 0) return true;
+  engine_asleep_.store(false, std::memory_order_relaxed);
+  return false;
+}
+
+void OffloadPort::wake_engine() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the frames, then the look at the flag
+  if (!engine_asleep_.load(std::memory_order_relaxed) || !engine_asleep_.exchange(false)) return;
+  const std::uint64_t one = 1;
+  (void)!::write(rx_bell_, &one, sizeof one);
+  rx_rung_.store(true, std::memory_order_release);  // after the write: rx_burst's read then finds it
 }
 
 std::uint64_t OffloadPort::tx_seal_flag() const {
@@ -256,6 +281,7 @@ bool IoLcore::poll_rx(Rx& rx) {
   // is behind, and the device drops what it cannot keep, as it would without this lcore.
   const unsigned put = rte_ring_sp_enqueue_burst(rx.port->rx_ring_, reinterpret_cast<void**>(rx.held.data()), static_cast<unsigned>(rx.held.size()), nullptr);
   rx.held.erase(rx.held.begin(), rx.held.begin() + put);
+  if (put > 0) rx.port->wake_engine();
   return put > 0;
 }
 

@@ -5,6 +5,7 @@
 // check; frames queued before the lcore stops still leave; an idle lcore sleeps until the
 // engine rings it. And the pool an AF_XDP port's UMEM is made of lies end to end.
 #include <catch2/catch.hpp>
+#include <poll.h>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
@@ -401,4 +402,37 @@ TEST_CASE("An AF_XDP port's pool lies end to end, as the UMEM its driver registe
     const std::uintptr_t object = rte_mempool_calc_obj_size(pool->elt_size, pool->flags, nullptr);
     CHECK(*last - *first == (pool->populated_size - 1) * object);
   }
+}
+
+TEST_CASE("I/O lcore: an engine asleep on the port's descriptor is rung awake by the frames its receiving lcore takes") {
+  // The engine slept 30-200 us at a time, polling, while an lcore received for it.
+  RingPort rp("iol_bell");
+  nic::OffloadPort port(*rp.eth);
+  nic::IoLcore io;
+  io.serve_rx(port);
+  io.start();
+  REQUIRE(port.wait_fd() >= 0);
+  pollfd p{port.wait_fd(), POLLIN, 0};
+  for (int round = 0; round < 3; ++round) {
+    REQUIRE(port.arm_wait());  // nothing waits: it may sleep
+    CHECK(::poll(&p, 1, 0) == 0);
+    rte_mbuf* in[4];
+    for (auto*& f : in) f = frame_of(rp.eth->pool(), static_cast<std::uint8_t>(round));
+    REQUIRE(rte_ring_enqueue_burst(rp.rx, reinterpret_cast<void**>(in), 4, nullptr) == 4);  // the device receives them
+    CHECK(::poll(&p, 1, 5000) == 1);
+    port.disarm_wait();
+    unsigned got = 0;
+    CHECK(eventually([&] {
+      rte_mbuf* out[8];
+      const std::uint16_t n = port.rx_burst(out, 8);
+      rte_pktmbuf_free_bulk(out, n);
+      return (got += n) == 4;
+    }));
+    CHECK(::poll(&p, 1, 0) == 0);  // quiet again for the next sleep
+  }
+  // Frames that wait already: no sleep.
+  rte_mbuf* f = frame_of(rp.eth->pool(), 9);
+  REQUIRE(rte_ring_enqueue(rp.rx, f) == 0);
+  CHECK(eventually([&] { return !port.arm_wait(); }));
+  io.stop();
 }

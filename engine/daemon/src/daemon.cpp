@@ -169,7 +169,9 @@ int Daemon::run(const std::atomic<bool>& stop) {
     if (m.engine->quiet()) {
       idle = 0;
       m.sample_rates(now, false);
-      m.service(5);  // nothing to send: wait for a client or a frame (without a port fd, polled every 5 ms)
+      // Nothing to send: wait for a client or a frame (without a port fd, polled every 5 ms).
+      m.service(m.arm_port_wait() ? 5 : 0);
+      m.disarm_port_wait();
       continue;
     }
     // An exchange runs: look at the clients once a millisecond (sooner when woken by one).
@@ -191,7 +193,8 @@ int Daemon::run(const std::atomic<bool>& stop) {
       const auto t = Clock::now();
       const auto until = m.engine->next_event(t), deaf = m.engine->receive_wait_until(t);
       if (deaf > t) sleep_in(-1, std::min(until, deaf));
-      else sleep_in(m.epoll_fd, until);
+      else if (m.arm_port_wait()) sleep_in(m.epoll_fd, until);
+      m.disarm_port_wait();
       next_service = std::min(next_service, Clock::now());
     } else if (++idle > 16) {
       std::this_thread::sleep_for(std::chrono::microseconds(idle > 2000 ? 200 : 30));

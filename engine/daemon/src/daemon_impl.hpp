@@ -216,6 +216,12 @@ struct Daemon::Impl {
   } rates;
   void sample_rates(Clock::time_point now, bool running);
   nic::Port& offload_port(nic::Port& port);
+  // Around a sleep on the port's descriptor: with an I/O lcore receiving, it rings the engine's
+  // doorbell once frames arrive (false: frames wait already, do not sleep).
+  bool arm_port_wait() { return offload == nullptr || offload->arm_wait(); }
+  void disarm_port_wait() {
+    if (offload != nullptr) offload->disarm_wait();
+  }
   std::uint16_t sending_lcores() const;
   void start_io_lcores();
   void choose_pace();

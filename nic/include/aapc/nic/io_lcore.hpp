@@ -74,8 +74,14 @@ class OffloadPort final : public PortDecorator {
   std::uint16_t tx_burst(rte_mbuf** pkts, std::uint16_t n) override;
   // The transmit queue of frames to destination MAC `dst` among `queues`.
   static std::uint16_t tx_queue_of(const std::uint8_t* dst, std::uint16_t queues);
-  // The engine sleeps on nothing: frames come through a ring, which has no descriptor.
-  int wait_fd() const override { return rx_.lcore != nullptr ? -1 : inner_.wait_fd(); }
+  // With an lcore receiving: a doorbell (eventfd) it rings when it puts frames into the ring
+  // while the engine sleeps, announced by arm_wait().
+  int wait_fd() const override { return rx_.lcore != nullptr ? rx_bell_ : inner_.wait_fd(); }
+  std::vector<int> wait_fds() const override { return rx_.lcore != nullptr ? std::vector<int>{rx_bell_} : inner_.wait_fds(); }
+  // Before the engine sleeps on wait_fd(): false when frames wait already (do not sleep);
+  // true when the receiving lcore will ring once it has put some in. disarm_wait() after.
+  bool arm_wait();
+  void disarm_wait() { engine_asleep_.store(false, std::memory_order_relaxed); }
 
   // The ol_flags bit an FrameHook sets on a frame it has verified (a DPDK dynamic flag,
   // registered once per process); 0 when no lcore receives for this port or no hook runs.
@@ -105,7 +111,12 @@ class OffloadPort final : public PortDecorator {
   std::uint16_t spread(rte_mbuf** pkts, std::uint16_t n, std::uint64_t& touched);
   // After frames went into queue q's ring: wakes its lcore if it sleeps.
   void wake(std::uint16_t q) const;
+  // The receiving lcore, after frames went into the rx ring: rings the engine if it sleeps.
+  void wake_engine();
   rte_ring* rx_ring_ = nullptr;
+  int rx_bell_ = -1;                              // eventfd: the engine sleeps on it
+  std::atomic<bool> engine_asleep_{false};        // armed: the receiving lcore must ring
+  std::atomic<bool> rx_rung_{false};              // rung, not yet read: rx_burst reads it
   std::uint64_t rx_flag_ = 0, tx_flag_ = 0;
   Side rx_;
   std::unique_ptr<TxQueue[]> tx_;  // one per transmit queue of the inner port
