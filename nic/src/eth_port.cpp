@@ -219,7 +219,6 @@ bool zero_copy_driver(const std::string& driver, std::uint64_t tx_offload_capa) 
   return driver == "net_af_packet" && (tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
 }
 
-
 std::unique_ptr<EthPort> EthPort::open(const PortOptions& options) {
   if (!eal_running()) throw NicError("port " + options.device + ": the DPDK EAL is not running (call eal_init first)");
   if (options.queues == 0) throw NicError("port " + options.device + ": a port needs at least one queue");
