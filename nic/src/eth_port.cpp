@@ -68,7 +68,7 @@ std::set<int> sockets_of(int domain) {
   return out;
 }
 
-// The one socket in `now` that is not in `before`, or the only one there is; else -1.
+// The sockets in `now` that are not in `before`, or the only one there is.
 std::vector<int> fresh_sockets(const std::set<int>& before, const std::set<int>& now) {
   std::vector<int> fresh;
   std::set_difference(now.begin(), now.end(), before.begin(), before.end(), std::back_inserter(fresh));

@@ -63,11 +63,11 @@ OffloadPort::OffloadPort(Port& inner, unsigned ring_size)
   if (ring_size < 64 || (ring_size & (ring_size - 1)) != 0) throw NicError("I/O lcore ring size must be a power of two, at least 64");
   tx_ = std::make_unique<TxQueue[]>(tx_queues_);
   rx_ring_ = make_ring("rx", ring_size);
-  rx_bell_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (rx_bell_ < 0) throw NicError(std::string("cannot make the engine's doorbell for an I/O lcore (eventfd: ") + std::strerror(errno) + ")");
   for (std::uint16_t q = 0; q < tx_queues_; ++q) tx_[q].ring = make_ring("tx", ring_size);
   rx_flag_ = dynflag("aapc_rx_verified");
   tx_flag_ = dynflag("aapc_tx_seal");
+  rx_bell_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (rx_bell_ < 0) throw NicError(std::string("cannot make the engine's doorbell for an I/O lcore (eventfd: ") + std::strerror(errno) + ")");
 }
 
 OffloadPort::~OffloadPort() {

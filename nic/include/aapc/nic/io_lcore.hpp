@@ -20,14 +20,17 @@
 //   IoLcore tx1({.core = 4});  tx1.serve_tx(port, seal, 1);  // queue 1 of a port of two
 //
 // The rings are single-producer single-consumer (rte_ring), so the engine's thread stays the
-// only user of its side. An lcore that has found nothing to do for a while sleeps in poll(2)
-// on the devices it receives from (Port::wait_fds) and on a doorbell (an eventfd) that the
-// engine rings when it puts frames into the ring of a sleeping lcore: an idle daemon leaves
-// its cores to others, as one without I/O lcores does (emulated clusters put many daemons on
-// few cores, and nodes of a real one run the application beside aapcd). A port served in both directions by two lcores is used by two threads
-// at once, its receive queue by one and its transmit queue by the other: DPDK ethdevs allow
-// that (EthPort); the fault injector and the capture tap, which keep state across the two
-// directions, must be served by one lcore (serve_tx refuses otherwise).
+// only user of its side. A port served in both directions by two lcores is used by two
+// threads at once, its receive queue by one and its transmit queue by the other: DPDK ethdevs
+// allow that (EthPort); the fault injector and the capture tap, which keep state across the
+// two directions, must be served by one lcore (serve_tx refuses otherwise).
+//
+// An lcore that has found nothing to do for a while sleeps in poll(2) on the devices it
+// receives from (Port::wait_fds) and on a doorbell (an eventfd) that the engine rings when it
+// puts frames into the ring of a sleeping lcore; the engine sleeps on the OffloadPort's own
+// doorbell (wait_fd, arm_wait), which the receiving lcore rings. So an idle daemon leaves its
+// cores to others, as one without I/O lcores does: emulated clusters put many daemons on few
+// cores, and the nodes of a real one run the application beside aapcd.
 #pragma once
 
 #include <atomic>

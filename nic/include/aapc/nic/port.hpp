@@ -9,8 +9,8 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 struct rte_mbuf;
 struct rte_mempool;
