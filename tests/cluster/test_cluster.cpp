@@ -477,6 +477,8 @@ TEST_CASE("aapc-engine-bench --port-rate: every port kind's frames arrive, af_pa
   // The AF_XDP receiver got none of the benchmark's frames (EtherType 0x88B6, which the XDP
   // program passes to the kernel) and the table said 100% lost.
   sh(kEmu + " down");  // no cluster beside it; it makes namespaces of its own
+  const std::string scratch = "ls -d /tmp/aapc-port-rate-* 2>/dev/null | wc -l";
+  const std::string scratch_before = sh(scratch).text;
   const Sh r = sh(kTools + "/aapc-engine-bench --port-rate --port-rate-queues 1 2 --repeat 1 --port-rate-seconds 0.5 2>&1");
   INFO(r.text);
   REQUIRE(r.status == 0);
@@ -495,6 +497,21 @@ TEST_CASE("aapc-engine-bench --port-rate: every port kind's frames arrive, af_pa
   CHECK(r.text.find("af_xdp x2: could not run") != std::string::npos);
   CHECK(r.text.find("offers AF_XDP 1 queue(s)") != std::string::npos);
   CHECK(sh("ip netns list").text.find("aapc-rate") == std::string::npos);  // its namespaces are gone
+  // Its scratch directory too, also after the kind that could not run (it stayed behind).
+  CHECK(sh(scratch).text == scratch_before);
+}
+
+TEST_CASE("aapc-emu run: a command past its timeout is killed and said so once") {
+  // The line came every 10 ms until the killed processes were reaped: 1,316 times in one run.
+  // A gigabyte written takes a while to give back when its process dies.
+  const Sh r = sh(kEmu + " run " + two_on_a_cable().string() +
+                  " --timeout 4 -- python3 -c \"import time; x = b'x' * (1 << 30); time.sleep(60)\" 2>&1");
+  INFO(r.text);
+  CHECK(r.status != 0);
+  std::size_t said = 0;
+  for (std::size_t at = r.text.find("did not finish within 4 s"); at != std::string::npos; at = r.text.find("did not finish within 4 s", at + 1)) ++said;
+  CHECK(said == 1);
+  CHECK(nothing_left());
 }
 
 TEST_CASE("aapcd --eal=-lN, N not a CPU it may use: the error names those it may") {
