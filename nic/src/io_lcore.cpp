@@ -49,6 +49,23 @@ rte_ring* make_ring(const std::string& what, unsigned size) {
   return r;
 }
 
+// Doorbells: an eventfd one thread writes to wake another from poll(2).
+int make_bell(const std::string& whose) {
+  const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) throw NicError("cannot make the doorbell of " + whose + " (eventfd: " + std::strerror(errno) + ")");
+  return fd;
+}
+
+void ring(int bell) {
+  const std::uint64_t one = 1;
+  (void)!::write(bell, &one, sizeof one);  // EAGAIN: rung already, and not yet heard
+}
+
+void hush(int bell) {
+  std::uint64_t count = 0;
+  (void)!::read(bell, &count, sizeof count);
+}
+
 void free_all(rte_ring* ring) {
   if (ring == nullptr) return;
   rte_mbuf* m[kBurst];
@@ -66,8 +83,7 @@ OffloadPort::OffloadPort(Port& inner, unsigned ring_size)
   for (std::uint16_t q = 0; q < tx_queues_; ++q) tx_[q].ring = make_ring("tx", ring_size);
   rx_flag_ = dynflag("aapc_rx_verified");
   tx_flag_ = dynflag("aapc_tx_seal");
-  rx_bell_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (rx_bell_ < 0) throw NicError(std::string("cannot make the engine's doorbell for an I/O lcore (eventfd: ") + std::strerror(errno) + ")");
+  rx_bell_ = make_bell("the engine of " + inner.name());
 }
 
 OffloadPort::~OffloadPort() {
@@ -84,8 +100,7 @@ std::uint16_t OffloadPort::rx_burst(rte_mbuf** pkts, std::uint16_t n) {
   if (rx_.lcore == nullptr) return inner_.rx_burst(pkts, n);
   if (rx_rung_.load(std::memory_order_acquire)) {  // heard: quiet the doorbell for the next sleep
     rx_rung_.store(false, std::memory_order_relaxed);
-    std::uint64_t count = 0;
-    (void)!::read(rx_bell_, &count, sizeof count);
+    hush(rx_bell_);
   }
   return static_cast<std::uint16_t>(rte_ring_sc_dequeue_burst(rx_ring_, reinterpret_cast<void**>(pkts), n, nullptr));
 }
@@ -145,8 +160,7 @@ bool OffloadPort::arm_wait() {
 void OffloadPort::wake_engine() {
   std::atomic_thread_fence(std::memory_order_seq_cst);  // the frames, then the look at the flag
   if (!engine_asleep_.load(std::memory_order_relaxed) || !engine_asleep_.exchange(false)) return;
-  const std::uint64_t one = 1;
-  (void)!::write(rx_bell_, &one, sizeof one);
+  ring(rx_bell_);
   rx_rung_.store(true, std::memory_order_release);  // after the write: rx_burst's read then finds it
 }
 
@@ -170,21 +184,10 @@ IoLcore::~IoLcore() {
 }
 
 void IoLcore::wake() const {
-  if (!asleep_.load(std::memory_order_relaxed) || bell_ < 0) return;
-  const std::uint64_t one = 1;
-  (void)!::write(bell_, &one, sizeof one);  // EAGAIN: rung already, and not yet heard
+  if (asleep_.load(std::memory_order_relaxed) && bell_ >= 0) ring(bell_);
 }
 
 void IoLcore::nap() {
-  // Where it sleeps: the doorbell, and each device it receives from. A device without
-  // descriptors (a ring, a pcap file) is polled: short sleeps, as before there were naps.
-  std::vector<pollfd> fds{{bell_, POLLIN, 0}};
-  bool polled_only = false;
-  for (const Rx& rx : rx_) {
-    const std::vector<int> wait = rx.port->inner_.wait_fds();
-    if (wait.empty()) polled_only = true;
-    for (int fd : wait) fds.push_back({fd, POLLIN, 0});
-  }
   asleep_.store(true, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // see OffloadPort::wake
   // Frames the engine put into a ring before it could see this lcore asleep, frames a full
@@ -196,13 +199,12 @@ void IoLcore::nap() {
   }
   for (const Rx& rx : rx_) held = held || !rx.held.empty();
   if (!waiting) {
-    if (held || polled_only) {
+    if (held || polled_only_) {
       std::this_thread::sleep_for(std::chrono::microseconds(held ? 10 : 100));
     } else {
       naps_.fetch_add(1, std::memory_order_relaxed);
-      if (::poll(fds.data(), fds.size(), kNapMs) > 0 && (fds[0].revents & POLLIN) != 0) {
-        std::uint64_t count = 0;
-        (void)!::read(bell_, &count, sizeof count);
+      if (::poll(nap_fds_.data(), nap_fds_.size(), kNapMs) > 0 && (nap_fds_[0].revents & POLLIN) != 0) {
+        hush(bell_);
         doorbells_.fetch_add(1, std::memory_order_relaxed);
       }
     }
@@ -250,8 +252,16 @@ void IoLcore::start() {
       throw NicError("I/O lcore " + options_.name + ": CPU " + std::to_string(options_.core) +
                      " is outside this process's CPU set; give one that taskset -p (or the job's allocation) allows");
   }
-  if (bell_ < 0) bell_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (bell_ < 0) throw NicError("I/O lcore " + options_.name + ": cannot make its doorbell (eventfd: " + std::strerror(errno) + ")");
+  if (bell_ < 0) bell_ = make_bell("I/O lcore " + options_.name);
+  // Where it naps: its doorbell, and each device it receives from. A device without
+  // descriptors (a ring, a pcap file) is polled: short sleeps instead.
+  nap_fds_.assign(1, {bell_, POLLIN, 0});
+  polled_only_ = false;
+  for (const Rx& rx : rx_) {
+    const std::vector<int> wait = rx.port->inner_.wait_fds();
+    polled_only_ = polled_only_ || wait.empty();
+    for (int fd : wait) nap_fds_.push_back({fd, POLLIN, 0});
+  }
   stop_.store(false);
   thread_ = std::thread([this] { run(); });
   pthread_setname_np(thread_.native_handle(), options_.name.substr(0, 15).c_str());
@@ -341,8 +351,7 @@ void IoLcore::run() {
 void IoLcore::stop() {
   if (!thread_.joinable()) return;
   stop_.store(true, std::memory_order_release);
-  const std::uint64_t one = 1;
-  (void)!::write(bell_, &one, sizeof one);  // out of a nap now
+  ring(bell_);  // out of a nap now
   thread_.join();
 }
 

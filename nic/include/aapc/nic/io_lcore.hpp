@@ -33,6 +33,8 @@
 // cores, and the nodes of a real one run the application beside aapcd.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -80,7 +82,7 @@ class OffloadPort final : public PortDecorator {
   // With an lcore receiving: a doorbell (eventfd) it rings when it puts frames into the ring
   // while the engine sleeps, announced by arm_wait().
   int wait_fd() const override { return rx_.lcore != nullptr ? rx_bell_ : inner_.wait_fd(); }
-  std::vector<int> wait_fds() const override { return rx_.lcore != nullptr ? std::vector<int>{rx_bell_} : inner_.wait_fds(); }
+  std::vector<int> wait_fds() const override { return rx_.lcore != nullptr ? Port::wait_fds() : inner_.wait_fds(); }
   // Before the engine sleeps on wait_fd(): false when frames wait already (do not sleep);
   // true when the receiving lcore will ring once it has put some in. disarm_wait() after.
   bool arm_wait();
@@ -187,6 +189,8 @@ class IoLcore {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   int bell_ = -1;                      // eventfd: written to wake the lcore from nap()
+  std::vector<pollfd> nap_fds_;        // its doorbell, then its receiving devices' sockets
+  bool polled_only_ = false;           // a device it receives from has none: nap in short sleeps
   std::atomic<bool> asleep_{false};  // in nap(), or about to be: wake() must ring
   std::atomic<std::uint64_t> naps_{0}, doorbells_{0};
 };
