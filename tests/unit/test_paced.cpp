@@ -9,6 +9,7 @@
 #include "aapc/sched/generate.hpp"
 #include "aapc/sched/tree.hpp"
 #include "aapc/sched/verify.hpp"
+#include "mixed_trees.hpp"
 #include "paths.hpp"
 
 using namespace aapc::sched;
@@ -48,12 +49,7 @@ TEST_CASE("paced-shuffle keeps every link within its rate on 500 random trees wi
   const std::vector<std::string> rates = {"100Mbit", "1Gbit", "2.5Gbit", "10Gbit", "400Gbit"};
   const int trials = aapc::test::scaled(500);
   for (int trial = 0; trial < trials; ++trial) {
-    RandomTreeOptions o;
-    o.machines = std::uniform_int_distribution<int>(2, 40)(rng);
-    o.switches = std::uniform_int_distribution<int>(1, 8)(rng);
-    TopologySpec spec = random_tree_spec(o, rng);
-    for (auto& e : spec.edges) e.attrs["rate"] = rates[std::uniform_int_distribution<std::size_t>(0, rates.size() - 1)(rng)];
-    Topology t = Topology::from_spec(spec);
+    Topology t = aapc::test::mixed_rate_tree(rng, 40, 8, rates);
     Schedule s = paced_shuffle_schedule(TreeModel(t));
     auto report = verify(t, s);
     INFO("trial " << trial << ": " << report.summary());

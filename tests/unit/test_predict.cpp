@@ -14,6 +14,7 @@
 #include "aapc/sched/predict.hpp"
 #include "aapc/sched/sync.hpp"
 #include "aapc/sched/tree.hpp"
+#include "mixed_trees.hpp"
 #include "paths.hpp"
 
 using namespace aapc::sched;
@@ -41,12 +42,7 @@ Prediction planned(const Topology& t, const std::string& algo, const std::string
 
 Topology mixed_rate_tree(std::mt19937_64& rng) {
   static const std::vector<std::string> kRates = {"100Mbit", "1Gbit", "10Gbit", "100Gbit"};
-  RandomTreeOptions opt;
-  opt.machines = std::uniform_int_distribution<int>(3, 24)(rng);
-  opt.switches = std::uniform_int_distribution<int>(1, 6)(rng);
-  TopologySpec spec = random_tree_spec(opt, rng);
-  for (auto& e : spec.edges) e.attrs["rate"] = kRates[std::uniform_int_distribution<std::size_t>(0, kRates.size() - 1)(rng)];
-  return Topology::from_spec(spec);
+  return aapc::test::mixed_rate_tree(rng, 24, 6, kRates, 3);
 }
 
 }  // namespace
