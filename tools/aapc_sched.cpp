@@ -163,7 +163,8 @@ std::string sync_ref(const Topology& t, const Sync& sy, bool incoming) {
 }
 
 void print_programs(const Topology& t, const Schedule& s) {
-  std::cout << "\nprograms (round: destinations [phase]; wait #id<from; emit #id>to after the sends; on receipt from X emit):\n";
+  std::cout << "\nprograms (round: destinations [phase], at R each where a slower link caps the blocks; wait #id<from; emit #id>to after "
+               "the sends; on receipt from X emit):\n";
   for (const Program& prog : s.programs) {
     std::cout << t.machine(prog.rank).name << ":\n";
     for (std::size_t r = 0; r < prog.rounds.size(); ++r) {
@@ -173,6 +174,7 @@ void print_programs(const Topology& t, const Schedule& s) {
       for (auto id : round.waits) waits.push_back(sync_ref(t, s.syncs[id], true));
       for (auto id : round.emits) emits.push_back(sync_ref(t, s.syncs[id], false));
       std::cout << "  " << std::setw(3) << r << ": " << (sends.empty() ? std::string("(sync)") : join(sends, " ")) << (round.dummy ? " dummy" : "");
+      if (round.rate_bps > 0) std::cout << " at " << format_rate(round.rate_bps) << " each";
       if (!waits.empty()) std::cout << "  wait " << join(waits, " ");
       if (!emits.empty()) std::cout << "  emit " << join(emits, " ");
       std::cout << "\n";
@@ -277,6 +279,7 @@ Json program_json(const Topology& t, const Program& prog) {
     Json sends = Json::array();
     for (const Send& send : round.sends) sends.push_back(Json::array({t.machine(send.dst).name, send.phase}));
     rounds.push_back({{"sends", sends}, {"dummy", round.dummy}, {"waits", round.waits}, {"emits", round.emits}});
+    if (round.rate_bps > 0) rounds.back()["rate_bps"] = round.rate_bps;
   }
   Json on_receive = Json::object();
   for (const auto& [src, ids] : prog.on_receive) on_receive[t.machine(src).name] = ids;

@@ -38,7 +38,21 @@ namespace {
 // 64-two-level 91.7% with 4 resent, against 95.2%. The paced shuffle is chosen only while each
 // node's blocks are at least a quarter of its bottleneck link's load ((p - 1) x 4 >= load:
 // 8-two-switch 7/16, 12-three-level 11/36; 64-two-level 63/448 is not).
+//
+// Both rules hold where every link runs at one rate. Where rates differ, the phases count the
+// busiest link's blocks, not its time, and each block crosses at its path's slowest rate
+// (TreeModel::phase_efficiency): on random trees of 50, 100 and 200 Mbit/s links the tree with
+// tokens reached 55-56% of the limit at 20-300 KB blocks, as predicted (56.4%), where the paced
+// shuffle reached 83% at 20 KB and 91-93% from 100 KB (2026-12-04, aapc-bench --repeat 3, every
+// byte checked). So where the phases alone, at no hand-over cost, would reach less than 90% of
+// the limit, the paced shuffle runs at every size the phases would have.
 Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes) {
+  constexpr double kPhasesEfficientFrom = 0.9;
+  const double phases = model.phase_efficiency();
+  if (phases < kPhasesEfficientFrom)
+    return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1},
+            "tree of switches whose links differ in rate: paced shuffle (the contention-free phases would reach " +
+                std::to_string(static_cast<int>(phases * 100)) + "% of the limit at most)"};
   constexpr std::uint64_t kPacedFromBytes = 32 * 1024;
   if (block_bytes < kPacedFromBytes)
     return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1}, "tree of switches, blocks below 32 KiB: contention-free phases with sender-based tokens"};
@@ -48,6 +62,21 @@ Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes) {
             "tree of switches shared by many senders: contention-free phases with sender-based tokens (a paced link at 99% would queue)"};
   return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1},
           "tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (no node must fill a link, no hand-over)"};
+}
+
+// One switch (8-one-switch, limit 800): the synchronous shuffle of Tam/Wang (Alg. 2) needs no
+// synchronisation (auto_choice's table). Hosts of different rates on one switch: its slots
+// overrun the slower hosts' links (registry.cpp) once the queues no longer absorb what they take
+// slower (`absorbed`: block x load below three switch buffers), where the paced shuffle gives
+// every block the same share of the slowest host's link and so ends at the limit. Six
+// machines, two at 25 Mbit/s and four at 100 (2026-12-04, aapc-bench --repeat 3, medians, % of
+// the limit): 4 KiB sync-shuffle 86.8, paced 77.8; 64 KiB 89.1 (2,898 frames resent), 92.6;
+// 256 KiB 87.3 (12,123 resent), 93.7.
+Choice one_switch_choice(const TreeModel& model, bool absorbed) {
+  if (model.uniform_rates()) return {{Algorithm::kSyncShuffle, 4}, {SyncKind::kNone, 1}, "one switch: synchronous shuffle, no synchronisation needed"};
+  if (absorbed)
+    return {{Algorithm::kSyncShuffle, 4}, {SyncKind::kNone, 1}, "one switch, hosts of different rates, small blocks: synchronous shuffle, the queues absorb what the slower links take slower"};
+  return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1}, "one switch, hosts of different rates: paced shuffle, every block at once at the slowest link's share of the rate"};
 }
 
 }  // namespace
@@ -116,12 +145,12 @@ Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes) {
   const std::uint64_t payload = topology.mtu() > static_cast<int>(kFrameHeadroom) ? static_cast<std::uint64_t>(topology.mtu()) - kFrameHeadroom : 0;
   if (block_bytes > 0 && block_bytes != kAnyBlockSize && half * block_bytes <= payload)
     return {{Algorithm::kBruck, 4}, {SyncKind::kNone, 1}, "tiny blocks: Bruck's combining exchange, log2 p messages of half the cluster's blocks, each one frame"};
-  if (topology.single_switch())
-    return {{Algorithm::kSyncShuffle, 4}, {SyncKind::kNone, 1}, "one switch: synchronous shuffle, no synchronisation needed"};
   constexpr std::uint64_t kBuffersAbsorbed = 3;
   const std::uint64_t buffer = smallest_switch_buffer(topology);  // 0: two machines cabled together
   const auto load = static_cast<std::uint64_t>(model.load());
-  if (buffer > 0 && load > 0 && block_bytes <= (kBuffersAbsorbed * buffer - 1) / load)  // block x load < 3 buffers, without overflow
+  const bool absorbed = buffer > 0 && load > 0 && block_bytes <= (kBuffersAbsorbed * buffer - 1) / load;  // block x load < 3 buffers, without overflow
+  if (topology.single_switch()) return one_switch_choice(model, absorbed);
+  if (absorbed)
     return {{Algorithm::kPairwiseEc, 4}, {SyncKind::kNone, 1}, "tree of switches, small blocks: pairwise exchange without tokens, switch queues absorb the contention"};
   return large_block_choice(model, block_bytes);
 }

@@ -63,8 +63,8 @@ class WireModel {
   }
   double machine_rate(Rank r) const { return rate(t_.machine(r).links.front()); }
   double rate(int link) const { return o_.link_share * static_cast<double>(t_.links()[idx(link)].rate_bps); }
-  // The slowest link from a to b: a block crosses its path no faster (the sender paces at its
-  // own link's rate; a switch queues what a slower link behind it cannot take yet).
+  // The slowest link from a to b: a block crosses its path no faster (the sender paces it at
+  // that link's rate, sched::Round::rate_bps).
   double path_rate(Rank a, Rank b) const {
     int u = t_.machine_node(a), v = t_.machine_node(b);
     double slowest = machine_rate(a);
@@ -283,6 +283,7 @@ class PlanWalk {
     if (round.sends.empty()) return 0.0;
     double rate = wire_.machine_rate(c);
     if (s_.block_rate_bps > 0) rate = std::min(rate, static_cast<double>(round.sends.size()) * static_cast<double>(s_.block_rate_bps));
+    if (round.rate_bps > 0) rate = std::min(rate, static_cast<double>(round.sends.size()) * static_cast<double>(round.rate_bps));
     const double bits = wire_.block_bits(send_bytes(c, r));
     double longest = static_cast<double>(round.sends.size()) * bits / rate;
     for (const Send& send : round.sends)
@@ -525,6 +526,22 @@ class PhaseWalk {
 };
 
 }  // namespace
+
+double TreeModel::phase_efficiency() const {
+  if (uniform_rates_) return 1.0;
+  std::call_once(lazy_->once, [this] {
+    PredictOptions o;
+    o.wire_extra_bytes = 0;
+    o.hand_over = HandOver{.per_link_s = 0, .frames_ahead = 0, .store_forward = 0, .token_bytes = 0, .per_switch_s = 0, .per_nic_s = 0, .engine_s = 0};
+    o.keep_path = false;
+    try {
+      lazy_->phase_efficiency = predict(*topology_, AlgorithmSpec{Algorithm::kTree, 4}, SyncSpec{SyncKind::kSenderAll, 1}, o).fraction();
+    } catch (const std::exception&) {  // a tree the planner refuses: nothing to weigh
+      lazy_->phase_efficiency = 1.0;
+    }
+  });
+  return lazy_->phase_efficiency;
+}
 
 double engine_token_lead_s(const Topology& topology, std::size_t phases, std::uint64_t pace_bps, std::uint64_t block_bytes) {
   if (phases == 0 || pace_bps == 0 || block_bytes == 0) return 0.0;

@@ -138,8 +138,12 @@ Schedule detail::build_schedule(const Topology& topology, const AlgorithmSpec& s
   if (!dense(info)) throw std::invalid_argument(std::string(info.name) + " decomposes an alltoallv's pattern (planned_sparse)");
   Schedule s = info.build({.topology = topology, .param = info.param.empty() ? 0 : spec.param, .programs = programs});
   // The single-switch algorithms avoid contention only when every machine hangs off one
-  // switch; on a tree of switches they are unscheduled baselines.
-  if (info.kind == AlgorithmKind::kSwitch && !topology.single_switch()) s.contention_free = false;
+  // switch; on a tree of switches they are unscheduled baselines. The shuffles' packet slots
+  // (Tam/Wang Alg. 2 and 3) are permutations only while every frame takes one time on every
+  // link: with hosts of different rates, a slow host's link takes its senders' slots slower
+  // than they come.
+  if (info.kind == AlgorithmKind::kSwitch && (!topology.single_switch() || (s.packet_level && !one_rate(topology)))) s.contention_free = false;
+  if (programs) cap_round_rates(topology, s);
   return s;
 }
 

@@ -96,6 +96,28 @@ std::size_t Schedule::message_count() const {
   return n;
 }
 
+void cap_round_rates(const Topology& topology, Schedule& schedule) {
+  if (schedule.combining() || one_rate(topology)) return;  // no block is faster than a link it crosses
+  for (std::size_t me = 0; me < schedule.programs.size(); ++me) {
+    auto& rounds = schedule.programs[me].rounds;
+    if (rounds.empty()) continue;  // another node's, in a part (Schedule::part)
+    const std::vector<std::uint64_t> slowest = topology.slowest_from(static_cast<Rank>(me));
+    const auto own = static_cast<double>(slowest[me]);
+    for (Round& round : rounds) {
+      round.rate_bps = 0;
+      std::uint64_t cap = 0;
+      for (const Send& send : round.sends)
+        if (send.dst >= 0 && static_cast<std::size_t>(send.dst) < slowest.size() && static_cast<std::size_t>(send.dst) != me && slowest[static_cast<std::size_t>(send.dst)] > 0)
+          cap = cap == 0 ? slowest[static_cast<std::size_t>(send.dst)] : std::min(cap, slowest[static_cast<std::size_t>(send.dst)]);
+      if (cap == 0) continue;
+      // What each block gets without a cap: an equal share of the node's link, or the paced rate.
+      double uncapped = own / static_cast<double>(round.sends.size());
+      if (schedule.block_rate_bps > 0) uncapped = std::min(uncapped, static_cast<double>(schedule.block_rate_bps));
+      if (static_cast<double>(cap) < uncapped) round.rate_bps = cap;
+    }
+  }
+}
+
 std::vector<Program> programs_from_phases(int machines, const std::vector<Phase>& phases, Rank only) {
   std::vector<Program> programs(static_cast<std::size_t>(machines));
   for (int r = 0; r < machines; ++r) programs[static_cast<std::size_t>(r)].rank = r;

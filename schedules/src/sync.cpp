@@ -389,7 +389,7 @@ void keep_part(Schedule& s, Rank node) {
 // caller's to give (not const) gives up its programs and phases to the planner, which
 // rebuilds the programs: at 4,096 machines they took gigabytes.
 template <typename S>
-Schedule plan(const Topology& topology, S&& schedule, const SyncSpec& spec, Rank only) {
+Schedule plan_programs(const Topology& topology, S&& schedule, const SyncSpec& spec, Rank only) {
   if (schedule.machines != topology.machine_count())
     throw std::invalid_argument("schedule is for " + std::to_string(schedule.machines) + " machines, topology has " +
                                 std::to_string(topology.machine_count()));
@@ -436,6 +436,13 @@ Schedule plan(const Topology& topology, S&& schedule, const SyncSpec& spec, Rank
   }
   s.programs.resize(static_cast<std::size_t>(s.machines));
   SyncPlanner(topology, s, variant_of(spec), only).run();
+  return s;
+}
+
+template <typename S>
+Schedule plan(const Topology& topology, S&& schedule, const SyncSpec& spec, Rank only) {
+  Schedule s = plan_programs(topology, std::forward<S>(schedule), spec, only);
+  cap_round_rates(topology, s);
   return s;
 }
 

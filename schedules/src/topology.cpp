@@ -431,6 +431,36 @@ std::vector<int> Topology::path(int u, int v) const {
   return out;
 }
 
+bool one_rate(const Topology& topology) {
+  const auto& links = topology.links();
+  return std::all_of(links.begin(), links.end(), [&](const Link& l) { return l.rate_bps == links.front().rate_bps; });
+}
+
+std::vector<std::uint64_t> Topology::slowest_from(Rank src) const {
+  // Depth-first from src's machine: a node's slowest is the lesser of its parent's (in this
+  // walk) and the link between them.
+  std::vector<std::uint64_t> at(nodes_.size(), 0), out(machines_.size(), 0);
+  std::vector<int> stack{machine_node(src)};
+  const Node& me = machine(src);
+  at[static_cast<std::size_t>(stack.back())] = me.links.empty() ? 0 : links_[static_cast<std::size_t>(me.links.front())].rate_bps;
+  std::vector<bool> seen(nodes_.size(), false);
+  seen[static_cast<std::size_t>(stack.back())] = true;
+  while (!stack.empty()) {
+    const int u = stack.back();
+    stack.pop_back();
+    if (nodes_[static_cast<std::size_t>(u)].kind == NodeKind::kMachine) out[static_cast<std::size_t>(nodes_[static_cast<std::size_t>(u)].rank)] = at[static_cast<std::size_t>(u)];
+    for (int l : nodes_[static_cast<std::size_t>(u)].links) {
+      const Link& link = links_[static_cast<std::size_t>(l)];
+      const int v = link.other(u);
+      if (seen[static_cast<std::size_t>(v)]) continue;
+      seen[static_cast<std::size_t>(v)] = true;
+      at[static_cast<std::size_t>(v)] = std::min(at[static_cast<std::size_t>(u)], link.rate_bps);
+      stack.push_back(v);
+    }
+  }
+  return out;
+}
+
 Topology sub_topology(const Topology& topology, const std::vector<Rank>& members) {
   const std::string where = topology.source() + ", group of " + std::to_string(members.size()) + " machines: ";
   if (members.size() < 2) throw TopologyError(where + "a group needs at least 2 machines");

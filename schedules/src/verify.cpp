@@ -59,6 +59,7 @@ class Verifier {
     if (algorithm_of(s_.algorithm) == Algorithm::kTree && report_.phases != report_.load)
       error("tree schedule has " + std::to_string(report_.phases) + " phases, the load is " + std::to_string(report_.load));
     check_programs();
+    if (s_.contention_free && !s_.packet_level && !one_rate(topo_) && report_.ok()) check_round_rates();
     if (report_.ok()) check_syncs();
     return report_;
   }
@@ -150,6 +151,37 @@ class Verifier {
       if (carried > static_cast<double>(rate))
         error("edge " + topo_.edge_name(e) + " carries " + std::to_string(crossing[idx(e)]) + " blocks paced at " + format_rate(s_.block_rate_bps) +
               ", more than its " + format_rate(rate));
+    }
+  }
+
+  // Contention-free rounds: no block leaves faster than a link on its path carries it. A block
+  // gets an equal share of its sender's link, at most the paced rate and its round's cap
+  // (Round::rate_bps, cap_round_rates): one block a link in a phase is within the link's rate
+  // only if the block is.
+  void check_round_rates() {
+    std::vector<int> path;
+    for (Rank c = 0; c < n_; ++c) {
+      const auto& rounds = s_.programs[idx(c)].rounds;
+      const Node& me = topo_.machine(c);
+      if (rounds.empty() || me.links.empty()) continue;
+      const auto own = static_cast<double>(topo_.links()[idx(me.links.front())].rate_bps);
+      for (std::size_t r = 0; r < rounds.size(); ++r) {
+        const Round& round = rounds[r];
+        if (round.sends.empty()) continue;
+        double rate = own / static_cast<double>(round.sends.size());
+        if (s_.block_rate_bps > 0) rate = std::min(rate, static_cast<double>(s_.block_rate_bps));
+        if (round.rate_bps > 0) rate = std::min(rate, static_cast<double>(round.rate_bps));
+        for (const Send& send : round.sends) {
+          if (send.dst == c) continue;
+          topo_.path(topo_.machine_node(c), topo_.machine_node(send.dst), path);
+          for (int e : path) {
+            const auto link = static_cast<double>(topo_.links()[idx(e / 2)].rate_bps);
+            if (rate > link * (1 + 1e-9))
+              error(round_name(c, r) + ": its block to " + name(send.dst) + " leaves at " + format_rate(static_cast<std::uint64_t>(rate)) +
+                    ", faster than edge " + topo_.edge_name(e) + " carries (" + format_rate(static_cast<std::uint64_t>(link)) + ")");
+          }
+        }
+      }
     }
   }
 

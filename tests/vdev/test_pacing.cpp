@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/dot.hpp"
 #include "aapc/sched/generate.hpp"
 #include "aapc/sched/sync.hpp"
 #include "checks.hpp"
@@ -166,6 +167,45 @@ TEST_CASE("a paced round sends each block at the schedule's block rate, below th
   INFO("exchange took " << ms << " ms; each block paced to " << paced_ms << " ms");
   CHECK(ms >= 0.8 * paced_ms);
   for (const auto& r : run.reports) CHECK(r.counters.retransmitted_frames == 0);
+}
+
+// Found on random trees whose links differ in rate: the tree's phases sent every block at the
+// sender's own rate, and a slower link further on queued the difference until the switch
+// dropped frames (thousands resent an exchange). A round whose block crosses a slower link is
+// capped at its rate (sched::Round::rate_bps) and the engine paces it there.
+TEST_CASE("a round whose block crosses a slower link leaves at that link's rate, not the sender's") {
+  auto opts = test::nodes(4);
+  opts.tune = [](engine::EngineConfig& c) { c.pace_bps = 1'000'000'000; };
+  test::Fabric fabric(opts);
+  // One switch; n3's link at 100 Mbit/s, the others' at 1 Gbit/s.
+  const Topology t = Topology::from_spec(read_dot(R"(graph g {
+    n0 [mac="02:00:00:00:00:01"]; n1 [mac="02:00:00:00:00:02"]; n2 [mac="02:00:00:00:00:03"]; n3 [mac="02:00:00:00:00:04"];
+    s -- n0 [rate="1Gbit"]; s -- n1 [rate="1Gbit"]; s -- n2 [rate="1Gbit"]; s -- n3 [rate="100Mbit"];
+  })",
+                                                  "one slow host"));
+  const Schedule s = plan_sync(t, make_schedule(t, *AlgorithmSpec::parse("pairwise-ec")), *SyncSpec::parse("none"));
+  const std::uint64_t block = 200'000;
+  auto run = test::run_exchange(fabric, s, 1, block);
+  test::expect_ok(run, "pairwise-ec, one slow host");
+  const double wire_bits = static_cast<double>(block) * 1514.0 / 1470.0 * 8;
+  const auto& rounds = s.programs[0].rounds;
+  const auto& times = run.reports[0].counters.rounds;
+  REQUIRE(times.size() == rounds.size());
+  int capped = 0;
+  for (std::size_t r = 0; r < rounds.size(); ++r) {
+    REQUIRE(rounds[r].sends.size() == 1);
+    const double ms = static_cast<double>(times[r].end_ns - times[r].start_ns) / 1e6;
+    INFO("n0's round " << r << " to n" << rounds[r].sends[0].dst << ": " << ms << " ms, capped at " << rounds[r].rate_bps);
+    if (rounds[r].sends[0].dst == 3) {
+      CHECK(rounds[r].rate_bps == 100'000'000);
+      CHECK(ms >= 0.8 * wire_bits / 1e8 * 1e3);  // 16.5 ms at 100 Mbit/s, not 1.6 at 1 Gbit/s
+      ++capped;
+    } else {
+      CHECK(rounds[r].rate_bps == 0);
+      CHECK(ms < 0.5 * wire_bits / 1e8 * 1e3);
+    }
+  }
+  CHECK(capped == 1);
 }
 
 // Found on 8-two-switch at 300 Mbit/s: eight daemons that each woke for every frame they sent

@@ -243,7 +243,11 @@ class Exchange {
   // Liveness of the peers waited on (timers()); false when the exchange failed.
   bool keepalive(Clock::time_point now);
   void send_data(OutBlock* block, Rank dst, std::uint32_t index, std::uint64_t len, int phase, std::uint8_t flags);
-  bool paced() const { return spec_.block_rate_bps > 0; }
+  // The rate on the wire of each block of the current round: the paced schedule's
+  // (ExchangeSpec::block_rate_bps), capped by the round's (sched::Round::rate_bps, where a
+  // slower link lies on a block's path); 0: the link's own pace alone.
+  std::uint64_t block_rate() const;
+  bool paced() const { return block_rate() > 0; }
   // A first-pass frame of `payload` bytes left a paced round: when the next may (paced_next_).
   void pace_frame(std::uint32_t payload, Clock::time_point now);
   void block_complete(Rank src, Clock::time_point now);

@@ -88,7 +88,11 @@ void Exchange::end_round(Clock::time_point now) {
   // A round that caught up with a burst after a late poll leaves that burst queued
   // downstream, so its tokens wait until the burst has drained at the paced rate; otherwise
   // the bursts of 448 hand-overs add up on a bottleneck link that is never idle (64 machines).
-  const Clock::time_point drained = link_.drained_at() - spec_.token_slack;
+  // A round capped below its link's rate (sched::Round::rate_bps) has its last frame on its
+  // slowest link until the next would have left at the cap.
+  Clock::time_point drained = link_.drained_at();
+  if (round.rate_bps > 0) drained = std::max(drained, paced_next_);
+  drained -= spec_.token_slack;
   for (std::uint32_t id : round.emits) {
     if (drained > now) {
       late_emits_.emplace_back(drained, id);
@@ -123,17 +127,23 @@ bool Exchange::has_data(Clock::time_point now) const {
   return !resend_blocks_.empty() || (round_state_ == RoundState::kSending && !streams_.empty() && (!paced() || now >= paced_next_));
 }
 
+std::uint64_t Exchange::block_rate() const {
+  const std::uint64_t cap = round_ < spec_.program.rounds.size() ? spec_.program.rounds[round_].rate_bps : 0;
+  if (cap == 0 || spec_.block_rate_bps == 0) return std::max(cap, spec_.block_rate_bps);
+  return std::min(cap, spec_.block_rate_bps);
+}
+
 Clock::time_point Exchange::paced_until() const {
   return pacing() ? paced_next_ + paced_batch_ : Clock::time_point::max();
 }
 
 void Exchange::pace_frame(std::uint32_t payload, Clock::time_point now) {
   if (!paced()) return;
-  // The round's blocks each at block_rate_bps: k streams together at k times it. A frame's
+  // The round's blocks each at block_rate(): k streams together at k times it. A frame's
   // bytes are counted as the link's bucket counts them (Link::send_frame).
   const EngineConfig& c = link_.config();
   const double bytes = static_cast<double>(payload + kDataFrameOverhead + (c.key ? kTagLen : 0) + c.pace_overhead_bytes);
-  const double rate = static_cast<double>(spec_.block_rate_bps) * static_cast<double>(streams_.size());
+  const double rate = static_cast<double>(block_rate()) * static_cast<double>(streams_.size());
   const auto frame = nanoseconds(static_cast<std::int64_t>(bytes * 8e9 / rate));
   // A node woken late catches up by as many bytes as the link's own bucket would let it, but by
   // no more than its share of the bottleneck's queue (paced_burst_bytes): a host that runs the

@@ -55,6 +55,10 @@ struct Round {
   bool dummy = false;       // Faraj/Yuan section 5 'dummy': keeps an idle machine busy
   std::vector<std::uint32_t> waits;  // sync ids to receive before the round starts
   std::vector<std::uint32_t> emits;  // sync ids (kAfterSend) to emit when its sends are done
+  // The most bits per second on the wire, headers included, at which each of its blocks may
+  // leave (0: no cap, the node's link alone paces the round): the slowest link on a block's
+  // path, where the node's link would otherwise feed it faster (cap_round_rates).
+  std::uint64_t rate_bps = 0;
   int phase() const { return sends.empty() ? -1 : sends.front().phase; }
 };
 
@@ -125,6 +129,15 @@ struct SyncStats {
   std::int64_t barriers = 0;
   std::int64_t dummy_messages = 0;
 };
+
+struct Schedule;
+
+// Caps every round whose blocks, sharing the sender's link equally, would leave faster than a
+// slower link on one of their paths can carry them (Round::rate_bps): a tree whose links differ
+// in rate would otherwise queue each such block at its slowest link, and contention-free phases
+// would overflow the switches there. Every plan gets this (plan_sync); combining schedules and
+// rounds that need no cap are left as they are.
+void cap_round_rates(const Topology& topology, Schedule& schedule);
 
 struct Schedule {
   std::string algorithm;

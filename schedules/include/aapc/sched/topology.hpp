@@ -92,6 +92,10 @@ std::string format_rate(std::uint64_t bps);
 // Parses a byte count with an optional K/M/G (powers of 1024) suffix: "65536", "64K", "64KiB".
 std::optional<std::uint64_t> parse_bytes(std::string_view text);
 
+class Topology;
+// Whether every link runs at one rate.
+bool one_rate(const Topology& topology);
+
 // A validated tree of machines and switches. Directed edges are numbered 2*link (a->b) and
 // 2*link+1 (b->a).
 class Topology {
@@ -129,6 +133,9 @@ class Topology {
   std::vector<int> path(int u, int v) const;
   void path(int u, int v, std::vector<int>& out) const;
   std::vector<int> path_between(Rank src, Rank dst) const { return path(machine_node(src), machine_node(dst)); }
+  // By rank: the rate of the slowest link on the path from `src` to each machine (for `src`
+  // itself, its own link's). One walk of the tree.
+  std::vector<std::uint64_t> slowest_from(Rank src) const;
 
   // The tree walked depth-first from node 0, once: the nodes in visiting order (parents before
   // their children) and each node's link to its parent (-1 for node 0). Path queries and

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "aapc/sched/topology.hpp"
@@ -44,6 +46,16 @@ class TreeModel {
   int limiting_link() const { return limiting_link_; }
   // Best-case time of one exchange of `block_bytes` per pair, in seconds.
   double best_time_s(std::uint64_t block_bytes) const;
+  // Whether every link that carries blocks runs at one rate.
+  bool uniform_rates() const { return uniform_rates_; }
+  // The fraction of the limit that the tree's contention-free phases reach with hand-overs
+  // that cost nothing (sender-based tokens): 1 where every link runs at one rate, as Faraj/
+  // Yuan's load phases of one block time each make up the bottleneck's time. Where rates
+  // differ, the phases count the blocks of the busiest link, not its time, and each block
+  // crosses at its path's slowest rate: a tree whose uplinks are four times its hosts' links
+  // needs the uplinks' load of phases at the hosts' rate. A prediction over the phases
+  // (predict.cpp), made once on first use, where rates differ.
+  double phase_efficiency() const;
 
  private:
   // The constructor's steps, in order.
@@ -64,6 +76,12 @@ class TreeModel {
   std::vector<int> subtree_of_;
   double peak_bps_ = 0;
   int limiting_link_ = -1;
+  bool uniform_rates_ = true;
+  struct Lazy {
+    std::once_flag once;
+    double phase_efficiency = 1.0;
+  };
+  std::shared_ptr<Lazy> lazy_ = std::make_shared<Lazy>();  // copies share it: the same topology
 };
 
 }  // namespace aapc::sched
