@@ -281,9 +281,7 @@ class PlanWalk {
   // faster than the slowest link on its path.
   double duration(Rank c, std::size_t r, const Round& round) const {
     if (round.sends.empty()) return 0.0;
-    double rate = wire_.machine_rate(c);
-    if (s_.block_rate_bps > 0) rate = std::min(rate, static_cast<double>(round.sends.size()) * static_cast<double>(s_.block_rate_bps));
-    if (round.rate_bps > 0) rate = std::min(rate, static_cast<double>(round.sends.size()) * static_cast<double>(round.rate_bps));
+    const double rate = static_cast<double>(round.sends.size()) * block_rate(s_, round, wire_.machine_rate(c));
     const double bits = wire_.block_bits(send_bytes(c, r));
     double longest = static_cast<double>(round.sends.size()) * bits / rate;
     for (const Send& send : round.sends)

@@ -104,18 +104,21 @@ void cap_round_rates(const Topology& topology, Schedule& schedule) {
     const std::vector<std::uint64_t> slowest = topology.slowest_from(static_cast<Rank>(me));
     const auto own = static_cast<double>(slowest[me]);
     for (Round& round : rounds) {
-      round.rate_bps = 0;
+      round.rate_bps = 0;  // what each block gets uncapped, below
       std::uint64_t cap = 0;
       for (const Send& send : round.sends)
         if (send.dst >= 0 && static_cast<std::size_t>(send.dst) < slowest.size() && static_cast<std::size_t>(send.dst) != me && slowest[static_cast<std::size_t>(send.dst)] > 0)
           cap = cap == 0 ? slowest[static_cast<std::size_t>(send.dst)] : std::min(cap, slowest[static_cast<std::size_t>(send.dst)]);
-      if (cap == 0) continue;
-      // What each block gets without a cap: an equal share of the node's link, or the paced rate.
-      double uncapped = own / static_cast<double>(round.sends.size());
-      if (schedule.block_rate_bps > 0) uncapped = std::min(uncapped, static_cast<double>(schedule.block_rate_bps));
-      if (static_cast<double>(cap) < uncapped) round.rate_bps = cap;
+      if (cap > 0 && static_cast<double>(cap) < block_rate(schedule, round, own)) round.rate_bps = cap;
     }
   }
+}
+
+double block_rate(const Schedule& schedule, const Round& round, double own_bps) {
+  double rate = round.sends.empty() ? own_bps : own_bps / static_cast<double>(round.sends.size());
+  if (schedule.block_rate_bps > 0) rate = std::min(rate, static_cast<double>(schedule.block_rate_bps));
+  if (round.rate_bps > 0) rate = std::min(rate, static_cast<double>(round.rate_bps));
+  return rate;
 }
 
 std::vector<Program> programs_from_phases(int machines, const std::vector<Phase>& phases, Rank only) {

@@ -5,7 +5,7 @@
 
 namespace aapc::sched {
 
-TreeModel::TreeModel(const Topology& topology) : topology_(&topology), n_(topology.machine_count()) {
+TreeModel::TreeModel(const Topology& topology) : topology_(&topology), n_(topology.machine_count()), uniform_rates_(one_rate(topology)) {
   count_below();
   find_loads();
   find_root();
@@ -39,7 +39,6 @@ void TreeModel::find_loads() {
   const auto& links = topology_->links();
   double pairs = static_cast<double>(n_) * static_cast<double>(n_ - 1);
   peak_bps_ = std::numeric_limits<double>::infinity();
-  std::uint64_t first_rate = 0;  // of the first link that carries blocks
   for (std::size_t l = 0; l < links.size(); ++l) {
     std::int64_t load = link_load(static_cast<int>(l));
     if (load > load_) {
@@ -48,8 +47,6 @@ void TreeModel::find_loads() {
     }
     if (load == load_ && load > 0) bottlenecks_.push_back(static_cast<int>(l));
     if (load > 0) {
-      if (first_rate == 0) first_rate = links[l].rate_bps;
-      if (links[l].rate_bps != first_rate) uniform_rates_ = false;
       double peak = pairs * static_cast<double>(links[l].rate_bps) / static_cast<double>(load);
       if (peak < peak_bps_) {
         peak_bps_ = peak;

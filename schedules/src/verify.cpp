@@ -168,9 +168,7 @@ class Verifier {
       for (std::size_t r = 0; r < rounds.size(); ++r) {
         const Round& round = rounds[r];
         if (round.sends.empty()) continue;
-        double rate = own / static_cast<double>(round.sends.size());
-        if (s_.block_rate_bps > 0) rate = std::min(rate, static_cast<double>(s_.block_rate_bps));
-        if (round.rate_bps > 0) rate = std::min(rate, static_cast<double>(round.rate_bps));
+        const double rate = block_rate(s_, round, own);
         for (const Send& send : round.sends) {
           if (send.dst == c) continue;
           topo_.path(topo_.machine_node(c), topo_.machine_node(send.dst), path);

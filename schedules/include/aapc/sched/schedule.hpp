@@ -130,15 +130,6 @@ struct SyncStats {
   std::int64_t dummy_messages = 0;
 };
 
-struct Schedule;
-
-// Caps every round whose blocks, sharing the sender's link equally, would leave faster than a
-// slower link on one of their paths can carry them (Round::rate_bps): a tree whose links differ
-// in rate would otherwise queue each such block at its slowest link, and contention-free phases
-// would overflow the switches there. Every plan gets this (plan_sync); combining schedules and
-// rounds that need no cap are left as they are.
-void cap_round_rates(const Topology& topology, Schedule& schedule);
-
 struct Schedule {
   std::string algorithm;
   int machines = 0;
@@ -173,6 +164,18 @@ struct Schedule {
   std::size_t sync_total() const { return part < 0 ? syncs.size() : part_sync_total; }
   bool combining() const { return !combine.empty(); }
 };
+
+// Caps every round whose blocks, sharing the sender's link equally, would leave faster than a
+// slower link on one of their paths can carry them (Round::rate_bps): a tree whose links differ
+// in rate would otherwise queue each such block at its slowest link, and contention-free phases
+// would overflow the switches there. Every plan gets this (plan_sync); combining schedules and
+// rounds that need no cap are left as they are.
+void cap_round_rates(const Topology& topology, Schedule& schedule);
+
+// Bits per second on the wire at which each block of `round` leaves a node whose link runs at
+// `own_bps`: an equal share of the link, at most the paced rate (Schedule::block_rate_bps) and
+// the round's cap (Round::rate_bps).
+double block_rate(const Schedule& schedule, const Round& round, double own_bps);
 
 // Programs of one destination per round, in phase order: what every phased algorithm runs.
 // `only` >= 0: that node's rounds alone, every other program empty but for its rank.

@@ -46,7 +46,7 @@ class TreeModel {
   int limiting_link() const { return limiting_link_; }
   // Best-case time of one exchange of `block_bytes` per pair, in seconds.
   double best_time_s(std::uint64_t block_bytes) const;
-  // Whether every link that carries blocks runs at one rate.
+  // Whether every link runs at one rate (one_rate).
   bool uniform_rates() const { return uniform_rates_; }
   // The fraction of the limit that the tree's contention-free phases reach with hand-overs
   // that cost nothing (sender-based tokens): 1 where every link runs at one rate, as Faraj/
