@@ -74,6 +74,12 @@ int cmd_info(const std::string& path) {
   std::cout << "load        " << model.load() << " (phases of a contention-free schedule)\n";
   std::cout << "peak        " << mbps(model.peak_aggregate_bps()) << " aggregate = |M|(|M|-1)B/(|Mu||Mv|) on " << link_name(t, model.limiting_link())
             << " at " << format_rate(t.links()[static_cast<std::size_t>(model.limiting_link())].rate_bps) << "\n";
+  if (!model.uniform_rates()) {  // what `auto` weighs where links differ in rate (choice.cpp)
+    std::cout << "phases      the contention-free phases reach " << std::fixed << std::setprecision(1) << 100 * model.phase_efficiency()
+              << "% of the limit at most (links differ in rate)\n";
+    std::cout << "queue       " << std::setprecision(1) << model.unpaced_queue_blocks()
+              << " blocks in the fullest switch port, estimated, where every machine sends without tokens\n";
+  }
   return 0;
 }
 

@@ -44,16 +44,33 @@ namespace {
 // (TreeModel::phase_efficiency): on random trees of 50, 100 and 200 Mbit/s links the tree with
 // tokens reached 55-56% of the limit at 20-300 KB blocks, as predicted (56.4%), where the paced
 // shuffle reached 83% at 20 KB and 91-93% from 100 KB (2026-12-04, aapc-bench --repeat 3, every
-// byte checked). So where the phases alone, at no hand-over cost, would reach less than 90% of
-// the limit, the paced shuffle runs at every size the phases would have.
+// byte checked). So from 32 KiB, where the phases alone, at no hand-over cost, would reach less
+// than 90% of the limit, the paced shuffle runs instead.
+//
+// Below 32 KiB the paced shuffle's fixed cost weighs there too (79-83% of the limit at 5-10 KB,
+// 86-88% at 20 KB, on the trees below), and phases that reach 89% win: three trees of 25, 100
+// and 300 Mbit/s links (aapc-sched generate --seed 601-603, every fourth link 25 Mbit/s, every
+// third 300; 2026-12-05, --repeat 3, medians, % of the limit, every byte checked):
+//                   phases   5000 B tree / paced   10000 B        20000 B
+//   12 machines     88.7%      86.9 / 78.8         89.4 / 81.0    87.8 / 86.2
+//   9 machines      76.6%      76.3 / 79.9         78.2 / 83.2    75.8 / 87.7
+//   8 machines      63.2%      64.2 / 79.0         65.9 / 82.3    63.8 / 87.2
+// So the phases run where they would reach what the paced shuffle reaches at that size: 80%
+// below 16 KiB, 86% below 32 KiB, 90% above.
+double paced_shuffle_reaches(std::uint64_t block_bytes) {
+  if (block_bytes < 16 * 1024) return 0.8;
+  if (block_bytes < 32 * 1024) return 0.86;
+  return 0.9;
+}
+
 Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes) {
-  constexpr double kPhasesEfficientFrom = 0.9;
+  constexpr std::uint64_t kPacedFromBytes = 32 * 1024;
+  const double phases_needed = paced_shuffle_reaches(block_bytes);
   const double phases = model.phase_efficiency();
-  if (phases < kPhasesEfficientFrom)
+  if (phases < phases_needed)
     return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1},
             "tree of switches whose links differ in rate: paced shuffle (the contention-free phases would reach " +
                 std::to_string(static_cast<int>(phases * 100)) + "% of the limit at most)"};
-  constexpr std::uint64_t kPacedFromBytes = 32 * 1024;
   if (block_bytes < kPacedFromBytes)
     return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1}, "tree of switches, blocks below 32 KiB: contention-free phases with sender-based tokens"};
   constexpr std::int64_t kMostSendersPerNode = 4;
@@ -77,6 +94,22 @@ Choice one_switch_choice(const TreeModel& model, bool absorbed) {
   if (absorbed)
     return {{Algorithm::kSyncShuffle, 4}, {SyncKind::kNone, 1}, "one switch, hosts of different rates, small blocks: synchronous shuffle, the queues absorb what the slower links take slower"};
   return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1}, "one switch, hosts of different rates: paced shuffle, every block at once at the slowest link's share of the rate"};
+}
+
+// The small-block rule's count of blocks (auto_choice) was drawn on trees of one rate, where a
+// link's feeders bring its blocks at about its own rate. Where a link is slower than the hosts
+// that feed it, its queue fills faster than the count shows, so the fluid estimate of the
+// fullest queue (TreeModel::unpaced_queue_blocks) must stay below one and a half buffers too.
+// On the trees of 25, 100 and 300 Mbit/s links above and six of 50, 100 and 200 (--seed
+// 501-506), every block size where the pairwise exchange without tokens resent nothing or led
+// had an estimate of at most 1.28 buffers (92.6% of the limit, the best, 225 frames resent);
+// those where it lost to the tree or the paced shuffle, 1.84 and above (12 machines, 5000 B:
+// 77.9%, 1,828 resent, against the tree's 86.9%). On one rate the count decides alone: the
+// estimate does not separate there (8-two-switch lost frames at 1.7 buffers, 12-three-level not
+// at 2.0).
+bool queues_hold(const TreeModel& model, std::uint64_t block_bytes, std::uint64_t buffer) {
+  constexpr double kBuffersHeld = 1.5;
+  return static_cast<double>(block_bytes) * model.unpaced_queue_blocks() < kBuffersHeld * static_cast<double>(buffer);
 }
 
 }  // namespace
@@ -148,7 +181,8 @@ Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes) {
   constexpr std::uint64_t kBuffersAbsorbed = 3;
   const std::uint64_t buffer = smallest_switch_buffer(topology);  // 0: two machines cabled together
   const auto load = static_cast<std::uint64_t>(model.load());
-  const bool absorbed = buffer > 0 && load > 0 && block_bytes <= (kBuffersAbsorbed * buffer - 1) / load;  // block x load < 3 buffers, without overflow
+  const bool absorbed = buffer > 0 && load > 0 && block_bytes <= (kBuffersAbsorbed * buffer - 1) / load &&  // block x load < 3 buffers, without overflow
+                        (model.uniform_rates() || queues_hold(model, block_bytes, buffer));
   if (topology.single_switch()) return one_switch_choice(model, absorbed);
   if (absorbed)
     return {{Algorithm::kPairwiseEc, 4}, {SyncKind::kNone, 1}, "tree of switches, small blocks: pairwise exchange without tokens, switch queues absorb the contention"};

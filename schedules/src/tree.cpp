@@ -144,6 +144,66 @@ std::int64_t TreeModel::link_load(int link) const {
   return a * (n_ - a);
 }
 
+double TreeModel::unpaced_queue_blocks() const {
+  std::call_once(lazy_->queue_once, [this] { lazy_->unpaced_queue_blocks = find_unpaced_queue(); });
+  return lazy_->unpaced_queue_blocks;
+}
+
+double TreeModel::find_unpaced_queue() const {
+  const Topology& topology = *topology_;
+  const auto& nodes = topology.nodes();
+  const auto& links = topology.links();
+  const auto rate = [&](int l) { return static_cast<double>(links[static_cast<std::size_t>(l)].rate_bps); };
+  // Each machine's send rate in bits per second of block, over all its blocks: one block to each
+  // other machine at its path's slowest rate, so a machine behind slow links spreads the same
+  // blocks over a longer time. One walk of the tree from every machine.
+  std::vector<double> pace_below(nodes.size(), 0.0);  // summed over the machines below each node
+  std::vector<int> came_by(nodes.size(), -1);
+  std::vector<std::pair<int, double>> stack;  // node, slowest rate on the way
+  for (Rank s = 0; s < n_; ++s) {
+    const int start = topology.machine_node(s);
+    double seconds = 0;  // per bit of a block, to every other machine
+    came_by[static_cast<std::size_t>(start)] = -1;
+    stack.assign(1, {start, std::numeric_limits<double>::infinity()});
+    while (!stack.empty()) {
+      const auto [v, slowest] = stack.back();
+      stack.pop_back();
+      const Node& node = nodes[static_cast<std::size_t>(v)];
+      if (v != start && node.kind == NodeKind::kMachine) seconds += 1.0 / slowest;
+      for (int l : node.links) {
+        if (l == came_by[static_cast<std::size_t>(v)]) continue;
+        const int w = links[static_cast<std::size_t>(l)].other(v);
+        came_by[static_cast<std::size_t>(w)] = l;
+        stack.emplace_back(w, std::min(slowest, rate(l)));
+      }
+    }
+    pace_below[static_cast<std::size_t>(start)] = seconds > 0 ? 1.0 / seconds : 0.0;
+  }
+  const std::vector<int>& order = topology.walk_order();
+  for (auto it = order.rbegin(); it != order.rend(); ++it)
+    if (const int l = parent_link_[static_cast<std::size_t>(*it)]; l >= 0)
+      pace_below[static_cast<std::size_t>(links[static_cast<std::size_t>(l)].other(*it))] += pace_below[static_cast<std::size_t>(*it)];
+  const double pace_all = order.empty() ? 0.0 : pace_below[static_cast<std::size_t>(order.front())];
+  // The senders behind link f, seen from its end u: u's subtree's complement, or f's child's.
+  const auto pace_behind = [&](int f, int u) {
+    const int w = links[static_cast<std::size_t>(f)].other(u);
+    return f == parent_link_[static_cast<std::size_t>(u)] ? pace_all - pace_below[static_cast<std::size_t>(u)] : pace_below[static_cast<std::size_t>(w)];
+  };
+  double most = 0;
+  for (std::size_t l = 0; l < links.size(); ++l) {
+    for (const int tail : {links[l].a, links[l].b}) {
+      if (nodes[static_cast<std::size_t>(tail)].kind == NodeKind::kMachine) continue;  // a sender's own link: it sends at most at its rate
+      const double ahead = machines_beyond(static_cast<int>(l), tail);  // every sender behind the tail sends a block to each
+      double arriving = 0;
+      for (int f : nodes[static_cast<std::size_t>(tail)].links)
+        if (f != static_cast<int>(l)) arriving += std::min(rate(f), ahead * pace_behind(f, tail));
+      if (arriving <= rate(static_cast<int>(l))) continue;
+      most = std::max(most, static_cast<double>(link_load(static_cast<int>(l))) * (1.0 - rate(static_cast<int>(l)) / arriving));
+    }
+  }
+  return most;
+}
+
 double TreeModel::best_time_s(std::uint64_t block_bytes) const {
   double bits = static_cast<double>(n_) * static_cast<double>(n_ - 1) * static_cast<double>(block_bytes) * 8.0;
   return bits / peak_bps_;

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <string>
 
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/choice.hpp"
@@ -155,4 +156,58 @@ TEST_CASE("uplinks four times the hosts' links: the phases reach 7/16 of the lim
   CHECK(even_model.uniform_rates());
   CHECK(even_model.phase_efficiency() == 1.0);
   CHECK(auto_choice(even_model, 20'000).algorithm.algorithm == Algorithm::kTree);
+}
+
+namespace {
+
+// 8-two-switch with its hosts at 100 Mbit/s and the switches' link at `uplink`.
+Topology two_switches(const char* uplink) {
+  return Topology::from_spec(read_dot(std::string(R"(graph g {
+    n0 [mac="02:00:00:00:00:01"]; n1 [mac="02:00:00:00:00:02"]; n2 [mac="02:00:00:00:00:03"]; n3 [mac="02:00:00:00:00:04"];
+    n4 [mac="02:00:00:00:00:05"]; n5 [mac="02:00:00:00:00:06"]; n6 [mac="02:00:00:00:00:07"]; n7 [mac="02:00:00:00:00:08"];
+    edge [rate="100Mbit"]; s0 -- s1 [rate=")") + uplink + R"("];
+    s0 -- n0; s0 -- n1; s0 -- n2; s0 -- n3; s1 -- n4; s1 -- n5; s1 -- n6; s1 -- n7;
+  })",
+                                      "two-switches"));
+}
+
+}  // namespace
+
+TEST_CASE("a link slower than the hosts that feed it gathers more of its blocks in its queue, and auto's small-block rule counts them") {
+  // Without tokens each host sends its 7 blocks one after another, each at its path's slowest
+  // rate: 3 at 100 Mbit/s and 4 over the 25 Mbit/s link, so 4 / (3/100 + 4/25) = 21.05 Mbit/s of
+  // them cross it from each host, 84.2 from four. Of the link's 16 blocks, 1 - 25/84.2 queue.
+  const Topology slow_link = two_switches("25Mbit");
+  const TreeModel slow(slow_link);
+  CHECK(slow.unpaced_queue_blocks() == Approx(16 * (1 - 25 / (4 * 4 / (3 / 100.0 + 4 / 25.0)))));
+  // At one rate: 16 blocks arrive at 4 x 4/7 of the link's rate, so 16 - 7 of them queue.
+  const Topology even = load_topology(aapc::test::topology_path("8-two-switch"));
+  const TreeModel even_model(even);
+  CHECK(even_model.unpaced_queue_blocks() == Approx(9.0));
+
+  // 10,000-byte blocks: 16 of them are below three switch buffers (196,608 bytes), which on one
+  // rate lets the pairwise exchange run without tokens; over the slow link 11.25 of them
+  // (112,500 bytes) would queue where one and a half buffers hold 98,304: the phases run.
+  CHECK(auto_choice(even_model, 10'000).algorithm.algorithm == Algorithm::kPairwiseEc);
+  const Choice slow_choice = auto_choice(slow, 10'000);
+  CHECK(slow_choice.algorithm.algorithm == Algorithm::kTree);
+  CHECK(slow_choice.sync.kind == SyncKind::kSenderAll);
+  CHECK(auto_choice(slow, 8'000).algorithm.algorithm == Algorithm::kPairwiseEc);  // 90,000 bytes queue
+  // A link faster than its feeders need queues nothing.
+  const Topology fast_link = two_switches("1Gbit");
+  CHECK(TreeModel(fast_link).unpaced_queue_blocks() == Approx(0.0).margin(1e-9));
+}
+
+TEST_CASE("below 32 KiB, where rates differ, the phases run wherever they would reach what the paced shuffle reaches at that size") {
+  // Hosts at 100 Mbit/s and the switches' link at 115: 16 phases, each at a host's rate, where
+  // the link's 16 blocks at 115 set the limit, so the phases reach 100/115 of it (less the
+  // frames' headers, which the limit does not count: 84%).
+  const Topology link = two_switches("115Mbit");
+  const TreeModel model(link);
+  CHECK(model.phase_efficiency() == Approx(100.0 / 115).epsilon(0.04));
+  CHECK(model.phase_efficiency() > 0.8);
+  CHECK(model.phase_efficiency() < 0.86);
+  CHECK(auto_choice(model, 14'000).algorithm.algorithm == Algorithm::kTree);  // the paced shuffle reaches 80% here
+  CHECK(auto_choice(model, 20'000).algorithm.algorithm == Algorithm::kPacedShuffle);  // and 86% here
+  CHECK(auto_choice(model, 256 * 1024).algorithm.algorithm == Algorithm::kPacedShuffle);
 }

@@ -114,9 +114,13 @@ std::unique_ptr<Daemon> Daemon::create(const DaemonConfig& config) {
   m.topo = sched::load_topology(config.topology);
   m.world = std::make_unique<TreeSchedules>(m.topo, m.cfg.barrier_radix, m.cfg.max_plans);
   // Where link rates differ, auto weighs what the tree's phases reach (a prediction over the
-  // plan, seconds at 4,096 machines): made here, before any peer waits on this daemon, rather
-  // than while the first exchange's peers do.
-  m.world->model.phase_efficiency();
+  // plan, seconds at 4,096 machines) and how full a queue gets without tokens (0.14 s there):
+  // made here, before any peer waits on this daemon, rather than while the first exchange's
+  // peers do.
+  if (!m.world->model.uniform_rates()) {
+    m.world->model.phase_efficiency();
+    m.world->model.unpaced_queue_blocks();
+  }
   if (config.rank && (*config.rank < 0 || *config.rank >= m.topo.machine_count()))
     fail("--rank " + std::to_string(*config.rank) + ": " + m.topo.source() + " has ranks 0.." + std::to_string(m.topo.machine_count() - 1));
   m.open_port();

@@ -56,8 +56,20 @@ class TreeModel {
   // needs the uplinks' load of phases at the hosts' rate. A prediction over the phases
   // (predict.cpp), made once on first use, where rates differ.
   double phase_efficiency() const;
+  // The blocks that gather in the fullest switch queue when every machine sends its blocks to
+  // all others one after another without tokens, each block at the slowest rate on its path
+  // (the pairwise exchange, its rounds capped by cap_round_rates), all starting together. A
+  // fluid estimate over each direction of each link: its blocks x (1 - its rate / the rate its
+  // feeders bring them at), where a feeder is another link into the link's tail and brings its
+  // senders' share of their time, at most its own rate. Switches add no delay; it scales with
+  // the block. Made once on first use. Where a link is slower than the hosts that feed it
+  // (25 Mbit/s between switches of 100-300 Mbit/s hosts), its queue fills faster than its
+  // count of blocks shows.
+  double unpaced_queue_blocks() const;
 
  private:
+  double find_unpaced_queue() const;  // unpaced_queue_blocks, unmemoised
+
   // The constructor's steps, in order.
   void count_below();    // machines below each node of the depth-first walk
   void find_loads();     // loads, bottlenecks, peak throughput
@@ -78,8 +90,9 @@ class TreeModel {
   int limiting_link_ = -1;
   bool uniform_rates_ = true;
   struct Lazy {
-    std::once_flag once;
+    std::once_flag once, queue_once;
     double phase_efficiency = 1.0;
+    double unpaced_queue_blocks = 0.0;
   };
   std::shared_ptr<Lazy> lazy_ = std::make_shared<Lazy>();  // copies share it: the same topology
 };
