@@ -100,11 +100,11 @@ Choice one_switch_choice(const TreeModel& model, bool absorbed) {
 // link's feeders bring its blocks at about its own rate. Where a link is slower than the hosts
 // that feed it, its queue fills faster than the count shows, so the fluid estimate of the
 // fullest queue (TreeModel::unpaced_queue_blocks) must stay below one and a half buffers too.
-// On the trees of 25, 100 and 300 Mbit/s links above and six of 50, 100 and 200 (--seed
-// 501-506), every block size where the pairwise exchange without tokens resent nothing or led
-// had an estimate of at most 1.28 buffers (92.6% of the limit, the best, 225 frames resent);
-// those where it lost to the tree or the paced shuffle, 1.84 and above (12 machines, 5000 B:
-// 77.9%, 1,828 resent, against the tree's 86.9%). On one rate the count decides alone: the
+// On 12 trees of 25-400 Mbit/s links (the three above, six of 50, 100 and 200 Mbit/s, --seed
+// 501-506, and three more; 2,000-20,000 B), the pairwise exchange without tokens resent at
+// most 225 frames wherever the estimate was at most 1.28 buffers, and 469-15,908 at every point
+// from 1.65, where it lost to the tree or the paced shuffle at 8 of 14 points and tied at one
+// (12 machines, 5000 B: 77.9%, 1,828 resent, against the tree's 86.9%). On one rate the count decides alone: the
 // estimate does not separate there (8-two-switch lost frames at 1.7 buffers, 12-three-level not
 // at 2.0).
 bool queues_hold(const TreeModel& model, std::uint64_t block_bytes, std::uint64_t buffer) {
