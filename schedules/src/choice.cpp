@@ -57,14 +57,15 @@ namespace {
 //   8 machines      63.2%      64.2 / 79.0         65.9 / 82.3    63.8 / 87.2
 // So the phases run where they would reach what the paced shuffle reaches at that size: 80%
 // below 16 KiB, 86% below 32 KiB, 90% above.
+constexpr std::uint64_t kPacedFromBytes = 32 * 1024;  // below, the phases run on trees of one rate
+
 double paced_shuffle_reaches(std::uint64_t block_bytes) {
-  if (block_bytes < 16 * 1024) return 0.8;
-  if (block_bytes < 32 * 1024) return 0.86;
+  if (block_bytes < kPacedFromBytes / 2) return 0.8;
+  if (block_bytes < kPacedFromBytes) return 0.86;
   return 0.9;
 }
 
 Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes) {
-  constexpr std::uint64_t kPacedFromBytes = 32 * 1024;
   const double phases_needed = paced_shuffle_reaches(block_bytes);
   const double phases = model.phase_efficiency();
   if (phases < phases_needed)

@@ -156,28 +156,14 @@ double TreeModel::find_unpaced_queue() const {
   const auto rate = [&](int l) { return static_cast<double>(links[static_cast<std::size_t>(l)].rate_bps); };
   // Each machine's send rate in bits per second of block, over all its blocks: one block to each
   // other machine at its path's slowest rate, so a machine behind slow links spreads the same
-  // blocks over a longer time. One walk of the tree from every machine.
+  // blocks over a longer time.
   std::vector<double> pace_below(nodes.size(), 0.0);  // summed over the machines below each node
-  std::vector<int> came_by(nodes.size(), -1);
-  std::vector<std::pair<int, double>> stack;  // node, slowest rate on the way
   for (Rank s = 0; s < n_; ++s) {
-    const int start = topology.machine_node(s);
+    const std::vector<std::uint64_t> slowest = topology.slowest_from(s);
     double seconds = 0;  // per bit of a block, to every other machine
-    came_by[static_cast<std::size_t>(start)] = -1;
-    stack.assign(1, {start, std::numeric_limits<double>::infinity()});
-    while (!stack.empty()) {
-      const auto [v, slowest] = stack.back();
-      stack.pop_back();
-      const Node& node = nodes[static_cast<std::size_t>(v)];
-      if (v != start && node.kind == NodeKind::kMachine) seconds += 1.0 / slowest;
-      for (int l : node.links) {
-        if (l == came_by[static_cast<std::size_t>(v)]) continue;
-        const int w = links[static_cast<std::size_t>(l)].other(v);
-        came_by[static_cast<std::size_t>(w)] = l;
-        stack.emplace_back(w, std::min(slowest, rate(l)));
-      }
-    }
-    pace_below[static_cast<std::size_t>(start)] = seconds > 0 ? 1.0 / seconds : 0.0;
+    for (Rank d = 0; d < n_; ++d)
+      if (d != s && slowest[static_cast<std::size_t>(d)] > 0) seconds += 1.0 / static_cast<double>(slowest[static_cast<std::size_t>(d)]);
+    pace_below[static_cast<std::size_t>(topology.machine_node(s))] = seconds > 0 ? 1.0 / seconds : 0.0;
   }
   const std::vector<int>& order = topology.walk_order();
   for (auto it = order.rbegin(); it != order.rend(); ++it)
