@@ -65,17 +65,34 @@ double paced_shuffle_reaches(std::uint64_t block_bytes) {
   return 0.9;
 }
 
-Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes) {
-  const double phases_needed = paced_shuffle_reaches(block_bytes);
-  const double phases = model.phase_efficiency();
-  if (phases < phases_needed)
+// The phases against the paced shuffle, by what each reaches for blocks of `block_bytes`.
+// Where the cluster measured its tree exchanges (Measured, agreed at the session's start), the
+// phases reach what their blocks' time at the measured fill, plus the measured hand-over per
+// phase, leaves them (phases_reach). On 8-two-switch at 500 Mbit/s on this 2-core VM the model
+// alone (no hand-over) gave the phases 100% and ran them at 16 KiB: 78.5% of the paced
+// shuffle's throughput. Measured (the daemons agreed on a fill of 0.86 and 244 us a phase),
+// auto ran the paced shuffle at 12, 16 and 24 KiB, at 97.3-100% of the best; at 100 Mbit/s
+// (0.97 and 101 us) it kept the phases, at 99.6-100% (2026-12-05, aapc-bench --repeat 3,
+// medians, docs/benchmarks.md, "auto by measurement"). Not where many nodes share the bottleneck: the
+// paced shuffle queues there (above), so only the model's phases count.
+Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
+  constexpr std::int64_t kMostSendersPerNode = 4;
+  const bool many_senders = kMostSendersPerNode * (model.topology().machine_count() - 1) < model.load();
+  const double modelled = model.phase_efficiency();
+  const double phases = many_senders ? modelled : phases_reach(model, block_bytes, measured);
+  if (phases < paced_shuffle_reaches(block_bytes)) {
+    const std::string reach = std::to_string(static_cast<int>(phases * 100)) + "% of the limit at most";
+    if (phases < modelled)
+      return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1},
+              "tree of switches: paced shuffle (the contention-free phases would reach " + reach + ", at the fill (" +
+                  std::to_string(static_cast<int>(measured.fill * 100)) + "% of their rate) and hand-over (" +
+                  std::to_string(static_cast<int>(measured.hand_over_s * 1e6)) + " us a phase) this cluster measured)"};
     return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1},
-            "tree of switches whose links differ in rate: paced shuffle (the contention-free phases would reach " +
-                std::to_string(static_cast<int>(phases * 100)) + "% of the limit at most)"};
+            "tree of switches whose links differ in rate: paced shuffle (the contention-free phases would reach " + reach + ")"};
+  }
   if (block_bytes < kPacedFromBytes)
     return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1}, "tree of switches, blocks below 32 KiB: contention-free phases with sender-based tokens"};
-  constexpr std::int64_t kMostSendersPerNode = 4;
-  if (kMostSendersPerNode * (model.topology().machine_count() - 1) < model.load())
+  if (many_senders)
     return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1},
             "tree of switches shared by many senders: contention-free phases with sender-based tokens (a paced link at 99% would queue)"};
   return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1},
@@ -115,7 +132,54 @@ bool queues_hold(const TreeModel& model, std::uint64_t block_bytes, std::uint64_
 
 }  // namespace
 
-Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes) {
+double phases_reach(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
+  const double modelled = model.phase_efficiency();
+  if (!measured.known() || block_bytes == 0 || block_bytes == kAnyBlockSize || model.load() <= 0) return modelled;
+  // The phases' time: the model's (the best time over its efficiency) at the measured fill,
+  // plus the hand-over of each phase of the bottleneck's.
+  const double best = model.best_time_s(block_bytes);
+  const double phases_s = best / (modelled * measured.fill) + static_cast<double>(model.load()) * measured.hand_over_s;
+  return best / phases_s;
+}
+
+std::optional<TreeSample> tree_sample(const TreeModel& model, std::uint64_t block_bytes, double took_s) {
+  if (block_bytes == 0 || block_bytes == kAnyBlockSize || took_s <= 0 || model.load() <= 0) return std::nullopt;
+  const auto phases = static_cast<double>(model.load());
+  return TreeSample{model.best_time_s(block_bytes) / model.phase_efficiency() / phases, took_s / phases};
+}
+
+namespace {
+
+double median_of(std::vector<double> v) {
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+}  // namespace
+
+Measured fit_measured(const std::vector<TreeSample>& samples) {
+  if (samples.empty()) return {};
+  // Samples of sizes that differ by less than this are of one size: their slope is noise.
+  constexpr double kApart = 1.25;
+  std::vector<double> slopes;
+  for (std::size_t i = 0; i < samples.size(); ++i)
+    for (std::size_t j = i + 1; j < samples.size(); ++j) {
+      const TreeSample &a = samples[i], &b = samples[j];
+      if (std::max(a.model_s, b.model_s) >= kApart * std::min(a.model_s, b.model_s)) slopes.push_back((b.took_s - a.took_s) / (b.model_s - a.model_s));
+    }
+  std::vector<double> ratios;
+  for (const TreeSample& s : samples) ratios.push_back(s.took_s / s.model_s);
+  if (slopes.empty()) return {1 / std::max(1.0, median_of(ratios)), 0.0};
+  const double slope = std::max(1.0, median_of(slopes));
+  std::vector<double> intercepts;
+  for (const TreeSample& s : samples) intercepts.push_back(s.took_s - slope * s.model_s);
+  const double hand_over = median_of(intercepts);
+  if (hand_over >= 0) return {1 / slope, hand_over};
+  return {1 / std::max(1.0, median_of(ratios)), 0.0};  // slower in proportion only
+}
+
+Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
   const Topology& topology = model.topology();
   // Calibrated with aapc-bench (2 cores, emulated clusters with 100 Mbit/s links, tbf, Linux
   // bridges; aggregate Mbit/s, auto's own row in parentheses where it differs):
@@ -187,7 +251,7 @@ Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes) {
   if (topology.single_switch()) return one_switch_choice(model, absorbed);
   if (absorbed)
     return {{Algorithm::kPairwiseEc, 4}, {SyncKind::kNone, 1}, "tree of switches, small blocks: pairwise exchange without tokens, switch queues absorb the contention"};
-  return large_block_choice(model, block_bytes);
+  return large_block_choice(model, block_bytes, measured);
 }
 
 Choice auto_choice(const Topology& topology, std::uint64_t block_bytes) { return auto_choice(TreeModel(topology), block_bytes); }
@@ -218,10 +282,10 @@ PlanSpec parse_plan_spec(std::string_view text) {
 
 std::string format_plan_spec(const AlgorithmSpec& algorithm, const SyncSpec& sync) { return join_spec(algorithm.name(), sync.name()); }
 
-Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block_bytes) {
+Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block_bytes, const Measured& measured) {
   // Parsed whole first: a sync variant that is not one is refused after every algorithm, auto too.
   const PlanSpec plan = parse_plan_spec(spec);
-  if (!plan.algorithm) return auto_choice(model, block_bytes);  // its own sync, whichever was given
+  if (!plan.algorithm) return auto_choice(model, block_bytes, measured);  // its own sync, whichever was given
   if (plan.sync) return {*plan.algorithm, *plan.sync, "given"};
   const SyncSpec sync = default_sync(plan.algorithm->algorithm);
   if (sync.kind == SyncKind::kNone) return {*plan.algorithm, sync, "given; no tokens by default"};

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/schedule.hpp"
@@ -25,10 +26,43 @@ struct Choice {
 // A block size that stands for "not the same on every rank" (alltoallv): the large-block choice.
 inline constexpr std::uint64_t kAnyBlockSize = UINT64_MAX;
 
+// What a cluster measured of its tree exchanges (docs/design.md, Fast links): the rate the
+// phases' blocks crossed at, as a fraction of the rate the model gives them (a node that sends
+// slower than its link, a link slower than its rate), and how long each phase took beyond its
+// blocks (the hand-over: a token's way to the next sender, a wake-up, what the exchange's start
+// costs a phase). The daemons agree on it when a session starts (the JOIN), so that every rank
+// chooses alike. Not measured: fill 0.
+struct Measured {
+  double fill = 0;         // (0, 1]
+  double hand_over_s = 0;  // per phase, at least 0
+  bool known() const { return fill > 0; }
+};
+
+// The fraction of the limit the tree's phases with tokens reach for blocks of `block_bytes`:
+// the model's (TreeModel::phase_efficiency), and with `measured` known, each of the bottleneck's
+// `load` phases taking its blocks' time / fill + hand_over_s.
+double phases_reach(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured = {});
+
+// One tree exchange with tokens as one node saw it: the time the model gives its phases (at the
+// links' rates, no hand-over) and the time it took, both per phase of the bottleneck's. Nothing
+// for blocks of no one size.
+struct TreeSample {
+  double model_s = 0, took_s = 0;
+};
+std::optional<TreeSample> tree_sample(const TreeModel& model, std::uint64_t block_bytes, double took_s);
+
+// The fill and hand-over that a node's samples show, the inverse of phases_reach(): took =
+// model / fill + hand_over, fitted by Theil and Sen's estimator (the median of the slopes
+// between samples, then of the intercepts; one exchange that a busy host slowed does not move
+// it). Where the samples are of one block size, all of it is fill: the phases reach at that
+// size what they reached. A fill is at most 1, a hand-over at least 0.
+Measured fit_measured(const std::vector<TreeSample>& samples);
+
 // What `auto` runs for blocks of `block_bytes` on `topology`; the daemon, which keeps the
-// tree model of its topology, calls the second form once per exchange.
+// tree model of its topology, calls the second form once per exchange, with what its cluster
+// measured.
 Choice auto_choice(const Topology& topology, std::uint64_t block_bytes);
-Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes);
+Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured = {});
 
 // A spec of spec.hpp read: "+" separates, and where a user may type the old spellings,
 // "ALGORITHM:SYNC" (aapc-bench --configs) and "ALGORITHM/SYNC" are taken when the part after
@@ -49,7 +83,7 @@ std::string format_plan_spec(const AlgorithmSpec& algorithm, const SyncSpec& syn
 // a sync variant gets its row's (default_sync: the tree's phases sender-based tokens, the others
 // none). Throws std::invalid_argument like parse_plan_spec(), for
 // every algorithm alike ("unknown sync variant 'often'" after "auto" as after "ring").
-Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block_bytes);
+Choice choose(const TreeModel& model, std::string_view spec, std::uint64_t block_bytes, const Measured& measured = {});
 
 // A dissemination barrier made of tokens only: ceil(log_radix N) rounds without data, each node
 // sending radix - 1 tokens per round; its algorithm is "barrier:RADIX". Throws

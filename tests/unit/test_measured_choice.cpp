@@ -1,0 +1,99 @@
+// `auto` by measurement: where the cluster's daemons measured their tree exchanges (how fast a
+// node sends a phase's block, what each phase loses to its hand-over), the tree's phases are
+// weighed with it against the paced shuffle (sched::phases_reach, docs/design.md, Fast links).
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <vector>
+
+#include "aapc/sched/choice.hpp"
+#include "aapc/sched/dot.hpp"
+#include "aapc/sched/tree.hpp"
+#include "paths.hpp"
+
+using namespace aapc::sched;
+
+namespace {
+
+TreeModel shipped(const char* name) {
+  static std::vector<std::unique_ptr<Topology>> kept;  // the model refers to its topology
+  kept.push_back(std::make_unique<Topology>(load_topology(aapc::test::topology_path(name))));
+  return TreeModel(*kept.back());
+}
+
+}  // namespace
+
+TEST_CASE("a node's tree exchanges fitted, then weighed back, give the fraction of the limit they reached at each size") {
+  const TreeModel model = shipped("8-two-switch");  // 100 Mbit/s, 16 phases over the switches' link
+  const double best = model.best_time_s(16 * 1024);
+  CHECK(best == Approx(8 * 7 * 16 * 1024 * 8 / 350e6));
+  const auto one = tree_sample(model, 16 * 1024, 1.5 * best);
+  REQUIRE(one);
+  CHECK(one->model_s == Approx(best / 16));
+  CHECK(one->took_s == Approx(1.5 * best / 16));
+  CHECK_FALSE(tree_sample(model, kAnyBlockSize, best));  // alltoallv: blocks of no one size
+
+  // Phases at 80% of their rate, each 200 us longer: exchanges of three sizes, one of them
+  // slowed by a busy host, fit back to both.
+  const Measured truth{0.8, 200e-6};
+  std::vector<TreeSample> samples;
+  for (std::uint64_t block : {4096, 16384, 65536, 65536, 262144}) {
+    const double took = model.best_time_s(block) / truth.fill + 16 * truth.hand_over_s;
+    samples.push_back(*tree_sample(model, block, took));
+    CHECK(phases_reach(model, block, truth) == Approx(model.best_time_s(block) / took));
+  }
+  samples[2].took_s *= 1.5;
+  const Measured fitted = fit_measured(samples);
+  CHECK(fitted.fill == Approx(truth.fill));
+  CHECK(fitted.hand_over_s == Approx(truth.hand_over_s));
+  // One size: all of it is fill, and the phases reach there what they reached.
+  const Measured one_size = fit_measured({*one, *one});
+  CHECK(one_size.fill == Approx(1 / 1.5));
+  CHECK(one_size.hand_over_s == 0.0);
+  CHECK(phases_reach(model, 16 * 1024, one_size) == Approx(1 / 1.5));
+  // Quicker than the model: never a fill above 1; none measured: the model's phases alone.
+  CHECK(fit_measured({*tree_sample(model, 16 * 1024, 0.9 * best)}).fill == 1.0);
+  CHECK_FALSE(fit_measured({}).known());
+  CHECK(phases_reach(model, 16 * 1024) == model.phase_efficiency());
+}
+
+TEST_CASE("below 32 KiB on a tree of switches, auto runs the paced shuffle where the measured hand-over and send rate leave the phases below it") {
+  const TreeModel model = shipped("8-two-switch");
+  // What the daemons of 8-two-switch at 500 Mbit/s agreed on, on the 2-core VM, scaled to its
+  // 100 Mbit/s: the phases crossed at 86% of their rate, and each lost 244 us at 500, 5 x 244 at
+  // 100. And what they agreed on at 100 Mbit/s: 97% and 101 us.
+  const Measured slow{0.86, 5 * 244e-6};
+  const Measured at_100{0.97, 101e-6};
+  const Measured quick{1.0, 10e-6};
+  for (std::uint64_t block : {std::uint64_t{16 * 1024}, std::uint64_t{24 * 1024}}) {
+    INFO(block);
+    CHECK(auto_choice(model, block).algorithm.algorithm == Algorithm::kTree);  // the model alone
+    CHECK(auto_choice(model, block, quick).algorithm.algorithm == Algorithm::kTree);
+    CHECK(auto_choice(model, block, at_100).algorithm.algorithm == Algorithm::kTree);
+    const Choice c = auto_choice(model, block, slow);
+    CHECK(c.algorithm.algorithm == Algorithm::kPacedShuffle);
+    CHECK_THAT(c.reason, Catch::Contains("this cluster measured"));
+    CHECK(choose(model, "auto", block, slow).algorithm.algorithm == Algorithm::kPacedShuffle);
+    CHECK(choose(model, "tree", block, slow).algorithm.algorithm == Algorithm::kTree);  // a schedule given is run
+  }
+  // At 12 KiB the paced shuffle reaches 80% (below 16 KiB): the hand-over at which the phases
+  // reach that too is the boundary, the phases on its one side and the paced shuffle on the other.
+  const double best = model.best_time_s(12 * 1024);
+  const double boundary = (best / 0.8 - best) / 16;  // about 0.25 ms
+  CHECK(auto_choice(model, 12 * 1024, {1.0, 0.95 * boundary}).algorithm.algorithm == Algorithm::kTree);
+  CHECK(auto_choice(model, 12 * 1024, {1.0, 1.05 * boundary}).algorithm.algorithm == Algorithm::kPacedShuffle);
+  // Small blocks whose queues absorb the contention, and tiny ones, are chosen as before.
+  CHECK(auto_choice(model, 4 * 1024, slow).algorithm.algorithm == Algorithm::kPairwiseEc);
+  CHECK(auto_choice(model, 8, slow).algorithm.algorithm == Algorithm::kBruck);
+}
+
+TEST_CASE("where many nodes share the bottleneck, the measured hand-over does not move auto to the paced shuffle, whose links would queue") {
+  const TreeModel model = shipped("64-two-level");
+  REQUIRE(4 * (model.machines() - 1) < model.load());
+  const Measured slow{0.64, 1e-3};
+  CHECK(phases_reach(model, 64 * 1024, slow) < 0.9);
+  for (std::uint64_t block : {std::uint64_t{16 * 1024}, std::uint64_t{64 * 1024}}) {
+    INFO(block);
+    CHECK(auto_choice(model, block, slow).algorithm.algorithm == Algorithm::kTree);
+  }
+}
