@@ -497,7 +497,7 @@ TEST_CASE("ciphers are named as aapcd --cipher takes them") {
   CHECK(fastest_cipher() == (aes_gcm_available() ? Cipher::kAes256Gcm : Cipher::kChaCha20Poly1305));
 }
 
-TEST_CASE("exchange descriptors round-trip, and READY, SYNC and ACK carry one or nothing") {
+TEST_CASE("exchange descriptors round-trip, READY, SYNC and ACK carry one or nothing, and JOIN one measure or nothing") {
   const Descriptor d{Collective::kAlltoall, 4096, "group-shuffle:3+receiver-partial:4"};
   auto bytes = encode_descriptor(d);
   CHECK(bytes.size() == kDescriptorFixed + d.plan.size());
@@ -548,6 +548,16 @@ TEST_CASE("exchange descriptors round-trip, and READY, SYNC and ACK carry one or
   }
   CHECK(reason(with(FrameType::kPoll, bytes)) == DropReason::kBadLength);
   CHECK(reason(with(FrameType::kPing, bytes)) == DropReason::kBadLength);
+  // JOIN: nothing, or one measure (JoinMeasure) whose fill is at most the whole.
+  std::array<std::uint8_t, kJoinMeasureLen> measure{};
+  put_join_measure(measure.data(), {640'000, 278'000});
+  CHECK(join_measure(measure) == JoinMeasure{640'000, 278'000});
+  CHECK(reason(with(FrameType::kJoin, {})) == DropReason::kOk);
+  CHECK(reason(with(FrameType::kJoin, measure)) == DropReason::kOk);
+  CHECK(reason(with(FrameType::kJoin, std::span(measure).first(4))) == DropReason::kBadLength);
+  CHECK(reason(with(FrameType::kJoin, bytes)) == DropReason::kBadLength);
+  put_join_measure(measure.data(), {kJoinFillWhole + 1, 0});
+  CHECK(reason(with(FrameType::kJoin, measure)) == DropReason::kBadLength);
   // Frames of the versions before descriptors are refused as such.
   auto old = with(FrameType::kReady, {});
   old[kEthHeaderLen + 2] = 1;

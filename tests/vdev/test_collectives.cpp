@@ -315,6 +315,40 @@ TEST_CASE("at the session's start, a rank whose daemon answers but has no client
   }
 }
 
+// `auto` weighs the tree's phases with what the ranks measured (sched::Measured): every rank must
+// agree on the same figures, or ranks would choose different schedules for one exchange.
+TEST_CASE("the session's join agrees on the slowest fill and the longest hand-over any rank measured, the same on every rank") {
+  test::Fabric fabric(test::nodes(4));
+  const std::vector<engine::JoinMeasure> proposed = {{900'000, 120'000}, {}, {640'000, 90'000}, {1'000'000, 278'000}};
+  for (int me = 0; me < 4; ++me) fabric.engine(me).start_join(10, Ms(5'000), {}, proposed[static_cast<std::size_t>(me)]);
+  std::vector<std::optional<Result<std::uint32_t>>> results(4);
+  REQUIRE(fabric.run_until(
+      [&] {
+        for (int me = 0; me < 4; ++me)
+          if (!results[static_cast<std::size_t>(me)]) results[static_cast<std::size_t>(me)] = fabric.engine(me).join_result();
+        return std::all_of(results.begin(), results.end(), [](const auto& r) { return r.has_value(); });
+      },
+      Ms(10'000)));
+  for (int me = 0; me < 4; ++me) {
+    INFO("rank " << me);
+    REQUIRE(*results[static_cast<std::size_t>(me)]);
+    // Rank 1 measured nothing (its daemon ran no tree exchange yet): the others' figures hold.
+    CHECK(fabric.engine(me).agreed_measure() == engine::JoinMeasure{640'000, 278'000});
+  }
+  // A session in which nobody measured agrees on nothing, whatever the last one agreed.
+  fabric.settle();
+  for (int me = 0; me < 4; ++me) fabric.engine(me).start_join(20, Ms(5'000));
+  results.assign(4, std::nullopt);
+  REQUIRE(fabric.run_until(
+      [&] {
+        for (int me = 0; me < 4; ++me)
+          if (!results[static_cast<std::size_t>(me)]) results[static_cast<std::size_t>(me)] = fabric.engine(me).join_result();
+        return std::all_of(results.begin(), results.end(), [](const auto& r) { return r.has_value(); });
+      },
+      Ms(10'000)));
+  for (int me = 0; me < 4; ++me) CHECK_FALSE(fabric.engine(me).agreed_measure().known());
+}
+
 // A JOIN is resent until acknowledged, also after its sender's join completed. A copy that came
 // after the receiver's join had used that proposal stood for the peer's next session: the
 // receiver's next join completed without the peer, whose slot was still closed (its client

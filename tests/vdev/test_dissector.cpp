@@ -13,6 +13,7 @@
 #include <functional>
 #include <fstream>
 #include <iostream>
+#include <iomanip>
 #include <sstream>
 
 #include "aapc/sched/algorithms.hpp"
@@ -195,6 +196,13 @@ Expected expect(const Captured& c, std::size_t number) {
          << get32(h + 8);
     if (type == static_cast<std::uint8_t>(engine::FrameType::kData)) info << " frame " << seq;
     if (type == static_cast<std::uint8_t>(engine::FrameType::kSync)) info << " id " << seq;
+    if (type == static_cast<std::uint8_t>(engine::FrameType::kJoin)) {
+      info << " id " << seq;
+      if (whole && payload_len == engine::kJoinMeasureLen) {  // what the engine reads of it
+        const engine::JoinMeasure m = engine::join_measure(std::span<const std::uint8_t>(h + hl, payload_len));
+        info << std::fixed << std::setprecision(1) << " fill " << m.fill_ppm / 1e4 << "% hand-over " << m.hand_over_ns / 1e3 << " us";
+      }
+    }
     e.info_prefix = info.str();
   }
   // The engine's own reader agrees: peek() accepts exactly the sound frames captured whole.
@@ -386,6 +394,8 @@ TEST_CASE("the Wireshark dissector decodes every captured frame as the engine wr
     engine::put_nack_range(nack.data(), 0, 3, 2);
     engine::put_nack_range(nack.data(), 1, 10, 1);
     const std::string reason = "test over";
+    std::vector<std::uint8_t> join_measure(engine::kJoinMeasureLen);
+    engine::put_join_measure(join_measure.data(), {830'000, 142'000});
     std::vector<std::vector<std::uint8_t>> frames = {
         make(FT::kData, 4, 0, std::vector<std::uint8_t>(1470, 0x5A)),
         make(FT::kSync, 9, 0, {}),
@@ -396,6 +406,7 @@ TEST_CASE("the Wireshark dissector decodes every captured frame as the engine wr
         make(FT::kPoll, 0, 0, {}),
         make(FT::kPing, 0, 0, {}),
         make(FT::kJoin, 11, 0, {}),
+        make(FT::kJoin, 12, 0, join_measure),
         make(FT::kData, 5, 0, std::vector<std::uint8_t>(100, 1), [](std::uint8_t* h) { h[4] = engine::kFlagRetransmit | engine::kFlagLast; }),
         make(FT::kData, 1, 0, std::vector<std::uint8_t>(100, 1), [](std::uint8_t* h) { h[0] ^= 0x01; }),  // bad magic
         make(FT::kData, 1, 0, std::vector<std::uint8_t>(100, 1), [](std::uint8_t* h) { h[2] = 1; }),     // bad version (1: before descriptors)

@@ -148,6 +148,9 @@ local f = {
   nack_range = ProtoField.none("aapc.nack.range", "Missing range"),
   nack_first = ProtoField.uint32("aapc.nack.first", "First missing frame", base.DEC),
   nack_count = ProtoField.uint32("aapc.nack.count", "Frames missing", base.DEC),
+  join_fill = ProtoField.uint32("aapc.join.fill", "Phases' fill (millionths)", base.DEC, nil, nil,
+    "JOIN: the rate the sender's tree exchanges moved their blocks at, of the rate the model gives them"),
+  join_hand_over = ProtoField.uint32("aapc.join.hand_over", "Hand-over per phase (ns)", base.DEC),
   payload = ProtoField.bytes("aapc.payload", "Payload"),
   tag = ProtoField.bytes("aapc.tag", "Tag (frame counter, MAC under the cluster key: ChaCha20-Poly1305 in version 6, AES-256-GCM in 7)"),
   crc_computed = ProtoField.uint32("aapc.crc.computed", "Computed CRC32C", base.HEX),
@@ -158,7 +161,7 @@ aapc.fields = {
   f.magic, f.version, f.type, f.flags, f.flag_retransmit, f.flag_dummy, f.flag_last, f.flag_ack_list, f.hdr_len,
   f.phase, f.exchange, f.epoch, f.src, f.dst, f.seq, f.block_len, f.payload_len, f.chunk, f.aux,
   f.crc, f.ack_of, f.abort_code, f.abort_reason, f.nack_range, f.nack_first,
-  f.nack_count, f.payload, f.tag, f.crc_computed, f.crc_ok, f.crc_bad,
+  f.nack_count, f.join_fill, f.join_hand_over, f.payload, f.tag, f.crc_computed, f.crc_ok, f.crc_bad,
 }
 
 local ex = {
@@ -366,6 +369,13 @@ function aapc.dissector(tvb, pinfo, tree)
     info_extra = " block " .. tostring(block_len)
   elseif ftype == TYPE_JOIN then
     info_extra = string.format(" id %d", seq)
+    -- What the sender measured of its tree exchanges (JoinMeasure), or nothing.
+    if payload_len == 8 and payload_captured >= 8 then
+      local fill, hand_over = tvb(hlen, 4):uint(), tvb(hlen + 4, 4):uint()
+      root:add(f.join_fill, tvb(hlen, 4))
+      root:add(f.join_hand_over, tvb(hlen + 4, 4))
+      info_extra = info_extra .. string.format(" fill %.1f%% hand-over %.1f us", fill / 1e4, hand_over / 1e3)
+    end
   end
   if payload_captured > 0 and ftype ~= TYPE_NACK and ftype ~= TYPE_ABORT then
     root:add(f.payload, tvb(hlen, payload_captured))

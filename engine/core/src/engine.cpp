@@ -156,6 +156,7 @@ Engine::Engine(nic::Port& port, EngineConfig config) : port_(port), config_(std:
   newest_lingering_.resize(kSlots);
   peer_proposal_.resize(n);
   peer_owner_.assign(n, {});
+  peer_measure_.assign(n, {});
   peer_round_.assign(n, {});
   spent_round_.assign(n, std::nullopt);
   join_acked_.assign(n, true);

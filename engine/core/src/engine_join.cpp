@@ -1,13 +1,16 @@
 // Agreeing on the next exchange id at the start of a session (Engine::start_join).
+#include <array>
+
 #include "aapc/core/engine.hpp"
 #include "aapc/wire/serial.hpp"
 #include "link.hpp"
 
 namespace aapc::engine {
 
-void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadline, JoinOwner owner) {
+void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadline, JoinOwner owner, JoinMeasure measured) {
   joining_ = true;
   owner_ = owner;
+  measure_ = measured;
   ++join_round_;
   join_left_.assign(config_.peers.size(), false);
   reopen_slot(kWorldSlot);  // a new session: this node starts the cluster's collectives again
@@ -25,10 +28,13 @@ void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadli
 void Engine::join_timers(Clock::time_point now) {
   if (!join_sending_ || now < join_retry_) return;
   bool all = true;
+  std::array<std::uint8_t, kJoinMeasureLen> measure{};
+  put_join_measure(measure.data(), measure_);
+  const std::size_t measure_len = measure_.known() ? measure.size() : 0;
   for (std::size_t r = 0; r < config_.peers.size(); ++r) {
     if (join_acked_[r]) continue;
     all = false;
-    link_->send_control(static_cast<Rank>(r), FrameType::kJoin, owner_.job, proposal_, owner_.uid, join_round_);
+    link_->send_control(static_cast<Rank>(r), FrameType::kJoin, owner_.job, proposal_, owner_.uid, join_round_, measure.data(), measure_len);
   }
   join_sending_ = !all;
   join_retry_ = now + join_rto_;
@@ -52,7 +58,21 @@ void Engine::on_join(const Parsed& f) {
   if (spent_round_[s] && spent_round_[s]->epoch == round.epoch && round.round <= spent_round_[s]->round) return;
   peer_proposal_[s] = f.h.seq;
   peer_owner_[s] = {f.h.aux, f.h.exchange};
+  peer_measure_[s] = join_measure(f.payload);
   peer_round_[s] = round;
+}
+
+// The slowest fill and the longest hand-over of the ranks that measured one: every rank
+// computes it from the same proposals, so every rank chooses its schedules alike.
+JoinMeasure Engine::agree_measure() const {
+  JoinMeasure agreed = measure_;
+  for (std::size_t r = 0; r < peer_measure_.size(); ++r) {
+    const JoinMeasure& m = peer_measure_[r];
+    if (static_cast<Rank>(r) == config_.rank || !m.known()) continue;
+    agreed.fill_ppm = agreed.known() ? std::min(agreed.fill_ppm, m.fill_ppm) : m.fill_ppm;
+    agreed.hand_over_ns = std::max(agreed.hand_over_ns, m.hand_over_ns);
+  }
+  return agreed;
 }
 
 // A peer that proposed for another owner fails the join at once, before we wait for anyone.
@@ -112,6 +132,7 @@ std::optional<Result<std::uint32_t>> Engine::join_result() {
                                                            "called it yet)"));
   }
   joining_ = false;
+  agreed_measure_ = agree_measure();
   for (std::size_t r = 0; r < peer_proposal_.size(); ++r) spend_proposal(r);
   // A new session, agreed by everyone: earlier ABORTs are void. One of an id of this session
   // stays: a peer that finished the join first may already have refused its first collective.

@@ -134,6 +134,16 @@ AckEntry ack_entry(std::span<const std::uint8_t> payload, std::size_t index) {
   return {get32(p), static_cast<FrameType>(p[4]), get32(p + 8), get64(p + 12)};
 }
 
+void put_join_measure(std::uint8_t* payload, const JoinMeasure& m) {
+  put32(payload, m.fill_ppm);
+  put32(payload + 4, m.hand_over_ns);
+}
+
+JoinMeasure join_measure(std::span<const std::uint8_t> payload) {
+  if (payload.size() != kJoinMeasureLen) return {};
+  return {get32(payload.data()), get32(payload.data() + 4)};
+}
+
 std::pair<std::uint32_t, std::uint32_t> nack_range(std::span<const std::uint8_t> payload, std::uint32_t index) {
   return {get32(payload.data() + 8 * index), get32(payload.data() + 8 * index + 4)};
 }
@@ -452,8 +462,12 @@ Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> t
       break;
     case FrameType::kPoll:
     case FrameType::kPing:
-    case FrameType::kJoin:
       if (h.payload_len != 0) return drop(DropReason::kBadLength);
+      break;
+    case FrameType::kJoin:
+      // Nothing, or one measure whose fill is a fraction.
+      if (h.payload_len != 0 && (h.payload_len != kJoinMeasureLen || join_measure(out.payload).fill_ppm > kJoinFillWhole))
+        return drop(DropReason::kBadLength);
       break;
     case FrameType::kAck:
       if (h.aux == 0 || h.aux >= kFrameTypes) return drop(DropReason::kBadLength);

@@ -116,7 +116,8 @@ enum class FrameType : std::uint8_t {
   kPoll = 7,   // the sender of a block asks for its state (answered by ACK or NACK)
   kPing = 8,   // is the engine there (answered by ACK)
   kJoin = 9,   // seq: the id this engine proposes for the next exchange of a new session;
-               // block length: the sender's join round (Engine::start_join)
+               // block length: the sender's join round (Engine::start_join); payload:
+               // nothing, or what it measured of its tree exchanges (JoinMeasure)
 };
 inline constexpr int kFrameTypes = 10;
 std::string_view frame_type_name(FrameType type);
@@ -146,6 +147,22 @@ struct AckEntry {
 inline constexpr std::size_t kAckEntryLen = 20;
 void put_ack_entry(std::uint8_t* payload, std::size_t index, const AckEntry& e);
 AckEntry ack_entry(std::span<const std::uint8_t> payload, std::size_t index);
+
+// A JOIN's payload: what its sender measured of its tree exchanges (sched::Measured), which the
+// session's ranks agree on: the fraction of its pacing rate it sent a phase's block at, in
+// millionths (1..1,000,000; 0: nothing measured, no payload sent), and the time each phase took
+// beyond its blocks', in ns. Two u32s.
+struct JoinMeasure {
+  std::uint32_t fill_ppm = 0;
+  std::uint32_t hand_over_ns = 0;
+  bool known() const { return fill_ppm > 0; }
+  friend bool operator==(const JoinMeasure&, const JoinMeasure&) = default;
+};
+inline constexpr std::size_t kJoinMeasureLen = 8;
+inline constexpr std::uint32_t kJoinFillWhole = 1'000'000;
+void put_join_measure(std::uint8_t* payload, const JoinMeasure& m);
+// Nothing known unless the payload is one JoinMeasure (parse() drops a JOIN whose is not).
+JoinMeasure join_measure(std::span<const std::uint8_t> payload);
 
 // Why a frame was dropped. Everything that is not kOk is counted per reason.
 enum class DropReason : std::uint8_t {
