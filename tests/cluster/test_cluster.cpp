@@ -377,6 +377,45 @@ TEST_CASE("a tree whose links differ in rate: the tree's phases resend nothing, 
   }
 }
 
+// `auto` weighs the tree's phases with what the daemons measured of them (docs/design.md, Fast
+// links): each fits its own tree exchanges, and a session's join agrees on one fit for every
+// rank, or ranks would choose different schedules for one collective.
+TEST_CASE("the daemons measure their tree exchanges, agree on one fit at the next session's start, and keep it across a restart") {
+  Cluster c("8-two-switch");
+  for (const auto& st : all_machines_status()) {
+    CHECK(st["phases_measured"].is_null());
+    CHECK(st["phases_agreed"].is_null());
+  }
+  require_all_ok(everywhere(exchange(16 * 1024, "tree", "sender-all", 4)), "tree + sender-all");
+  const std::vector<nlohmann::json> measured = all_machines_status();
+  double fill = 1, hand_over_us = 0;
+  for (const auto& st : measured) {
+    INFO(st.dump());
+    REQUIRE(st["phases_measured"].is_object());
+    CHECK(st["phases_measured"]["exchanges"].get<int>() >= 4);
+    fill = std::min(fill, st["phases_measured"]["fill"].get<double>());
+    hand_over_us = std::max(hand_over_us, st["phases_measured"]["hand_over_us"].get<double>());
+    CHECK(st["phases_agreed"].is_null());  // that session agreed before anything was measured
+  }
+  // The next session's join: the lowest fill and the longest hand-over, on every rank. (Its
+  // 2,000-byte blocks run the pairwise exchange, which measures nothing.)
+  require_all_ok(everywhere(exchange(2000, "auto")), "the next session");
+  for (const auto& st : all_machines_status()) {
+    INFO(st.dump());
+    REQUIRE(st["phases_agreed"].is_object());
+    CHECK(st["phases_agreed"]["fill"].get<double>() == Approx(fill).margin(1e-6));
+    CHECK(st["phases_agreed"]["hand_over_us"].get<double>() == Approx(hand_over_us).margin(1e-3));
+  }
+  REQUIRE(sh(kEmu + " stop").status == 0);
+  c.start();
+  const std::vector<nlohmann::json> restarted = all_machines_status();
+  for (std::size_t m = 0; m < restarted.size(); ++m) {
+    INFO(restarted[m].dump());
+    CHECK(restarted[m]["phases_measured"] == measured[m]["phases_measured"]);
+    CHECK(restarted[m]["phases_agreed"].is_null());
+  }
+}
+
 TEST_CASE("jumbo frames: 256 KiB exchanges byte-exact at MTU 9000, 9014-byte frames on the wire") {
   Cluster c("8-two-switch-jumbo");  // landed main: aapcd failed to start ("configuring failed")
   for (const char* schedule : {"auto", "tree", "pairwise"})

@@ -62,6 +62,7 @@ void Daemon::Impl::finished(const ExchangeReport& rep) {
   if (it == exchanges.end()) return;  // its client went away
   if (rep.state == ExchangeState::kFailed) spdlog::warn("exchange {} failed: {}", rep.id, rep.error);
   it->second.report = rep;
+  measure(it->second, rep);
   it->second.cpu_ns = cpu_now() - it->second.cpu_ns;
   for (std::uint32_t request : it->second.waiters) send_done(it->second.client, request, rep.id, it->second);
   for (const auto& [request, until] : it->second.bounded) send_done(it->second.client, request, rep.id, it->second);
@@ -102,6 +103,7 @@ void Daemon::Impl::shut_down() {
   for (int i = 0; i < 200 && !engine->quiet(); ++i) engine->poll();
   for (int i = 0; i < 50; ++i) engine->poll();
   collect_finished();
+  save_measures();
 }
 
 Daemon::Daemon() : impl_(std::make_unique<Impl>()) {}
@@ -124,6 +126,7 @@ std::unique_ptr<Daemon> Daemon::create(const DaemonConfig& config) {
   if (config.rank && (*config.rank < 0 || *config.rank >= m.topo.machine_count()))
     fail("--rank " + std::to_string(*config.rank) + ": " + m.topo.source() + " has ranks 0.." + std::to_string(m.topo.machine_count() - 1));
   m.open_port();
+  m.load_measures();
   m.open_socket();
   return d;
 }

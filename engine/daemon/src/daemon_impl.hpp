@@ -9,6 +9,7 @@
 //   daemon_groups.cpp    GROUP_QUERY, GROUP_OPEN, GROUP_CLOSE: collectives among some machines
 //   daemon_sparse.cpp    alltoallv: the counts agreed first, then CGM for sparse patterns
 //   daemon_status.cpp    STATUS: the state and counters as JSON
+//   daemon_measure.cpp   what this node's tree exchanges measured, proposed at each session's join
 #pragma once
 
 #include <sys/socket.h>
@@ -32,6 +33,7 @@
 #include "aapc/result.hpp"
 #include "aapc/sched/algorithms.hpp"
 #include "aapc/sched/alltomany.hpp"
+#include "aapc/sched/choice.hpp"
 #include "aapc/sched/topology.hpp"
 #include "aapc/sched/tree.hpp"
 #include "aapc/wire/serial.hpp"
@@ -55,6 +57,9 @@ struct ClientState {
 struct ExchangeRecord {
   int client = -1;  // fd of the owner
   std::string schedule, sync;
+  // The block of the cluster's alltoall that ran the tree's phases with tokens: what it took
+  // measures this node's tree exchanges (daemon_measure.cpp). 0: another exchange.
+  std::uint64_t tree_block = 0;
   std::set<std::uint32_t> buffers;
   std::int64_t cpu_ns = 0;  // process CPU time at the start, then spent during the exchange
   std::optional<ExchangeReport> report;
@@ -295,6 +300,22 @@ struct Daemon::Impl {
   Result<void> place_blocks(const ClientState& c, const proto::StartRequest& m, std::size_t n, Prepared& p) const;
   static Result<void> blocks_apart(const proto::StartRequest& m, std::size_t n, const Mapping& send, const Mapping& recv);
   Result<void> choose_schedule(const proto::StartRequest& m, Prepared& p);
+  Result<void> pick_schedule(Prepared& p);  // choose_schedule's choice, from p.spec: again once a join agreed
+
+  // daemon_measure.cpp
+  // The last kMeasuresKept of this node's tree exchanges, and what the session's join agreed on
+  // (sched::Measured, used by `auto` for the cluster's collectives).
+  static constexpr std::size_t kMeasuresKept = 32;
+  std::deque<sched::TreeSample> measures;
+  sched::Measured agreed;
+  std::uint64_t tree_block(const sched::Choice& choice, const Prepared& p) const;
+  void measure(const ExchangeRecord& rec, const ExchangeReport& rep);
+  sched::Measured own_measure() const;  // fitted to `measures`; nothing known while none
+  JoinMeasure join_measure() const;
+  void take_agreed(const JoinMeasure& m);
+  std::string measures_path() const;
+  void load_measures();
+  void save_measures() const;
 
   // daemon_sparse.cpp
   static bool counts_first(const std::string& spec, const sched::Topology& tree);

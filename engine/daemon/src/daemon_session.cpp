@@ -65,7 +65,8 @@ void Daemon::Impl::start_or_join(ClientState& c, std::uint32_t request, const pr
     // A rank whose client exited before its first collective must not
     // hang the others in the join; they wait as long as for the exchange itself.
     const ExchangeSpec spec = spec_of(*p, 0);
-    if (!engine->joining()) engine->start_join(next_id, p->timeout_ms != 0 ? spec.timeout : engine->default_timeout(spec), {holder.uid, job_tag(holder.job)});
+    if (!engine->joining())
+      engine->start_join(next_id, p->timeout_ms != 0 ? spec.timeout : engine->default_timeout(spec), {holder.uid, job_tag(holder.job)}, join_measure());
     waiting_join.push_back(std::move(*p));
     return;
   }
@@ -85,8 +86,17 @@ void Daemon::Impl::joins() {
   next_id = result->value();
   joined = true;
   spdlog::info("session agreed: exchanges from id {}", next_id);
-  for (auto& p : waiting)
-    if (clients.count(p.client) != 0) launch(std::move(p));
+  take_agreed(engine->agreed_measure());
+  for (auto& p : waiting) {
+    if (clients.count(p.client) == 0) continue;
+    // Chosen again with what the join agreed, as every rank does: a START that came before it
+    // chose with the last session's.
+    if (auto picked = p.kind == Collective::kBarrier ? Result<void>{} : pick_schedule(p); !picked) {
+      reply_error(p.client, p.request, picked.error());
+      continue;
+    }
+    launch(std::move(p));
+  }
 }
 
 // The engine's spec of a prepared START. Its descriptor says what the ranks must agree on;
@@ -223,28 +233,37 @@ Result<void> Daemon::Impl::blocks_apart(const proto::StartRequest& m, std::size_
 // the same on all of them (the collective's contract), an alltoallv's largest block is not,
 // so it gets the choice for large blocks.
 Result<void> Daemon::Impl::choose_schedule(const proto::StartRequest& m, Prepared& p) {
+  p.spec = m.spec;
+  return pick_schedule(p);
+}
+
+// The cluster's collectives choose with what its ranks measured, as the session's join agreed
+// (daemon_measure.cpp); a group's, which agree on nothing of the kind, with the model alone.
+Result<void> Daemon::Impl::pick_schedule(Prepared& p) {
+  sched::Choice choice;
   try {
-    const bool sparse = sched::forced_sparse_algorithm(sched::read_spec(m.spec).algorithm).has_value();
-    if (sparse && m.kind != proto::Kind::kAlltoallv)
-      return invalid("schedule '" + sched::read_spec(m.spec).algorithm + "' decomposes an alltoallv's pattern; an alltoall is dense");
-    if (const auto given = sched::read_spec(m.spec).sync; sparse && !given.empty()) (void)sched::parse_plan_spec("auto+" + given);  // throws
-    TreeSchedules& tree = schedules_of(m.group);
-    const sched::Choice choice = sched::choose(tree.model, sparse ? "auto" : m.spec, m.kind == proto::Kind::kAlltoall ? m.block : sched::kAnyBlockSize);
-    p.schedule = tree.schedule(choice.algorithm, choice.sync, rank_in(m.group));
-    if (m.kind == proto::Kind::kAlltoallv && counts_first(m.spec, tree.topo)) {
+    const std::string algorithm = sched::read_spec(p.spec).algorithm;
+    const bool sparse = sched::forced_sparse_algorithm(algorithm).has_value();
+    if (sparse && p.kind != Collective::kAlltoallv) return invalid("schedule '" + algorithm + "' decomposes an alltoallv's pattern; an alltoall is dense");
+    if (const auto given = sched::read_spec(p.spec).sync; sparse && !given.empty()) (void)sched::parse_plan_spec("auto+" + given);  // throws
+    TreeSchedules& tree = schedules_of(p.slot);
+    choice = sched::choose(tree.model, sparse ? "auto" : p.spec, p.kind == Collective::kAlltoall ? p.block : sched::kAnyBlockSize,
+                           p.slot == kWorldSlot ? agreed : sched::Measured{});
+    p.schedule = tree.schedule(choice.algorithm, choice.sync, rank_in(p.slot));
+    if (p.kind == Collective::kAlltoallv && counts_first(p.spec, tree.topo)) {
       p.counts_first = true;  // the schedule above only sizes the join's deadline
-      p.spec = m.spec;
       p.rec.schedule = "alltoallv: agreeing on counts";
       return {};
     }
   } catch (const std::exception& e) {
     return invalid(e.what());
   }
-  if (p.schedule->combining() && m.kind != proto::Kind::kAlltoall)
+  if (p.schedule->combining() && p.kind != Collective::kAlltoall)
     return invalid("schedule " + p.schedule->algorithm + " combines blocks into one message per step and forwards them through other ranks, which needs " +
                    "blocks of one size on every rank: it runs alltoall, not alltoallv");
   p.rec.schedule = p.schedule->algorithm;
   p.rec.sync = p.schedule->sync.name();
+  p.rec.tree_block = tree_block(choice, p);
   return {};
 }
 

@@ -5,6 +5,17 @@
 
 namespace aapc::engine {
 
+namespace {
+
+nlohmann::json measured_json(const sched::Measured& m, std::size_t exchanges) {
+  if (!m.known()) return nullptr;
+  nlohmann::json j = {{"fill", m.fill}, {"hand_over_us", m.hand_over_s * 1e6}};
+  if (exchanges > 0) j["exchanges"] = exchanges;
+  return j;
+}
+
+}  // namespace
+
 void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
   const EngineCounters& k = engine->counters();
   nlohmann::json drops = nlohmann::json::object();
@@ -37,6 +48,10 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
       {"port_peak", {{"send_bps", static_cast<std::uint64_t>(rates.peak_send_bps)}, {"receive_bps", static_cast<std::uint64_t>(rates.peak_receive_bps)}}},
       {"epoch", engine->epoch()},
       {"pace_bps", pace_bps},
+      // What this node's last tree exchanges measured, and what the session's ranks agreed on
+      // (`auto` weighs the tree's phases with it): null while none measured.
+      {"phases_measured", measured_json(own_measure(), measures.size())},
+      {"phases_agreed", measured_json(agreed, 0)},
       // Frames tagged with the cluster key, and its cipher; null: unauthenticated.
       {"authentication", key ? nlohmann::json(std::string(cipher_name(key->cipher))) : nlohmann::json(nullptr)},
       {"peak_aggregate_bps", world->model.peak_aggregate_bps()},
