@@ -65,10 +65,13 @@ void EmuSession::down() {
 
 // A run that is not measured first: right after the cluster comes up (and after an earlier
 // cluster's namespaces are torn down, which the kernel finishes in the background) the first
-// configuration measured 30% below the same one a minute later at 1 KiB.
+// configuration measured 30% below the same one a minute later at 1 KiB. It runs the tree's
+// phases with tokens too: the daemons then know how fast their node sends a phase and what a
+// hand-over costs (daemon_measure.cpp), as a cluster's daemons do from its earlier jobs, and
+// `auto` weighs the phases with it from the first measured run.
 void EmuSession::warm_up() const {
   run_collect(emu_ + " run " + shell_quote(sweep_.topo_file.string()) + " --keep --port " + sweep_.port + " -- " + shell_quote((sweep_.tools / "aapc-bench").string()) +
-                  " --measure --schedule auto --sync auto --point-seconds 1 --max-iters 20 --sizes 4K 64K",
+                  " --measure --configs auto tree+sender-all --point-seconds 1 --max-iters 20 --sizes 4K 64K",
               [](const Json&) {});
 }
 
