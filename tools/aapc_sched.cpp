@@ -471,6 +471,7 @@ std::string percent(double part, double whole) {
 // What `aapc-sched predict` was asked, as typed (checked in predict_options()).
 struct PredictArgs {
   std::string size = "64K", rate, per_link = "0", per_switch = "0.5us", per_nic = "1us", engine = "0.2us", lead = "0", leaves = "drained";
+  std::string measured;  // FILL,HAND-OVER: what a cluster's daemons agreed on (aapc status: phases_agreed)
   double frames_ahead = 1.0, store_forward = 1.0;
   std::uint32_t wire_extra = 24, token_bytes = HandOver{}.token_bytes;
   double link_share = 1.0;
@@ -569,6 +570,18 @@ void print_path(const Topology& t, const Prediction& p) {
   }
 }
 
+// --measured FILL,HAND-OVER, e.g. 0.83,142us; nothing measured when empty.
+Measured measured_option(const std::string& text) {
+  if (text.empty()) return {};
+  const auto comma = text.find(',');
+  const std::string fill_text = text.substr(0, comma);
+  char* end = nullptr;
+  const double fill = std::strtod(fill_text.c_str(), &end);
+  if (comma == std::string::npos || fill_text.empty() || *end != '\0' || !(fill > 0 && fill <= 1))
+    throw CLI::ValidationError("--measured", "'" + text + "' is not FILL,HAND-OVER with a fill in (0, 1], e.g. 0.83,142us");
+  return {fill, parse_duration("--measured", text.substr(comma + 1))};
+}
+
 int cmd_predict(const std::string& path, const std::string& algo, const std::string& sync, const PredictArgs& args) {
   PredictOptions o = predict_options(args);
   if (algo != "auto") algorithm_option(algo);
@@ -580,7 +593,7 @@ int cmd_predict(const std::string& path, const std::string& algo, const std::str
     t = Topology::from_spec(read_dot(to_dot(t, *bps), t.source()));
   }
   const TreeModel model(t);
-  const Choice c = choose(model, sync.empty() ? algo : algo + "+" + sync, o.block_bytes);
+  const Choice c = choose(model, sync.empty() ? algo : algo + "+" + sync, o.block_bytes, measured_option(args.measured));
   // The engine's lead: one switch buffer over the phases (of the tree, the load), at machine 0's
   // rate, within the round's last frame.
   if (args.lead == "engine")
@@ -608,6 +621,9 @@ CLI::App* add_predict(CLI::App& app, std::string& topo, std::string& algo, std::
   p->add_option("--size", a.size, "block size (bytes per pair; K, M suffixes)")->capture_default_str();
   p->add_option("--rate", a.rate, "every link at this rate (e.g. 100Gbit); default: the topology's rates");
   p->add_option("--algo,-a", algo, algo_help + "; or auto (what aapc runs for this block size)")->capture_default_str();
+  p->add_option("--measured", a.measured,
+                "with --algo auto: what the cluster's daemons measured of their tree exchanges, FILL,HAND-OVER (`aapc status`: "
+                "phases_agreed, e.g. 0.83,142us); default: nothing measured, the model alone");
   p->add_option("--sync,-s", sync, sync_help + "; default: the schedule's own (the tree: sender-all)");
   p->add_option("--per-link", a.per_link, "hand-over: fixed time per link a token crosses (cable, PHY)")->capture_default_str();
   p->add_option("--frames-ahead", a.frames_ahead, "hand-over: full frames a token queues behind at each link it crosses (a sender-based token's first link "
