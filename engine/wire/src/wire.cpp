@@ -404,6 +404,56 @@ bool integrity_holds(std::span<const std::uint8_t> head, std::span<const std::ui
   return tagged_version(p[2]) && tail.data() == p + hlen_of(p) && tag_verifies(p, h.payload_len, *key);
 }
 
+namespace {
+
+// A control frame's payload, by its type (the CRC and tag have held).
+DropReason check_control(const Header& h, std::span<const std::uint8_t> payload) {
+  switch (h.type) {
+    case FrameType::kData:
+      break;
+    case FrameType::kNack: {
+      // seq ranges of (first, count), 8 bytes each, within the block.
+      if (h.payload_len != h.seq * 8ULL || h.chunk == 0) return DropReason::kBadLength;
+      std::uint32_t count = frame_count(h.block_len, h.chunk);
+      for (std::uint32_t i = 0; i < h.seq; ++i) {
+        std::uint32_t first = get32(payload.data() + 8 * i), n = get32(payload.data() + 8 * i + 4);
+        if (n == 0 || first >= count || n > count - first) return DropReason::kBadOffset;
+      }
+      break;
+    }
+    case FrameType::kSync:
+    case FrameType::kReady:
+      // The sender's exchange descriptor, or nothing.
+      if (h.payload_len != 0 && !descriptor_valid(payload)) return DropReason::kBadLength;
+      break;
+    case FrameType::kPoll:
+    case FrameType::kPing:
+      if (h.payload_len != 0) return DropReason::kBadLength;
+      break;
+    case FrameType::kJoin:
+      // Nothing, or one measure whose fill is a fraction.
+      if (h.payload_len != 0 && (h.payload_len != kJoinMeasureLen || join_measure(payload).fill_ppm > kJoinFillWhole)) return DropReason::kBadLength;
+      break;
+    case FrameType::kAck:
+      if (h.aux == 0 || h.aux >= kFrameTypes) return DropReason::kBadLength;
+      if ((h.flags & kFlagAckList) != 0) {
+        if (h.payload_len == 0 || h.payload_len % kAckEntryLen != 0) return DropReason::kBadLength;
+        for (std::size_t i = 0; i < h.payload_len / kAckEntryLen; ++i) {
+          const FrameType t = ack_entry(payload, i).type;
+          if (t != FrameType::kData && t != FrameType::kSync) return DropReason::kBadLength;
+        }
+        break;
+      }
+      if (h.payload_len != 0 && !descriptor_valid(payload)) return DropReason::kBadLength;
+      break;
+    case FrameType::kAbort:
+      break;
+  }
+  return DropReason::kOk;
+}
+
+}  // namespace
+
 Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> tail, const ParseContext& ctx, bool integrity_checked) {
   Parsed out;
   auto drop = [&](DropReason r) {
@@ -441,48 +491,10 @@ Parsed parse(std::span<const std::uint8_t> head, std::span<const std::uint8_t> t
   out.src_rank = src_rank;
   out.payload = tail.first(h.payload_len);
 
-  switch (h.type) {
-    case FrameType::kData:
-      if (DropReason r = check_data(out, p, crc_later, ctx); r != DropReason::kOk) return reject(r);
-      break;
-    case FrameType::kNack: {
-      // seq ranges of (first, count), 8 bytes each, within the block.
-      if (h.payload_len != h.seq * 8ULL || h.chunk == 0) return drop(DropReason::kBadLength);
-      std::uint32_t count = frame_count(h.block_len, h.chunk);
-      for (std::uint32_t i = 0; i < h.seq; ++i) {
-        std::uint32_t first = get32(out.payload.data() + 8 * i), n = get32(out.payload.data() + 8 * i + 4);
-        if (n == 0 || first >= count || n > count - first) return drop(DropReason::kBadOffset);
-      }
-      break;
-    }
-    case FrameType::kSync:
-    case FrameType::kReady:
-      // The sender's exchange descriptor, or nothing.
-      if (h.payload_len != 0 && !descriptor_valid(out.payload)) return drop(DropReason::kBadLength);
-      break;
-    case FrameType::kPoll:
-    case FrameType::kPing:
-      if (h.payload_len != 0) return drop(DropReason::kBadLength);
-      break;
-    case FrameType::kJoin:
-      // Nothing, or one measure whose fill is a fraction.
-      if (h.payload_len != 0 && (h.payload_len != kJoinMeasureLen || join_measure(out.payload).fill_ppm > kJoinFillWhole))
-        return drop(DropReason::kBadLength);
-      break;
-    case FrameType::kAck:
-      if (h.aux == 0 || h.aux >= kFrameTypes) return drop(DropReason::kBadLength);
-      if ((h.flags & kFlagAckList) != 0) {
-        if (h.payload_len == 0 || h.payload_len % kAckEntryLen != 0) return drop(DropReason::kBadLength);
-        for (std::size_t i = 0; i < h.payload_len / kAckEntryLen; ++i) {
-          const FrameType t = ack_entry(out.payload, i).type;
-          if (t != FrameType::kData && t != FrameType::kSync) return drop(DropReason::kBadLength);
-        }
-        break;
-      }
-      if (h.payload_len != 0 && !descriptor_valid(out.payload)) return drop(DropReason::kBadLength);
-      break;
-    case FrameType::kAbort:
-      break;
+  if (h.type == FrameType::kData) {
+    if (DropReason r = check_data(out, p, crc_later, ctx); r != DropReason::kOk) return reject(r);
+  } else if (DropReason r = check_control(h, out.payload); r != DropReason::kOk) {
+    return drop(r);
   }
   return out;
 }
