@@ -54,6 +54,14 @@ std::vector<std::uint8_t> described(engine::FrameType type, std::uint32_t seq, i
   return f;
 }
 
+// A JOIN carrying what its daemon measured of its tree exchanges.
+std::vector<std::uint8_t> join_measured() {
+  auto f = frame(engine::FrameType::kJoin, 10, 1, engine::kJoinMeasureLen, 2);
+  engine::put_join_measure(f.data() + engine::kFrameOverhead, {860'000, 244'000});
+  engine::seal(f.data());
+  return f;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
@@ -74,6 +82,7 @@ std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds() {
       {"sync-described", described(FrameType::kSync, 12, 2)},
       {"ack-described", described(FrameType::kAck, 0, 0)},
       {"ack-list", ack_list()},
+      {"join-measured", join_measured()},
   };
 }
 
