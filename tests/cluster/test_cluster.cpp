@@ -422,6 +422,36 @@ TEST_CASE("the daemons measure their tree exchanges, agree on one fit at the nex
   require_all_ok(everywhere(exchange(2000, "auto")), "a session after the restart");
 }
 
+// A measure taken while the hosts were busy must not keep the phases off for good: where it
+// moved auto off them, one alltoall in 64 runs them all the same, on every rank alike.
+TEST_CASE("where the agreed measure moves auto off the tree's phases, every 64th alltoall runs them to measure them again") {
+  Cluster c("8-two-switch");
+  const std::vector<nlohmann::json> before = all_machines_status();
+  REQUIRE(sh(kEmu + " stop").status == 0);
+  // Four exchanges a machine that each took 2 ms a phase beyond its blocks: the phases would
+  // reach 40% of the limit at 16 KiB, where the paced shuffle reaches 86%.
+  for (const auto& st : before) {
+    const nlohmann::json measured = {{"machine", st["machine"]},
+                                     {"topology", st["topology"]},
+                                     {"pace_bps", st["pace_bps"]},
+                                     {"measures", {{0.001, 0.003}, {0.002, 0.004}, {0.001, 0.003}, {0.002, 0.004}}}};
+    std::ofstream(socket_of(st["machine"].get<std::string>()) + ".measured") << measured.dump();
+  }
+  c.start();
+  for (const auto& st : all_machines_status()) CHECK(st["phases_measured"]["hand_over_us"].get<double>() == Approx(2000));
+  auto paced = everywhere(exchange(16 * 1024, "auto", "auto", 63));
+  require_all_ok(paced, "63 alltoalls of 16 KiB");
+  CHECK_THAT(paced[0].output(), Catch::Contains("ok paced-shuffle"));
+  auto remeasured = everywhere(exchange(16 * 1024, "auto", "auto", 64));
+  require_all_ok(remeasured, "64 alltoalls of 16 KiB");
+  CHECK_THAT(remeasured[0].output(), Catch::Contains("ok tree sender-all"));
+  for (const auto& st : all_machines_status()) {
+    INFO(st.dump());
+    CHECK(st["phases_agreed"]["hand_over_us"].get<double>() == Approx(2000));
+    CHECK(st["phases_measured"]["exchanges"].get<int>() == 5);  // the four, and the 64th
+  }
+}
+
 TEST_CASE("jumbo frames: 256 KiB exchanges byte-exact at MTU 9000, 9014-byte frames on the wire") {
   Cluster c("8-two-switch-jumbo");  // landed main: aapcd failed to start ("configuring failed")
   for (const char* schedule : {"auto", "tree", "pairwise"})

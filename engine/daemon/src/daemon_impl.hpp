@@ -308,6 +308,13 @@ struct Daemon::Impl {
   static constexpr std::size_t kMeasuresKept = 32;
   std::deque<sched::TreeSample> measures;
   sched::Measured agreed;
+  // This session's alltoalls that the measure moved off the tree's phases: every
+  // kRemeasureEvery-th runs them all the same, so that a measure taken while the hosts were
+  // busy does not keep them off for good. Counted alike on every rank: only choices made once
+  // the session is agreed count, and every rank makes the same ones in the same order.
+  static constexpr std::uint64_t kRemeasureEvery = 64;
+  std::uint64_t moved_off_phases = 0;
+  sched::Choice measured_choice(const TreeSchedules& tree, const Prepared& p, const std::string& spec);
   std::uint64_t tree_block(const sched::Choice& choice, const Prepared& p) const;
   void measure(const ExchangeRecord& rec, const ExchangeReport& rep);
   sched::Measured own_measure() const;  // fitted to `measures`; nothing known while none

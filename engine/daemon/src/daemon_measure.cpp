@@ -33,6 +33,19 @@ void Daemon::Impl::measure(const ExchangeRecord& rec, const ExchangeReport& rep)
 
 sched::Measured Daemon::Impl::own_measure() const { return sched::fit_measured({measures.begin(), measures.end()}); }
 
+// What `spec` runs: for the cluster's collectives with what the session agreed, for a group's
+// with the model alone.
+sched::Choice Daemon::Impl::measured_choice(const TreeSchedules& tree, const Prepared& p, const std::string& spec) {
+  const std::uint64_t block = p.kind == Collective::kAlltoall ? p.block : sched::kAnyBlockSize;
+  sched::Choice modelled = sched::choose(tree.model, spec, block);
+  if (p.slot != kWorldSlot || !agreed.known()) return modelled;
+  sched::Choice choice = sched::choose(tree.model, spec, block, agreed);
+  if (choice.algorithm.algorithm == modelled.algorithm.algorithm || !joined) return choice;
+  if (++moved_off_phases % kRemeasureEvery != 0) return choice;
+  modelled.reason += " (once in " + std::to_string(kRemeasureEvery) + " where the measure ran " + choice.algorithm.name() + ": to measure them again)";
+  return modelled;
+}
+
 JoinMeasure Daemon::Impl::join_measure() const {
   const sched::Measured m = own_measure();
   if (!m.known()) return {};

@@ -87,6 +87,7 @@ void Daemon::Impl::joins() {
   joined = true;
   spdlog::info("session agreed: exchanges from id {}", next_id);
   take_agreed(engine->agreed_measure());
+  moved_off_phases = 0;
   for (auto& p : waiting) {
     if (clients.count(p.client) == 0) continue;
     // Chosen again with what the join agreed, as every rank does: a START that came before it
@@ -247,8 +248,7 @@ Result<void> Daemon::Impl::pick_schedule(Prepared& p) {
     if (sparse && p.kind != Collective::kAlltoallv) return invalid("schedule '" + algorithm + "' decomposes an alltoallv's pattern; an alltoall is dense");
     if (const auto given = sched::read_spec(p.spec).sync; sparse && !given.empty()) (void)sched::parse_plan_spec("auto+" + given);  // throws
     TreeSchedules& tree = schedules_of(p.slot);
-    choice = sched::choose(tree.model, sparse ? "auto" : p.spec, p.kind == Collective::kAlltoall ? p.block : sched::kAnyBlockSize,
-                           p.slot == kWorldSlot ? agreed : sched::Measured{});
+    choice = measured_choice(tree, p, sparse ? "auto" : p.spec);
     p.schedule = tree.schedule(choice.algorithm, choice.sync, rank_in(p.slot));
     if (p.kind == Collective::kAlltoallv && counts_first(p.spec, tree.topo)) {
       p.counts_first = true;  // the schedule above only sizes the join's deadline
