@@ -57,7 +57,7 @@ JoinMeasure Daemon::Impl::join_measure() const {
 void Daemon::Impl::take_agreed(const JoinMeasure& m) {
   agreed = m.known() ? sched::Measured{static_cast<double>(m.fill_ppm) / kJoinFillWhole, static_cast<double>(m.hand_over_ns) / 1e9} : sched::Measured{};
   if (agreed.known())
-    spdlog::info("the cluster measured its tree exchanges: the slowest node sends a phase's block at {:.0f}% of its rate, a phase loses {:.1f} us to its hand-over",
+    spdlog::info("the session agreed on what its ranks measured of their tree exchanges: blocks at {:.0f}% of their links' rate, {:.1f} us a phase of hand-over",
                  agreed.fill * 100, agreed.hand_over_s * 1e6);
 }
 
