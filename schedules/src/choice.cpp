@@ -168,15 +168,18 @@ Measured fit_measured(const std::vector<TreeSample>& samples) {
       const TreeSample &a = samples[i], &b = samples[j];
       if (std::max(a.model_s, b.model_s) >= kApart * std::min(a.model_s, b.model_s)) slopes.push_back((b.took_s - a.took_s) / (b.model_s - a.model_s));
     }
-  std::vector<double> ratios;
-  for (const TreeSample& s : samples) ratios.push_back(s.took_s / s.model_s);
-  if (slopes.empty()) return {1 / std::max(1.0, median_of(ratios)), 0.0};
+  // Slower in proportion only: one size, or the fit's hand-over below 0.
+  auto all_fill = [&] {
+    std::vector<double> ratios;
+    for (const TreeSample& s : samples) ratios.push_back(s.took_s / s.model_s);
+    return Measured{1 / std::max(1.0, median_of(ratios)), 0.0};
+  };
+  if (slopes.empty()) return all_fill();
   const double slope = std::max(1.0, median_of(slopes));
   std::vector<double> intercepts;
   for (const TreeSample& s : samples) intercepts.push_back(s.took_s - slope * s.model_s);
   const double hand_over = median_of(intercepts);
-  if (hand_over >= 0) return {1 / slope, hand_over};
-  return {1 / std::max(1.0, median_of(ratios)), 0.0};  // slower in proportion only
+  return hand_over >= 0 ? Measured{1 / slope, hand_over} : all_fill();
 }
 
 Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {

@@ -295,20 +295,33 @@ TEST_CASE("a rank that never starts the exchange (its client exited): the others
   }
 }
 
+namespace {
+
+using JoinResults = std::vector<std::optional<Result<std::uint32_t>>>;
+
+// Each of `ranks`' join results (by rank), polled until all of them have one or `wait` passed.
+JoinResults join_results(test::Fabric& fabric, const std::vector<int>& ranks, Ms wait) {
+  JoinResults results(static_cast<std::size_t>(fabric.size()));
+  fabric.run_until(
+      [&] {
+        for (int me : ranks)
+          if (!results[static_cast<std::size_t>(me)]) results[static_cast<std::size_t>(me)] = fabric.engine(me).join_result();
+        return std::all_of(ranks.begin(), ranks.end(), [&](int me) { return results[static_cast<std::size_t>(me)].has_value(); });
+      },
+      wait);
+  return results;
+}
+
+}  // namespace
+
 TEST_CASE("at the session's start, a rank whose daemon answers but has no client fails the join after its deadline") {
   test::Fabric fabric(test::nodes(3));
   for (int me : {0, 1}) fabric.engine(me).start_join(10, Ms(400));
-  std::vector<std::optional<Result<std::uint32_t>>> results(2);
   const auto t0 = std::chrono::steady_clock::now();
-  REQUIRE(fabric.run_until(
-      [&] {
-        for (int me : {0, 1})
-          if (!results[static_cast<std::size_t>(me)]) results[static_cast<std::size_t>(me)] = fabric.engine(me).join_result();
-        return results[0] && results[1];
-      },
-      Ms(10'000)));
+  const JoinResults results = join_results(fabric, {0, 1}, Ms(10'000));
+  REQUIRE((results[0] && results[1]));
   CHECK(std::chrono::steady_clock::now() - t0 < Ms(2'000));
-  for (const auto& r : results) {
+  for (const auto& r : {results[0], results[1]}) {
     REQUIRE(!*r);
     CHECK(r->error().code() == Errc::kTimeout);
     CHECK_THAT(r->error().message(), Catch::Contains("rank 2 (02:00:00:00:00:03) did not call the collective within 400 ms"));
@@ -321,16 +334,10 @@ TEST_CASE("the session's join agrees on the slowest fill and the longest hand-ov
   test::Fabric fabric(test::nodes(4));
   const std::vector<engine::JoinMeasure> proposed = {{900'000, 120'000}, {}, {640'000, 90'000}, {1'000'000, 278'000}};
   for (int me = 0; me < 4; ++me) fabric.engine(me).start_join(10, Ms(5'000), {}, proposed[static_cast<std::size_t>(me)]);
-  std::vector<std::optional<Result<std::uint32_t>>> results(4);
-  REQUIRE(fabric.run_until(
-      [&] {
-        for (int me = 0; me < 4; ++me)
-          if (!results[static_cast<std::size_t>(me)]) results[static_cast<std::size_t>(me)] = fabric.engine(me).join_result();
-        return std::all_of(results.begin(), results.end(), [](const auto& r) { return r.has_value(); });
-      },
-      Ms(10'000)));
+  const JoinResults results = join_results(fabric, {0, 1, 2, 3}, Ms(10'000));
   for (int me = 0; me < 4; ++me) {
     INFO("rank " << me);
+    REQUIRE(results[static_cast<std::size_t>(me)]);
     REQUIRE(*results[static_cast<std::size_t>(me)]);
     // Rank 1 measured nothing (its daemon ran no tree exchange yet): the others' figures hold.
     CHECK(fabric.engine(me).agreed_measure() == engine::JoinMeasure{640'000, 278'000});
@@ -338,15 +345,11 @@ TEST_CASE("the session's join agrees on the slowest fill and the longest hand-ov
   // A session in which nobody measured agrees on nothing, whatever the last one agreed.
   fabric.settle();
   for (int me = 0; me < 4; ++me) fabric.engine(me).start_join(20, Ms(5'000));
-  results.assign(4, std::nullopt);
-  REQUIRE(fabric.run_until(
-      [&] {
-        for (int me = 0; me < 4; ++me)
-          if (!results[static_cast<std::size_t>(me)]) results[static_cast<std::size_t>(me)] = fabric.engine(me).join_result();
-        return std::all_of(results.begin(), results.end(), [](const auto& r) { return r.has_value(); });
-      },
-      Ms(10'000)));
-  for (int me = 0; me < 4; ++me) CHECK_FALSE(fabric.engine(me).agreed_measure().known());
+  const JoinResults next = join_results(fabric, {0, 1, 2, 3}, Ms(10'000));
+  for (int me = 0; me < 4; ++me) {
+    REQUIRE(next[static_cast<std::size_t>(me)]);
+    CHECK_FALSE(fabric.engine(me).agreed_measure().known());
+  }
 }
 
 // A JOIN is resent until acknowledged, also after its sender's join completed. A copy that came
@@ -360,19 +363,8 @@ TEST_CASE("a JOIN resent after the join it was for completed does not join the p
     return lose_join_acks && src == 1 && h.type == engine::FrameType::kAck && h.aux == static_cast<std::uint32_t>(engine::FrameType::kJoin);
   };
   test::Fabric fabric(opts);
-  auto join = [&](const std::vector<int>& ranks, Ms wait) {
-    std::vector<std::optional<Result<std::uint32_t>>> results(2);
-    fabric.run_until(
-        [&] {
-          for (int me : ranks)
-            if (!results[static_cast<std::size_t>(me)]) results[static_cast<std::size_t>(me)] = fabric.engine(me).join_result();
-          return std::all_of(ranks.begin(), ranks.end(), [&](int me) { return results[static_cast<std::size_t>(me)].has_value(); });
-        },
-        wait);
-    return results;
-  };
   for (int me : {0, 1}) fabric.engine(me).start_join(10, Ms(5'000));
-  auto first = join({0, 1}, Ms(5'000));
+  auto first = join_results(fabric, {0, 1}, Ms(5'000));
   for (int me : {0, 1}) {
     REQUIRE(first[static_cast<std::size_t>(me)]);
     REQUIRE(*first[static_cast<std::size_t>(me)]);
@@ -383,7 +375,7 @@ TEST_CASE("a JOIN resent after the join it was for completed does not join the p
   fabric.settle();
   // Rank 1's next session; rank 0 has no client that joins it.
   fabric.engine(1).start_join(20, Ms(400));
-  auto second = join({1}, Ms(5'000));
+  auto second = join_results(fabric, {1}, Ms(5'000));
   REQUIRE(second[1]);
   REQUIRE_FALSE(*second[1]);
   CHECK(second[1]->error().code() == Errc::kTimeout);

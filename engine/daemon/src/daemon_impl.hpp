@@ -299,8 +299,7 @@ struct Daemon::Impl {
   Result<Prepared> prepare(const ClientState& c, std::uint32_t request, const proto::StartRequest& m);
   Result<void> place_blocks(const ClientState& c, const proto::StartRequest& m, std::size_t n, Prepared& p) const;
   static Result<void> blocks_apart(const proto::StartRequest& m, std::size_t n, const Mapping& send, const Mapping& recv);
-  Result<void> choose_schedule(const proto::StartRequest& m, Prepared& p);
-  Result<void> pick_schedule(Prepared& p);  // choose_schedule's choice, from p.spec: again once a join agreed
+  Result<void> choose_schedule(Prepared& p);  // from p.spec; again once a join agreed
 
   // daemon_measure.cpp
   // The last kMeasuresKept of this node's tree exchanges, and what the session's join agreed on

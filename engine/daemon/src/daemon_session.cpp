@@ -92,7 +92,7 @@ void Daemon::Impl::joins() {
     if (clients.count(p.client) == 0) continue;
     // Chosen again with what the join agreed, as every rank does: a START that came before it
     // chose with the last session's.
-    if (auto picked = p.kind == Collective::kBarrier ? Result<void>{} : pick_schedule(p); !picked) {
+    if (auto picked = p.kind == Collective::kBarrier ? Result<void>{} : choose_schedule(p); !picked) {
       reply_error(p.client, p.request, picked.error());
       continue;
     }
@@ -171,6 +171,7 @@ Result<Prepared> Daemon::Impl::prepare(const ClientState& c, std::uint32_t reque
   p.run = m.run;
   p.kind = m.kind == proto::Kind::kBarrier ? Collective::kBarrier : m.kind == proto::Kind::kAlltoall ? Collective::kAlltoall : Collective::kAlltoallv;
   if (m.kind == proto::Kind::kAlltoall) p.block = m.block;
+  p.spec = m.spec;
   p.rec.client = c.fd;
   p.slot = m.group;
   TreeSchedules& tree = schedules_of(p.slot);
@@ -180,7 +181,7 @@ Result<Prepared> Daemon::Impl::prepare(const ClientState& c, std::uint32_t reque
     p.rec.sync = "tokens";
   } else if (auto placed = place_blocks(c, m, static_cast<std::size_t>(tree.topo.machine_count()), p); !placed) {
     return placed.error();
-  } else if (auto chosen = choose_schedule(m, p); !chosen) {
+  } else if (auto chosen = choose_schedule(p); !chosen) {
     return chosen.error();
   }
   return p;
@@ -230,17 +231,13 @@ Result<void> Daemon::Impl::blocks_apart(const proto::StartRequest& m, std::size_
                  ": a collective's send and receive blocks may not overlap; use separate buffers");
 }
 
-// The schedule of `m`'s spec. Every rank must pick the same one: an alltoall's block size is
+// The schedule of `p.spec`. Every rank must pick the same one: an alltoall's block size is
 // the same on all of them (the collective's contract), an alltoallv's largest block is not,
-// so it gets the choice for large blocks.
-Result<void> Daemon::Impl::choose_schedule(const proto::StartRequest& m, Prepared& p) {
-  p.spec = m.spec;
-  return pick_schedule(p);
-}
-
-// The cluster's collectives choose with what its ranks measured, as the session's join agreed
-// (daemon_measure.cpp); a group's, which agree on nothing of the kind, with the model alone.
-Result<void> Daemon::Impl::pick_schedule(Prepared& p) {
+// so it gets the choice for large blocks. The cluster's collectives choose with what its ranks
+// measured, as the session's join agreed (daemon_measure.cpp), so a START that came before the
+// join is chosen again once it agreed; a group's, which agree on nothing of the kind, with the
+// model alone.
+Result<void> Daemon::Impl::choose_schedule(Prepared& p) {
   sched::Choice choice;
   try {
     const std::string algorithm = sched::read_spec(p.spec).algorithm;
