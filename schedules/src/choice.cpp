@@ -1,6 +1,7 @@
 #include "aapc/sched/choice.hpp"
 
 #include <algorithm>
+#include <span>
 #include <stdexcept>
 
 #include "aapc/sched/frame.hpp"
@@ -65,38 +66,77 @@ double paced_shuffle_reaches(std::uint64_t block_bytes) {
   return 0.9;
 }
 
-// The phases against the paced shuffle, by what each reaches for blocks of `block_bytes`.
-// Where the cluster measured its tree exchanges (Measured, agreed at the session's start), the
-// phases reach what their blocks' time at the measured fill, plus the measured hand-over per
-// phase, leaves them (phases_reach). On 8-two-switch at 500 Mbit/s on this 2-core VM the model
-// alone (no hand-over) gave the phases 100% and ran them at 16 KiB: 78.5% of the paced
-// shuffle's throughput. Measured (the daemons agreed on a fill of 0.86 and 244 us a phase),
-// auto ran the paced shuffle at 12, 16 and 24 KiB, at 97.3-100% of the best; at 100 Mbit/s
-// (0.97 and 101 us) it kept the phases, at 99.6-100% (2026-12-05, aapc-bench --repeat 3,
-// medians, docs/benchmarks.md, "auto by measurement"). Not where many nodes share the bottleneck: the
-// paced shuffle queues there (above), so only the model's phases count.
+Choice paced_choice(std::string reason) { return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1}, std::move(reason)}; }
+
+std::string percent(double fraction) { return std::to_string(static_cast<int>(fraction * 100)) + "%"; }
+
+// Below 32 KiB, not where many nodes share the bottleneck: kWeighed by what each reaches for
+// blocks of `block_bytes`. The phases: what the cluster measured of them at this size, else what
+// its fit of their fill and hand-over (Measured) gives them, else the model's.
+// On 8-two-switch at 500 Mbit/s on this 2-core VM the model alone (no hand-over) gave the
+// phases 100% and ran them at 16 KiB: 78.5% of the paced shuffle's throughput. Measured (the
+// daemons agreed on a fill of 0.86 and 244 us a phase), auto ran the paced shuffle at 12, 16 and
+// 24 KiB, at 97.3-100% of the best; at 100 Mbit/s (0.97 and 101 us) it kept the phases, at
+// 99.6-100% (2026-12-05, aapc-bench --repeat 3, medians, docs/benchmarks.md, "auto by
+// measurement"). The paced shuffle: what the cluster measured of it at this size, else what it
+// reached on the trees above.
+// The unscheduled schedules have no model: which of them wins depends on whether the hosts send
+// fast enough to overflow the switches' queues. On 8-two-switch at 16 KiB the synchronous shuffle
+// resent 4,008 frames and reached 65% of the limit at 100 Mbit/s, where the phases reached 77;
+// from 300 Mbit/s, where eight daemons on two cores no longer keep the queues full, it resent none
+// and reached 81-89%, where the paced shuffle reached 65-72 and the phases less; the pairwise
+// exchange led on 12-three-level at 400 Mbit/s, 12 KiB (76.6% against the paced shuffle's 58.4;
+// docs/benchmarks.md). So one of them runs only where the cluster measured it, at this size,
+// ahead of both scheduled ones by kUnscheduledLead: its losses come and go with the hosts' load.
+Choice weighed_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
+  constexpr double kUnscheduledLead = 1.05;
+  const Weighed& tree = kWeighed[0];
+  const Weighed& paced_shuffle = kWeighed[1];
+  auto measured_at = [&](const Weighed& w) { return measured.reach_at(reach_cell(w.algorithm_spec(), w.sync_spec(), block_bytes)); };
+  const double phases_measured = measured_at(tree), paced_measured = measured_at(paced_shuffle);
+  const double phases = phases_measured > 0 ? phases_measured : phases_reach(model, block_bytes, measured);
+  const double paced = paced_measured > 0 ? paced_measured : paced_shuffle_reaches(block_bytes);
+  std::string weighed;  // what the phases and the paced shuffle reach, and by what; empty: the model's alone
+  if (measured.known() || phases_measured > 0 || paced_measured > 0) {
+    weighed = "the phases reach " + percent(phases);
+    if (phases_measured > 0)
+      weighed += " as measured at this size";
+    else if (measured.known())
+      weighed += " by the fit of their fill (" + percent(measured.fill) + ") and hand-over (" + std::to_string(static_cast<int>(measured.hand_over_s * 1e6)) + " us a phase)";
+    weighed += ", the paced shuffle " + percent(paced) + (paced_measured > 0 ? " as measured" : "") + ": this cluster measured";
+  }
+  Choice best;
+  if (phases >= paced)
+    best = {tree.algorithm_spec(), tree.sync_spec(),
+            "tree of switches, blocks below 32 KiB: contention-free phases with sender-based tokens" + (weighed.empty() ? "" : " (" + weighed + ")")};
+  else if (!weighed.empty())
+    best = paced_choice("tree of switches, blocks below 32 KiB: paced shuffle (" + weighed + ")");
+  else
+    best = paced_choice("tree of switches whose links differ in rate: paced shuffle (the contention-free phases would reach " + percent(phases) + " of the limit at most)");
+  double lead = std::max(phases, paced) * kUnscheduledLead;
+  for (const Weighed& w : std::span(kWeighed).subspan(2)) {  // the unscheduled ones
+    const double r = measured_at(w);
+    if (r <= lead) continue;
+    lead = r;
+    best = {w.algorithm_spec(), w.sync_spec(),
+            "tree of switches, blocks below 32 KiB: " + std::string(algorithm_info(w.algorithm).name) + " without tokens, measured at " + percent(r) +
+                " of the limit at this size (" + weighed + ")"};
+  }
+  best.weighed = true;
+  return best;
+}
+
 Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
   constexpr std::int64_t kMostSendersPerNode = 4;
   const bool many_senders = kMostSendersPerNode * (model.topology().machine_count() - 1) < model.load();
-  const double modelled = model.phase_efficiency();
-  const double phases = many_senders ? modelled : phases_reach(model, block_bytes, measured);
-  if (phases < paced_shuffle_reaches(block_bytes)) {
-    const std::string reach = std::to_string(static_cast<int>(phases * 100)) + "% of the limit at most";
-    if (phases < modelled)
-      return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1},
-              "tree of switches: paced shuffle (the contention-free phases would reach " + reach + ", at the fill (" +
-                  std::to_string(static_cast<int>(measured.fill * 100)) + "% of their rate) and hand-over (" +
-                  std::to_string(static_cast<int>(measured.hand_over_s * 1e6)) + " us a phase) this cluster measured)"};
-    return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1},
-            "tree of switches whose links differ in rate: paced shuffle (the contention-free phases would reach " + reach + ")"};
-  }
-  if (block_bytes < kPacedFromBytes)
-    return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1}, "tree of switches, blocks below 32 KiB: contention-free phases with sender-based tokens"};
+  if (!many_senders && block_bytes < kPacedFromBytes) return weighed_choice(model, block_bytes, measured);
+  const double phases = many_senders ? model.phase_efficiency() : phases_reach(model, block_bytes, measured);
+  if (phases < paced_shuffle_reaches(block_bytes))
+    return paced_choice("tree of switches whose links differ in rate: paced shuffle (the contention-free phases would reach " + percent(phases) + " of the limit at most)");
   if (many_senders)
     return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1},
             "tree of switches shared by many senders: contention-free phases with sender-based tokens (a paced link at 99% would queue)"};
-  return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1},
-          "tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (no node must fill a link, no hand-over)"};
+  return paced_choice("tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (no node must fill a link, no hand-over)");
 }
 
 // One switch (8-one-switch, limit 800): the synchronous shuffle of Tam/Wang (Alg. 2) needs no
@@ -157,6 +197,29 @@ double median_of(std::vector<double> v) {
 }
 
 }  // namespace
+
+double exchange_reach(const TreeModel& model, std::uint64_t block_bytes, double took_s) {
+  if (block_bytes == 0 || block_bytes == kAnyBlockSize || took_s <= 0) return 0;
+  return model.best_time_s(block_bytes) / took_s;
+}
+
+double median_reach(std::vector<double> samples) { return samples.empty() ? 0 : median_of(std::move(samples)); }
+
+std::optional<std::size_t> reach_cell(const AlgorithmSpec& algorithm, const SyncSpec& sync, std::uint64_t block_bytes) {
+  if (block_bytes < kReachSizeFrom || block_bytes >= (kReachSizeFrom << kReachSizes)) return std::nullopt;
+  std::size_t size = 0;
+  while ((kReachSizeFrom << (size + 1)) <= block_bytes) ++size;
+  for (std::size_t w = 0; w < kWeighed.size(); ++w)
+    if (kWeighed[w].algorithm == algorithm.algorithm && kWeighed[w].sync == sync.kind) return w * kReachSizes + size;
+  return std::nullopt;
+}
+
+std::string reach_cell_schedule(std::size_t cell) {
+  const Weighed& w = kWeighed.at(cell / kReachSizes);
+  return format_plan_spec(w.algorithm_spec(), w.sync_spec());
+}
+
+std::uint64_t reach_cell_block(std::size_t cell) { return kReachSizeFrom << (cell % kReachSizes); }
 
 Measured fit_measured(const std::vector<TreeSample>& samples) {
   if (samples.empty()) return {};

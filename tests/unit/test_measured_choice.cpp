@@ -3,6 +3,7 @@
 // weighed with it against the paced shuffle (sched::phases_reach, docs/design.md, Fast links).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -96,4 +97,94 @@ TEST_CASE("where many nodes share the bottleneck, the measured hand-over does no
     INFO(block);
     CHECK(auto_choice(model, block, slow).algorithm.algorithm == Algorithm::kTree);
   }
+}
+
+namespace {
+
+std::size_t cell_of(Algorithm a, SyncKind k, std::uint64_t block) { return *reach_cell({a, 4}, {k, 1}, block); }  // the param ignored
+
+}  // namespace
+
+TEST_CASE("the schedules auto weighs are kept by octave of block size, from 512 B up to 32 KiB") {
+  CHECK_FALSE(reach_cell({Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1}, 511));
+  CHECK_FALSE(reach_cell({Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1}, 32 * 1024));
+  CHECK_FALSE(reach_cell({Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1}, kAnyBlockSize));
+  CHECK_FALSE(reach_cell({Algorithm::kTree, 4}, {SyncKind::kNone, 1}, 16 * 1024));  // not what auto runs
+  CHECK_FALSE(reach_cell({Algorithm::kGroupShuffle, 4}, {SyncKind::kNone, 1}, 16 * 1024));
+  // Every cell once, named as a spec and by the smallest block of its octave.
+  std::vector<bool> seen(kReachCells);
+  for (const Weighed& w : kWeighed)
+    for (std::uint64_t block = 512; block < 32 * 1024; block += 512) {
+      const std::size_t c = cell_of(w.algorithm, w.sync, block);
+      REQUIRE(c < kReachCells);
+      seen[c] = true;
+      CHECK(reach_cell_schedule(c) == format_plan_spec(w.algorithm_spec(), w.sync_spec()));
+      CHECK(reach_cell_block(c) <= block);
+      CHECK(block < 2 * reach_cell_block(c));
+    }
+  CHECK(std::count(seen.begin(), seen.end(), true) == static_cast<long>(kReachCells));
+  CHECK(cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, 16 * 1024) == cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, 24 * 1024));
+  CHECK(cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, 12 * 1024) != cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, 16 * 1024));
+  CHECK(reach_cell_schedule(cell_of(Algorithm::kTree, SyncKind::kSenderAll, 1024)) == "tree+sender-all");
+
+  const TreeModel model = shipped("8-two-switch");
+  CHECK(exchange_reach(model, 16 * 1024, 2 * model.best_time_s(16 * 1024)) == Approx(0.5));
+  CHECK(exchange_reach(model, kAnyBlockSize, 1.0) == 0);
+  CHECK(median_reach({0.7, 0.2, 0.9}) == 0.7);  // one slow exchange does not move it
+  CHECK(median_reach({}) == 0);
+}
+
+TEST_CASE("below 32 KiB on a tree, auto runs what the cluster measured ahead at that size; an unscheduled schedule only 5% ahead of both scheduled ones") {
+  const TreeModel model = shipped("8-two-switch");
+  const std::uint64_t block = 16 * 1024;
+  auto at = [&](std::initializer_list<std::pair<Algorithm, double>> reaches) {
+    Measured m;
+    for (const auto& [a, r] : reaches) m.reach[cell_of(a, a == Algorithm::kTree ? SyncKind::kSenderAll : SyncKind::kNone, block)] = r;
+    return m;
+  };
+  auto runs = [&](const Measured& m) {
+    const Choice c = auto_choice(model, block, m);
+    CHECK(c.weighed);
+    return c.algorithm.algorithm;
+  };
+  // What 8-two-switch reached at 16 KiB on the 2-core VM at 300 Mbit/s (docs/benchmarks.md):
+  // the synchronous shuffle 88.7%, the paced shuffle 71.9%, the phases less.
+  const Measured at_300 = at({{Algorithm::kTree, 0.55}, {Algorithm::kPacedShuffle, 0.719}, {Algorithm::kSyncShuffle, 0.887}, {Algorithm::kPairwiseEc, 0.80}});
+  CHECK(runs(at_300) == Algorithm::kSyncShuffle);
+  CHECK_THAT(auto_choice(model, block, at_300).reason, Catch::Contains("measured at 88%"));
+  CHECK(runs(at({{Algorithm::kTree, 0.6}, {Algorithm::kPacedShuffle, 0.7}, {Algorithm::kSyncShuffle, 0.80}, {Algorithm::kPairwiseEc, 0.85}})) == Algorithm::kPairwiseEc);
+  // Where nothing measured the phases, the model's (100% here) stand for them.
+  CHECK(runs(at({{Algorithm::kSyncShuffle, 0.99}})) == Algorithm::kTree);
+  // At 100 Mbit/s it resent thousands of frames: 65% against the phases' 77%.
+  CHECK(runs(at({{Algorithm::kTree, 0.768}, {Algorithm::kPacedShuffle, 0.70}, {Algorithm::kSyncShuffle, 0.653}})) == Algorithm::kTree);
+  // Less than 5% ahead of the best scheduled one: not run.
+  CHECK(runs(at({{Algorithm::kTree, 0.5}, {Algorithm::kPacedShuffle, 0.72}, {Algorithm::kSyncShuffle, 0.75}})) == Algorithm::kPacedShuffle);
+  CHECK(runs(at({{Algorithm::kTree, 0.5}, {Algorithm::kPacedShuffle, 0.72}, {Algorithm::kSyncShuffle, 0.76}})) == Algorithm::kSyncShuffle);
+  // The phases and the paced shuffle, each by what was measured of it at this size.
+  CHECK(runs(at({{Algorithm::kTree, 0.7}, {Algorithm::kPacedShuffle, 0.72}})) == Algorithm::kPacedShuffle);
+  CHECK(runs(at({{Algorithm::kTree, 0.74}, {Algorithm::kPacedShuffle, 0.72}})) == Algorithm::kTree);
+  // The paced shuffle measured below what the phases' fit leaves them: the fit that sent 16 KiB
+  // to the paced shuffle by its 86% (0.86 and 244 us a phase at 500 Mbit/s) keeps the phases.
+  Measured fit_and_paced = at({{Algorithm::kPacedShuffle, 0.4}});
+  fit_and_paced.fill = 0.86;
+  fit_and_paced.hand_over_s = 5 * 244e-6;
+  CHECK(phases_reach(model, block, fit_and_paced) > 0.4);
+  CHECK(runs(fit_and_paced) == Algorithm::kTree);
+  // Another size's measures do not count here; from 32 KiB, none is weighed.
+  const Measured at_8k = [&] {
+    Measured m;
+    m.reach[cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, 8 * 1024)] = 0.99;
+    return m;
+  }();
+  CHECK(runs(at_8k) == Algorithm::kTree);
+  const Choice large = auto_choice(model, 64 * 1024, at_300);
+  CHECK(large.algorithm.algorithm == Algorithm::kPacedShuffle);
+  CHECK_FALSE(large.weighed);
+  // Nor where many nodes share the bottleneck, nor where the queues absorb the blocks.
+  const TreeModel shared = shipped("64-two-level");
+  Measured shared_sync;
+  shared_sync.reach[cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, block)] = 0.99;
+  CHECK(auto_choice(shared, block, shared_sync).algorithm.algorithm == Algorithm::kTree);
+  CHECK_FALSE(auto_choice(shared, block, shared_sync).weighed);
+  CHECK_FALSE(auto_choice(model, 4 * 1024, at_300).weighed);
 }

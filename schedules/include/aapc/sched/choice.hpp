@@ -3,6 +3,8 @@
 // measured exchanges.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,7 +23,36 @@ struct Choice {
   AlgorithmSpec algorithm;
   SyncSpec sync;
   std::string reason;  // one line: why this choice
+  // Chosen among kWeighed by what the cluster measured of each (the daemon runs the others now
+  // and then, to measure them too).
+  bool weighed = false;
 };
+
+// What `auto` weighs by their own measured exchanges, below 32 KiB on a tree of switches
+// (docs/design.md, Fast links, "`auto` by measurement"): the tree's phases with sender-based
+// tokens, the paced shuffle, and two unscheduled schedules that no model ranks (they lead where
+// the hosts cannot send fast enough to overflow the switches' queues and lose everywhere else),
+// in this order.
+struct Weighed {
+  Algorithm algorithm;
+  SyncKind sync;
+  AlgorithmSpec algorithm_spec() const { return {algorithm, 4}; }
+  SyncSpec sync_spec() const { return {sync, 1}; }
+};
+inline constexpr std::array<Weighed, 4> kWeighed = {{{Algorithm::kTree, SyncKind::kSenderAll},
+                                                    {Algorithm::kPacedShuffle, SyncKind::kNone},
+                                                    {Algorithm::kSyncShuffle, SyncKind::kNone},
+                                                    {Algorithm::kPairwiseEc, SyncKind::kNone}}};
+// Their reaches are kept by octave of block size, from 512 B up to 32 KiB.
+inline constexpr std::size_t kReachSizes = 6;
+inline constexpr std::uint64_t kReachSizeFrom = 512;
+inline constexpr std::size_t kReachCells = kWeighed.size() * kReachSizes;
+// The cell for `algorithm` with `sync` at blocks of `block_bytes`; none for another schedule,
+// size, or parameter that the one `auto` runs does not have (a group shuffle's width).
+std::optional<std::size_t> reach_cell(const AlgorithmSpec& algorithm, const SyncSpec& sync, std::uint64_t block_bytes);
+// The cell's schedule ("paced-shuffle+none") and the smallest block of its octave.
+std::string reach_cell_schedule(std::size_t cell);
+std::uint64_t reach_cell_block(std::size_t cell);
 
 // A block size that stands for "not the same on every rank" (alltoallv): the large-block choice.
 inline constexpr std::uint64_t kAnyBlockSize = UINT64_MAX;
@@ -32,10 +63,15 @@ inline constexpr std::uint64_t kAnyBlockSize = UINT64_MAX;
 // blocks (the hand-over: a token's way to the next sender, a wake-up, what the exchange's start
 // costs a phase). The daemons agree on it when a session starts (the JOIN), so that every rank
 // chooses alike. Not measured: fill 0.
+// With it, what each of kWeighed reached (the best time over the time an exchange took, the
+// median of a node's last few) at each octave of sizes; 0: not measured.
 struct Measured {
   double fill = 0;         // (0, 1]
   double hand_over_s = 0;  // per phase, at least 0
-  bool known() const { return fill > 0; }
+  std::array<double, kReachCells> reach{};
+  bool known() const { return fill > 0; }  // the fit
+  bool any_known() const { return known() || std::any_of(reach.begin(), reach.end(), [](double r) { return r > 0; }); }
+  double reach_at(std::optional<std::size_t> cell) const { return cell ? reach[*cell] : 0; }
 };
 
 // The fraction of the limit the tree's phases with tokens reach for blocks of `block_bytes`:
@@ -57,6 +93,11 @@ std::optional<TreeSample> tree_sample(const TreeModel& model, std::uint64_t bloc
 // it). Where the samples are of one block size, all of it is fill: the phases reach at that
 // size what they reached. A fill is at most 1, a hand-over at least 0.
 Measured fit_measured(const std::vector<TreeSample>& samples);
+
+// The fraction of the limit an exchange of blocks of `block_bytes` that took `took_s` reached.
+double exchange_reach(const TreeModel& model, std::uint64_t block_bytes, double took_s);
+// The median of a cell's samples (0 for none).
+double median_reach(std::vector<double> samples);
 
 // What `auto` runs for blocks of `block_bytes` on `topology`; the daemon, which keeps the
 // tree model of its topology, calls the second form once per exchange, with what its cluster
