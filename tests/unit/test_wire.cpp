@@ -548,15 +548,27 @@ TEST_CASE("exchange descriptors round-trip, READY, SYNC and ACK carry one or not
   }
   CHECK(reason(with(FrameType::kPoll, bytes)) == DropReason::kBadLength);
   CHECK(reason(with(FrameType::kPing, bytes)) == DropReason::kBadLength);
-  // JOIN: nothing, or one measure (JoinMeasure) whose fill is at most the whole.
+  // JOIN: nothing, or one measure (JoinMeasure) whose fractions are at most the whole.
   std::array<std::uint8_t, kJoinMeasureLen> measure{};
-  put_join_measure(measure.data(), {640'000, 278'000});
-  CHECK(join_measure(measure) == JoinMeasure{640'000, 278'000});
+  JoinMeasure m{640'000, 278'000, {}};
+  m.reach[0] = 1;
+  m.reach[5] = 7'190;
+  m.reach[kJoinReachCells - 1] = kJoinReachWhole;
+  put_join_measure(measure.data(), m);
+  CHECK(join_measure(measure) == m);
   CHECK(reason(with(FrameType::kJoin, {})) == DropReason::kOk);
   CHECK(reason(with(FrameType::kJoin, measure)) == DropReason::kOk);
-  CHECK(reason(with(FrameType::kJoin, std::span(measure).first(4))) == DropReason::kBadLength);
+  CHECK(reason(with(FrameType::kJoin, std::span(measure).first(8))) == DropReason::kBadLength);  // a fit alone
   CHECK(reason(with(FrameType::kJoin, bytes)) == DropReason::kBadLength);
-  put_join_measure(measure.data(), {kJoinFillWhole + 1, 0});
+  const JoinMeasure reach_only{0, 0, {0, 0, 0, 8'870}};
+  CHECK(reach_only.known());
+  CHECK_FALSE(JoinMeasure{}.known());
+  put_join_measure(measure.data(), reach_only);
+  CHECK(reason(with(FrameType::kJoin, measure)) == DropReason::kOk);
+  put_join_measure(measure.data(), {kJoinFillWhole + 1, 0, {}});
+  CHECK(reason(with(FrameType::kJoin, measure)) == DropReason::kBadLength);
+  m.reach[3] = kJoinReachWhole + 1;
+  put_join_measure(measure.data(), m);
   CHECK(reason(with(FrameType::kJoin, measure)) == DropReason::kBadLength);
   // Frames of the versions before descriptors are refused as such.
   auto old = with(FrameType::kReady, {});

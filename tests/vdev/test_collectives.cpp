@@ -330,17 +330,20 @@ TEST_CASE("at the session's start, a rank whose daemon answers but has no client
 
 // `auto` weighs the tree's phases with what the ranks measured (sched::Measured): every rank must
 // agree on the same figures, or ranks would choose different schedules for one exchange.
-TEST_CASE("the session's join agrees on the slowest fill and the longest hand-over any rank measured, the same on every rank") {
+TEST_CASE("the session's join agrees on the slowest fill, the longest hand-over and each schedule's lowest reach any rank measured, the same on every rank") {
   test::Fabric fabric(test::nodes(4));
-  const std::vector<engine::JoinMeasure> proposed = {{900'000, 120'000}, {}, {640'000, 90'000}, {1'000'000, 278'000}};
+  // Reaches in ten-thousandths: cell 3 measured by ranks 0 and 3, cell 7 by rank 2 alone (rank
+  // 2 measured no fit), cell 9 by none.
+  const std::vector<engine::JoinMeasure> proposed = {
+      {900'000, 120'000, {0, 0, 0, 8'870}}, {}, {0, 0, {0, 0, 0, 0, 0, 0, 0, 5'000}}, {640'000, 278'000, {0, 0, 0, 7'190}}};
   for (int me = 0; me < 4; ++me) fabric.engine(me).start_join(10, Ms(5'000), {}, proposed[static_cast<std::size_t>(me)]);
   const JoinResults results = join_results(fabric, {0, 1, 2, 3}, Ms(10'000));
   for (int me = 0; me < 4; ++me) {
     INFO("rank " << me);
     REQUIRE(results[static_cast<std::size_t>(me)]);
     REQUIRE(*results[static_cast<std::size_t>(me)]);
-    // Rank 1 measured nothing (its daemon ran no tree exchange yet): the others' figures hold.
-    CHECK(fabric.engine(me).agreed_measure() == engine::JoinMeasure{640'000, 278'000});
+    // Rank 1 measured nothing (its daemon ran no exchange yet): the others' figures hold.
+    CHECK(fabric.engine(me).agreed_measure() == engine::JoinMeasure{640'000, 278'000, {0, 0, 0, 7'190, 0, 0, 0, 5'000}});
   }
   // A session in which nobody measured agrees on nothing, whatever the last one agreed.
   fabric.settle();

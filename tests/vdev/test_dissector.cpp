@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <functional>
 #include <fstream>
 #include <iostream>
+#include <algorithm>
 #include <iomanip>
 #include <sstream>
 
@@ -200,7 +202,8 @@ Expected expect(const Captured& c, std::size_t number) {
       info << " id " << seq;
       if (whole && payload_len == engine::kJoinMeasureLen) {  // what the engine reads of it
         const engine::JoinMeasure m = engine::join_measure(std::span<const std::uint8_t>(h + hl, payload_len));
-        info << std::fixed << std::setprecision(1) << " fill " << m.fill_ppm / 1e4 << "% hand-over " << m.hand_over_ns / 1e3 << " us";
+        info << std::fixed << std::setprecision(1) << " fill " << m.fill_ppm / 1e4 << "% hand-over " << m.hand_over_ns / 1e3 << " us reaches "
+             << std::count_if(m.reach.begin(), m.reach.end(), [](std::uint16_t r) { return r > 0; });
       }
     }
     e.info_prefix = info.str();
@@ -395,7 +398,7 @@ TEST_CASE("the Wireshark dissector decodes every captured frame as the engine wr
     engine::put_nack_range(nack.data(), 1, 10, 1);
     const std::string reason = "test over";
     std::vector<std::uint8_t> join_measure(engine::kJoinMeasureLen);
-    engine::put_join_measure(join_measure.data(), {830'000, 142'000});
+    engine::put_join_measure(join_measure.data(), {830'000, 142'000, {0, 0, 0, 7'190, 0, 0, 0, 0, 0, 8'870}});
     std::vector<std::vector<std::uint8_t>> frames = {
         make(FT::kData, 4, 0, std::vector<std::uint8_t>(1470, 0x5A)),
         make(FT::kSync, 9, 0, {}),

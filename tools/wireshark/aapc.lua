@@ -151,6 +151,8 @@ local f = {
   join_fill = ProtoField.uint32("aapc.join.fill", "Phases' fill (millionths)", base.DEC, nil, nil,
     "JOIN: the rate the sender's tree exchanges moved their blocks at, of the rate the model gives them"),
   join_hand_over = ProtoField.uint32("aapc.join.hand_over", "Hand-over per phase (ns)", base.DEC),
+  join_reach = ProtoField.uint16("aapc.join.reach", "Reach (ten-thousandths of the limit)", base.DEC, nil, nil,
+    "JOIN: what one schedule that auto weighs reached at one octave of block sizes (sched::reach_cell)"),
   payload = ProtoField.bytes("aapc.payload", "Payload"),
   tag = ProtoField.bytes("aapc.tag", "Tag (frame counter, MAC under the cluster key: ChaCha20-Poly1305 in version 6, AES-256-GCM in 7)"),
   crc_computed = ProtoField.uint32("aapc.crc.computed", "Computed CRC32C", base.HEX),
@@ -161,7 +163,7 @@ aapc.fields = {
   f.magic, f.version, f.type, f.flags, f.flag_retransmit, f.flag_dummy, f.flag_last, f.flag_ack_list, f.hdr_len,
   f.phase, f.exchange, f.epoch, f.src, f.dst, f.seq, f.block_len, f.payload_len, f.chunk, f.aux,
   f.crc, f.ack_of, f.abort_code, f.abort_reason, f.nack_range, f.nack_first,
-  f.nack_count, f.join_fill, f.join_hand_over, f.payload, f.tag, f.crc_computed, f.crc_ok, f.crc_bad,
+  f.nack_count, f.join_fill, f.join_hand_over, f.join_reach, f.payload, f.tag, f.crc_computed, f.crc_ok, f.crc_bad,
 }
 
 local ex = {
@@ -369,12 +371,20 @@ function aapc.dissector(tvb, pinfo, tree)
     info_extra = " block " .. tostring(block_len)
   elseif ftype == TYPE_JOIN then
     info_extra = string.format(" id %d", seq)
-    -- What the sender measured of its tree exchanges (JoinMeasure), or nothing.
-    if payload_len == 8 and payload_captured >= 8 then
+    -- What the sender measured (JoinMeasure: its tree exchanges' fit, then 24 reaches), or nothing.
+    if payload_len == 56 and payload_captured >= 56 then
       local fill, hand_over = tvb(hlen, 4):uint(), tvb(hlen + 4, 4):uint()
       root:add(f.join_fill, tvb(hlen, 4))
       root:add(f.join_hand_over, tvb(hlen + 4, 4))
-      info_extra = info_extra .. string.format(" fill %.1f%% hand-over %.1f us", fill / 1e4, hand_over / 1e3)
+      local reaches = 0
+      for i = 0, 23 do
+        local at = hlen + 8 + 2 * i
+        if tvb(at, 2):uint() > 0 then
+          root:add(f.join_reach, tvb(at, 2)):append_text(string.format(" (cell %d)", i))
+          reaches = reaches + 1
+        end
+      end
+      info_extra = info_extra .. string.format(" fill %.1f%% hand-over %.1f us reaches %d", fill / 1e4, hand_over / 1e3, reaches)
     end
   end
   if payload_captured > 0 and ftype ~= TYPE_NACK and ftype ~= TYPE_ABORT then

@@ -1,4 +1,5 @@
 // Agreeing on the next exchange id at the start of a session (Engine::start_join).
+#include <algorithm>
 #include <array>
 
 #include "aapc/core/engine.hpp"
@@ -62,15 +63,18 @@ void Engine::on_join(const Parsed& f) {
   peer_round_[s] = round;
 }
 
-// The slowest fill and the longest hand-over of the ranks that measured one: every rank
-// computes it from the same proposals, so every rank chooses its schedules alike.
+// The slowest fill and the longest hand-over of the ranks that measured one, and each schedule's
+// lowest reach at each size of those that measured it: every rank computes it from the same
+// proposals, so every rank chooses its schedules alike.
 JoinMeasure Engine::agree_measure() const {
   JoinMeasure agreed = measure_;
+  auto lowest_known = [](auto& into, auto from) { into = into == 0 ? from : from == 0 ? into : std::min(into, from); };
   for (std::size_t r = 0; r < peer_measure_.size(); ++r) {
     const JoinMeasure& m = peer_measure_[r];
-    if (static_cast<Rank>(r) == config_.rank || !m.known()) continue;
-    agreed.fill_ppm = agreed.known() ? std::min(agreed.fill_ppm, m.fill_ppm) : m.fill_ppm;
-    agreed.hand_over_ns = std::max(agreed.hand_over_ns, m.hand_over_ns);
+    if (static_cast<Rank>(r) == config_.rank) continue;
+    lowest_known(agreed.fill_ppm, m.fill_ppm);
+    agreed.hand_over_ns = std::max(agreed.hand_over_ns, m.hand_over_ns);  // 0 where not measured
+    for (std::size_t c = 0; c < kJoinReachCells; ++c) lowest_known(agreed.reach[c], m.reach[c]);
   }
   return agreed;
 }

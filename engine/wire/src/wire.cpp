@@ -2,6 +2,7 @@
 
 #include <sodium.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "aapc/wire/crc.hpp"
@@ -137,12 +138,25 @@ AckEntry ack_entry(std::span<const std::uint8_t> payload, std::size_t index) {
 void put_join_measure(std::uint8_t* payload, const JoinMeasure& m) {
   put32(payload, m.fill_ppm);
   put32(payload + 4, m.hand_over_ns);
+  for (std::size_t i = 0; i < kJoinReachCells; ++i) put16(payload + 8 + 2 * i, m.reach[i]);
 }
 
 JoinMeasure join_measure(std::span<const std::uint8_t> payload) {
   if (payload.size() != kJoinMeasureLen) return {};
-  return {get32(payload.data()), get32(payload.data() + 4)};
+  JoinMeasure m{get32(payload.data()), get32(payload.data() + 4), {}};
+  for (std::size_t i = 0; i < kJoinReachCells; ++i) m.reach[i] = get16(payload.data() + 8 + 2 * i);
+  return m;
 }
+
+namespace {
+
+bool join_measure_valid(std::span<const std::uint8_t> payload) {
+  if (payload.size() != kJoinMeasureLen) return false;
+  const JoinMeasure m = join_measure(payload);
+  return m.fill_ppm <= kJoinFillWhole && std::all_of(m.reach.begin(), m.reach.end(), [](std::uint16_t r) { return r <= kJoinReachWhole; });
+}
+
+}  // namespace
 
 std::pair<std::uint32_t, std::uint32_t> nack_range(std::span<const std::uint8_t> payload, std::uint32_t index) {
   return {get32(payload.data() + 8 * index), get32(payload.data() + 8 * index + 4)};
@@ -431,8 +445,8 @@ DropReason check_control(const Header& h, std::span<const std::uint8_t> payload)
       if (h.payload_len != 0) return DropReason::kBadLength;
       break;
     case FrameType::kJoin:
-      // Nothing, or one measure whose fill is a fraction.
-      if (h.payload_len != 0 && (h.payload_len != kJoinMeasureLen || join_measure(payload).fill_ppm > kJoinFillWhole)) return DropReason::kBadLength;
+      // Nothing, or one measure whose fractions are fractions.
+      if (h.payload_len != 0 && !join_measure_valid(payload)) return DropReason::kBadLength;
       break;
     case FrameType::kAck:
       if (h.aux == 0 || h.aux >= kFrameTypes) return DropReason::kBadLength;

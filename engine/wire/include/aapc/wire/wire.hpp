@@ -70,6 +70,7 @@
 // fuzzed alone (the fuzz target places payloads too).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -148,20 +149,28 @@ inline constexpr std::size_t kAckEntryLen = 20;
 void put_ack_entry(std::uint8_t* payload, std::size_t index, const AckEntry& e);
 AckEntry ack_entry(std::span<const std::uint8_t> payload, std::size_t index);
 
-// A JOIN's payload: what its sender measured of its tree exchanges (sched::Measured), which the
-// session's ranks agree on: the fraction of its pacing rate it sent a phase's block at, in
-// millionths (1..1,000,000; 0: nothing measured, no payload sent), and the time each phase took
-// beyond its blocks', in ns. Two u32s.
+// A JOIN's payload: what its sender measured of its exchanges (sched::Measured), which the
+// session's ranks agree on: the fraction of its pacing rate it sent a tree phase's block at, in
+// millionths (1..1,000,000; 0: not measured), the time each phase took beyond its blocks', in ns
+// (two u32s); then what each schedule that `auto` weighs reached at each octave of block sizes
+// (sched::reach_cell), in ten-thousandths of the limit (kJoinReachCells u16s, 1..10,000; 0: not
+// measured). Sent whole, or not at all where nothing is known.
+inline constexpr std::size_t kJoinReachCells = 24;
 struct JoinMeasure {
   std::uint32_t fill_ppm = 0;
   std::uint32_t hand_over_ns = 0;
-  bool known() const { return fill_ppm > 0; }
+  std::array<std::uint16_t, kJoinReachCells> reach{};
+  bool known() const {
+    return fill_ppm > 0 || std::any_of(reach.begin(), reach.end(), [](std::uint16_t r) { return r > 0; });
+  }
   friend bool operator==(const JoinMeasure&, const JoinMeasure&) = default;
 };
-inline constexpr std::size_t kJoinMeasureLen = 8;
+inline constexpr std::size_t kJoinMeasureLen = 8 + 2 * kJoinReachCells;
 inline constexpr std::uint32_t kJoinFillWhole = 1'000'000;
+inline constexpr std::uint16_t kJoinReachWhole = 10'000;
 void put_join_measure(std::uint8_t* payload, const JoinMeasure& m);
-// Nothing known unless the payload is one JoinMeasure (parse() drops a JOIN whose is not).
+// Nothing known unless the payload is one JoinMeasure (parse() drops a JOIN whose is not, or
+// whose fractions are above the whole).
 JoinMeasure join_measure(std::span<const std::uint8_t> payload);
 
 // Why a frame was dropped. Everything that is not kOk is counted per reason.
