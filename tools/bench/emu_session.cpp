@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "aapc/sched/choice.hpp"
 #include "aapc/sched/spec.hpp"
 #include "bench/bench.hpp"
 
@@ -65,13 +66,20 @@ void EmuSession::down() {
 
 // A run that is not measured first: right after the cluster comes up (and after an earlier
 // cluster's namespaces are torn down, which the kernel finishes in the background) the first
-// configuration measured 30% below the same one a minute later at 1 KiB. It runs the tree's
-// phases with tokens too: the daemons then know how fast their node sends a phase and what a
-// hand-over costs (daemon_measure.cpp), as a cluster's daemons do from its earlier jobs, and
-// `auto` weighs the phases with it from the first measured run.
+// configuration measured 30% below the same one a minute later at 1 KiB. It runs what `auto`
+// weighs by measurement too (sched::kWeighed: the tree's phases, the paced shuffle, two
+// unscheduled ones) at 4 and 64 KiB and at the sweep's sizes where `auto` weighs them: the
+// daemons then know how fast their node sends a phase, what a hand-over costs, and what each
+// reached at those sizes (daemon_measure.cpp), as a cluster's daemons do from its earlier jobs,
+// and `auto` chooses with it from the first measured run.
 void EmuSession::warm_up() const {
+  std::string configs = " auto", sizes = " 4096 65536";
+  for (const auto& w : aapc::sched::kWeighed) configs += " " + aapc::sched::format_plan_spec(w.algorithm_spec(), w.sync_spec());
+  const auto& any = aapc::sched::kWeighed[0];
+  for (const auto b : sweep_.sizes)
+    if (aapc::sched::reach_cell(any.algorithm_spec(), any.sync_spec(), b) && b != 4096) sizes += " " + std::to_string(b);
   run_collect(emu_ + " run " + shell_quote(sweep_.topo_file.string()) + " --keep --port " + sweep_.port + " -- " + shell_quote((sweep_.tools / "aapc-bench").string()) +
-                  " --measure --configs auto tree+sender-all --point-seconds 1 --max-iters 20 --sizes 4K 64K",
+                  " --measure --configs" + configs + " --point-seconds 1 --max-iters 20 --sizes" + sizes,
               [](const Json&) {});
 }
 

@@ -7,9 +7,12 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "aapc/client.hpp"
 #include "aapc/sched/choice.hpp"
@@ -37,7 +40,8 @@ std::vector<Config> parse_configs(const std::vector<std::string>& specs) {
 
 // What each configuration measured; summed over its turns.
 struct Tally {
-  std::string schedule, sync;  // what ran
+  std::string schedule, sync;  // what ran: most often in the timed turns (`auto` measures others now and then)
+  std::map<std::pair<std::string, std::string>, int> ran;
   double retransmissions = 0, wait = 0, cpu = 0, busy = 0, barrier = 0, seconds = 0;
   std::vector<double> turns;  // this rank's time per exchange in each turn, in round order
   bool ok = true;
@@ -86,6 +90,7 @@ Failure turn(Point& pt, std::size_t i, int per_round) {
   for (int k = 0; k < per_round; ++k) {
     auto r = pt.c.alltoall(pt.send, pt.recv, pt.block, pt.options[i]);
     if (!r) return r.error();
+    ++t.ran[{r->schedule, r->sync}];
     t.retransmissions += static_cast<double>(r->retransmissions);
     t.wait += r->sync_wait_seconds;
     t.cpu += r->daemon_cpu_seconds;
@@ -186,7 +191,8 @@ Failure measure_block(Point& pt, const std::vector<Config>& configs, bool& all_o
   if (auto f = gather(pt)) return f;
   all_ok = true;
   for (std::size_t i = 0; i < configs.size(); ++i) {
-    const Tally& t = pt.tally[i];
+    Tally& t = pt.tally[i];
+    if (!t.ran.empty()) std::tie(t.schedule, t.sync) = std::max_element(t.ran.begin(), t.ran.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
     if (!t.ok && pt.me == 0)
       std::cerr << "aapc-bench: CHECK FAILED at " << pt.block << " bytes with " << label_of(configs[i].schedule, configs[i].sync) << "\n";
     all_ok = all_ok && t.ok;

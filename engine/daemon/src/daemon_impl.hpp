@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -57,9 +58,12 @@ struct ClientState {
 struct ExchangeRecord {
   int client = -1;  // fd of the owner
   std::string schedule, sync;
-  // The block of the cluster's alltoall that ran the tree's phases with tokens: what it took
-  // measures this node's tree exchanges (daemon_measure.cpp). 0: another exchange.
-  std::uint64_t tree_block = 0;
+  // What the cluster's alltoall measures (daemon_measure.cpp, note_measured): its block (0:
+  // another collective, or a group's), and whether it ran the tree's phases with tokens (their
+  // fit) or one of the schedules `auto` weighs at a size it keeps (their reach).
+  std::uint64_t measured_block = 0;
+  bool tree_phases = false;
+  std::optional<std::size_t> reach_cell;
   std::set<std::uint32_t> buffers;
   std::int64_t cpu_ns = 0;  // process CPU time at the start, then spent during the exchange
   std::optional<ExchangeReport> report;
@@ -302,21 +306,28 @@ struct Daemon::Impl {
   Result<void> choose_schedule(Prepared& p);  // from p.spec; again once a join agreed
 
   // daemon_measure.cpp
-  // The last kMeasuresKept of this node's tree exchanges, and what the session's join agreed on
-  // (sched::Measured, used by `auto` for the cluster's collectives).
+  // The last kMeasuresKept of this node's tree exchanges, the last kReachesKept reaches of each
+  // schedule `auto` weighs at each size, and what the session's join agreed on (sched::Measured,
+  // used by `auto` for the cluster's collectives).
   static constexpr std::size_t kMeasuresKept = 32;
+  static constexpr std::size_t kReachesKept = 8;
   std::deque<sched::TreeSample> measures;
+  std::array<std::deque<double>, sched::kReachCells> reaches;
   sched::Measured agreed;
-  // This session's alltoalls that the measure moved off the tree's phases: every
-  // kRemeasureEvery-th runs them all the same, so that a measure taken while the hosts were
-  // busy does not keep them off for good. Counted alike on every rank: only choices made once
-  // the session is agreed count, and every rank makes the same ones in the same order.
+  // This session's alltoalls that `auto` chose by measurement: every kMeasureUnmeasuredEvery-th
+  // runs one of the others that the session's join knew nothing of at that size, and every
+  // kRemeasureEvery-th one of the others in turn, so that each is measured, and a measure taken
+  // while the hosts were busy does not keep a schedule off for good. Counted alike on every rank:
+  // only choices made once the session is agreed count, and every rank makes the same ones in
+  // the same order.
+  static constexpr std::uint64_t kMeasureUnmeasuredEvery = 16;
   static constexpr std::uint64_t kRemeasureEvery = 64;
-  std::uint64_t moved_off_phases = 0;
+  std::uint64_t weighed_choices = 0;
   sched::Choice measured_choice(const TreeSchedules& tree, const Prepared& p, const std::string& spec);
-  std::uint64_t tree_block(const sched::Choice& choice, const Prepared& p) const;
+  sched::Choice measure_another(const sched::Choice& chosen, std::uint64_t block);
+  void note_measured(const sched::Choice& choice, Prepared& p) const;
   void measure(const ExchangeRecord& rec, const ExchangeReport& rep);
-  sched::Measured own_measure() const;  // fitted to `measures`; nothing known while none
+  sched::Measured own_measure() const;  // fitted to `measures`, with the median of each `reaches`
   JoinMeasure join_measure() const;
   void take_agreed(const JoinMeasure& m);
   std::string measures_path() const;

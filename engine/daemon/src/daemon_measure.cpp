@@ -1,8 +1,9 @@
-// What this node's tree exchanges measured (docs/design.md, Fast links): phases slower than
-// their blocks' rates allow, and each longer by a hand-over, weigh the tree's phases against the
-// paced shuffle in `auto` (sched::phases_reach). Each daemon fits its last exchanges
-// (sched::fit_measured) and proposes the fit at each session's JOIN; the ranks agree on the
-// slowest fill and the longest hand-over, so every rank chooses alike for the whole session.
+// What this node's exchanges measured (docs/design.md, Fast links, "`auto` by measurement"):
+// tree phases slower than their blocks' rates allow, each longer by a hand-over, and what each
+// schedule that `auto` weighs reached at each size. Each daemon fits its last tree exchanges
+// (sched::fit_measured), keeps the median of its last reaches, and proposes both at each
+// session's JOIN; the ranks agree on the slowest of each, so every rank chooses alike for the
+// whole session.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -15,50 +16,95 @@
 
 namespace aapc::engine {
 
-// The cluster's alltoall with the tree's phases and tokens: what measure() will read.
-std::uint64_t Daemon::Impl::tree_block(const sched::Choice& choice, const Prepared& p) const {
-  if (p.slot != kWorldSlot || p.kind != Collective::kAlltoall) return 0;
-  if (choice.algorithm.algorithm != sched::Algorithm::kTree || choice.sync.kind == sched::SyncKind::kNone) return 0;
-  return p.block;
+static_assert(sched::kReachCells == kJoinReachCells, "a JOIN carries every reach `auto` weighs");
+
+// What the cluster's alltoall will measure: measure() reads it.
+void Daemon::Impl::note_measured(const sched::Choice& choice, Prepared& p) const {
+  if (p.slot != kWorldSlot || p.kind != Collective::kAlltoall) return;
+  p.rec.measured_block = p.block;
+  p.rec.tree_phases = choice.algorithm.algorithm == sched::Algorithm::kTree && choice.sync.kind != sched::SyncKind::kNone;
+  p.rec.reach_cell = sched::reach_cell(choice.algorithm, choice.sync, p.block);
 }
 
 void Daemon::Impl::measure(const ExchangeRecord& rec, const ExchangeReport& rep) {
-  if (rec.tree_block == 0 || rep.state != ExchangeState::kDone) return;
-  const auto sample = sched::tree_sample(world->model, rec.tree_block, static_cast<double>(rep.duration_ns) / 1e9);
+  if (rec.measured_block == 0 || rep.state != ExchangeState::kDone) return;
+  const double took_s = static_cast<double>(rep.duration_ns) / 1e9;
+  if (rec.reach_cell) {
+    auto& kept = reaches.at(*rec.reach_cell);
+    kept.push_back(sched::exchange_reach(world->model, rec.measured_block, took_s));
+    if (kept.size() > kReachesKept) kept.pop_front();
+    spdlog::debug("exchange {} ({}): {:.1f}% of the limit", rep.id, rec.schedule, kept.back() * 100);
+  }
+  if (!rec.tree_phases) return;
+  const auto sample = sched::tree_sample(world->model, rec.measured_block, took_s);
   if (!sample) return;
   measures.push_back(*sample);
   if (measures.size() > kMeasuresKept) measures.pop_front();
   spdlog::debug("tree exchange {}: {:.1f} us a phase, {:.1f} us in the model", rep.id, sample->took_s * 1e6, sample->model_s * 1e6);
 }
 
-sched::Measured Daemon::Impl::own_measure() const { return sched::fit_measured({measures.begin(), measures.end()}); }
+sched::Measured Daemon::Impl::own_measure() const {
+  sched::Measured m = sched::fit_measured({measures.begin(), measures.end()});
+  for (std::size_t c = 0; c < sched::kReachCells; ++c) m.reach[c] = sched::median_reach({reaches[c].begin(), reaches[c].end()});
+  return m;
+}
 
 // What `spec` runs: for the cluster's collectives with what the session agreed, for a group's
 // with the model alone.
 sched::Choice Daemon::Impl::measured_choice(const TreeSchedules& tree, const Prepared& p, const std::string& spec) {
   const std::uint64_t block = p.kind == Collective::kAlltoall ? p.block : sched::kAnyBlockSize;
-  sched::Choice modelled = sched::choose(tree.model, spec, block);
-  if (p.slot != kWorldSlot || !agreed.known()) return modelled;
+  if (p.slot != kWorldSlot) return sched::choose(tree.model, spec, block);
   sched::Choice choice = sched::choose(tree.model, spec, block, agreed);
-  if (choice.algorithm.algorithm == modelled.algorithm.algorithm || !joined) return choice;
-  if (++moved_off_phases % kRemeasureEvery != 0) return choice;
-  modelled.reason += " (once in " + std::to_string(kRemeasureEvery) + " where the measure ran " + choice.algorithm.name() + ": to measure them again)";
-  return modelled;
+  if (!choice.weighed || !joined) return choice;
+  return measure_another(choice, block);
+}
+
+// Now and then, in place of what `auto` chose by measurement, another of the schedules it weighs
+// (kMeasureUnmeasuredEvery, kRemeasureEvery): so each is measured at each size, and again.
+sched::Choice Daemon::Impl::measure_another(const sched::Choice& chosen, std::uint64_t block) {
+  ++weighed_choices;
+  std::vector<sched::Weighed> others, unmeasured;
+  for (const sched::Weighed& w : sched::kWeighed) {
+    if (w.algorithm == chosen.algorithm.algorithm && w.sync == chosen.sync.kind) continue;
+    others.push_back(w);
+    const bool fitted = w.algorithm == sched::Algorithm::kTree && agreed.known();
+    if (!fitted && agreed.reach_at(sched::reach_cell(w.algorithm_spec(), w.sync_spec(), block)) == 0) unmeasured.push_back(w);
+  }
+  const bool first = !unmeasured.empty() && weighed_choices % kMeasureUnmeasuredEvery == 0;
+  if (!first && weighed_choices % kRemeasureEvery != 0) return chosen;
+  const std::uint64_t every = first ? kMeasureUnmeasuredEvery : kRemeasureEvery;
+  const auto& from = first ? unmeasured : others;
+  const sched::Weighed& w = from[(weighed_choices / every - 1) % from.size()];
+  sched::Choice other{w.algorithm_spec(), w.sync_spec(), {}, false};
+  other.reason = "once in " + std::to_string(every) + " of the alltoalls `auto` chooses by measurement: " + sched::format_plan_spec(other.algorithm, other.sync) +
+                 (first ? ", which this session knew nothing of at this size" : "") + ", to measure it (auto would run " +
+                 sched::format_plan_spec(chosen.algorithm, chosen.sync) + ": " + chosen.reason + ")";
+  return other;
 }
 
 JoinMeasure Daemon::Impl::join_measure() const {
   const sched::Measured m = own_measure();
-  if (!m.known()) return {};
-  const auto fill = static_cast<std::uint32_t>(std::clamp(std::lround(m.fill * kJoinFillWhole), 1L, static_cast<long>(kJoinFillWhole)));
-  const auto ns = static_cast<std::uint32_t>(std::clamp(std::llround(m.hand_over_s * 1e9), 0LL, static_cast<long long>(UINT32_MAX)));
-  return {fill, ns};
+  JoinMeasure j;
+  if (m.known()) {
+    j.fill_ppm = static_cast<std::uint32_t>(std::clamp(std::lround(m.fill * kJoinFillWhole), 1L, static_cast<long>(kJoinFillWhole)));
+    j.hand_over_ns = static_cast<std::uint32_t>(std::clamp(std::llround(m.hand_over_s * 1e9), 0LL, static_cast<long long>(UINT32_MAX)));
+  }
+  for (std::size_t c = 0; c < sched::kReachCells; ++c)
+    if (m.reach[c] > 0) j.reach[c] = static_cast<std::uint16_t>(std::clamp(std::lround(m.reach[c] * kJoinReachWhole), 1L, static_cast<long>(kJoinReachWhole)));
+  return j;
 }
 
 void Daemon::Impl::take_agreed(const JoinMeasure& m) {
-  agreed = m.known() ? sched::Measured{static_cast<double>(m.fill_ppm) / kJoinFillWhole, static_cast<double>(m.hand_over_ns) / 1e9} : sched::Measured{};
+  agreed = {static_cast<double>(m.fill_ppm) / kJoinFillWhole, m.fill_ppm > 0 ? static_cast<double>(m.hand_over_ns) / 1e9 : 0.0, {}};
+  for (std::size_t c = 0; c < sched::kReachCells; ++c) agreed.reach[c] = static_cast<double>(m.reach[c]) / kJoinReachWhole;
   if (agreed.known())
     spdlog::info("the session agreed on what its ranks measured of their tree exchanges: blocks at {:.0f}% of their links' rate, {:.1f} us a phase of hand-over",
                  agreed.fill * 100, agreed.hand_over_s * 1e6);
+  std::string reached;
+  for (std::size_t c = 0; c < sched::kReachCells; ++c)
+    if (agreed.reach[c] > 0)
+      reached += fmt::format("{}{} {:.1f}% from {} B", reached.empty() ? "" : ", ", sched::reach_cell_schedule(c), agreed.reach[c] * 100, sched::reach_cell_block(c));
+  if (!reached.empty()) spdlog::info("the session agreed on what its ranks' exchanges reached of the limit: {}", reached);
 }
 
 // Kept beside the socket from one daemon to the next (`aapc-emu run` starts the daemons for
@@ -78,15 +124,30 @@ void Daemon::Impl::load_measures() {
       measures.push_back({model_s, took_s});
       if (measures.size() > kMeasuresKept) measures.pop_front();
     }
+    for (const auto& r : j.value("reach", nlohmann::json::array())) {  // [schedule, smallest block, [reaches]]
+      const std::string schedule = r.at(0);
+      const std::uint64_t block = r.at(1);
+      for (std::size_t c = 0; c < sched::kReachCells; ++c) {
+        if (sched::reach_cell_schedule(c) != schedule || sched::reach_cell_block(c) != block) continue;
+        for (const double v : r.at(2))
+          if (v > 0 && v < 60) reaches[c].push_back(v);  // NaN too; above 1 where this rank finished before the cluster
+        while (reaches[c].size() > kReachesKept) reaches[c].pop_front();
+      }
+    }
   } catch (const std::exception& e) {
-    spdlog::warn("{}: not read ({}); the tree exchanges are measured anew", measures_path(), e.what());
+    spdlog::warn("{}: not read ({}); the exchanges are measured anew", measures_path(), e.what());
+    measures.clear();
+    for (auto& kept : reaches) kept.clear();
   }
 }
 
 void Daemon::Impl::save_measures() const {
-  if (measures.empty()) return;
-  nlohmann::json j = {{"machine", topo.machine(rank).name}, {"topology", topo.source()}, {"pace_bps", pace_bps}, {"measures", nlohmann::json::array()}};
+  if (!own_measure().any_known()) return;
+  nlohmann::json j = {{"machine", topo.machine(rank).name}, {"topology", topo.source()}, {"pace_bps", pace_bps}, {"measures", nlohmann::json::array()},
+                      {"reach", nlohmann::json::array()}};
   for (const auto& m : measures) j["measures"].push_back({m.model_s, m.took_s});
+  for (std::size_t c = 0; c < sched::kReachCells; ++c)
+    if (!reaches[c].empty()) j["reach"].push_back({sched::reach_cell_schedule(c), sched::reach_cell_block(c), reaches[c]});
   const std::string path = measures_path(), temporary = path + ".new";
   std::ofstream(temporary) << j.dump() << "\n";
   std::error_code ec;

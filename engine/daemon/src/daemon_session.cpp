@@ -87,7 +87,7 @@ void Daemon::Impl::joins() {
   joined = true;
   spdlog::info("session agreed: exchanges from id {}", next_id);
   take_agreed(engine->agreed_measure());
-  moved_off_phases = 0;
+  weighed_choices = 0;
   for (auto& p : waiting) {
     if (clients.count(p.client) == 0) continue;
     // Chosen again with what the join agreed, as every rank does: a START that came before it
@@ -260,7 +260,7 @@ Result<void> Daemon::Impl::choose_schedule(Prepared& p) {
                    "blocks of one size on every rank: it runs alltoall, not alltoallv");
   p.rec.schedule = p.schedule->algorithm;
   p.rec.sync = p.schedule->sync.name();
-  p.rec.tree_block = tree_block(choice, p);
+  note_measured(choice, p);
   return {};
 }
 

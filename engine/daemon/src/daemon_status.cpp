@@ -7,10 +7,16 @@ namespace aapc::engine {
 
 namespace {
 
+// The fit of the tree's phases (null while none), and each weighed schedule's reach by the
+// smallest block of its sizes.
 nlohmann::json measured_json(const sched::Measured& m, std::size_t exchanges) {
-  if (!m.known()) return nullptr;
-  nlohmann::json j = {{"fill", m.fill}, {"hand_over_us", m.hand_over_s * 1e6}};
+  if (!m.any_known()) return nullptr;
+  nlohmann::json j = {{"fill", m.known() ? nlohmann::json(m.fill) : nlohmann::json(nullptr)},
+                      {"hand_over_us", m.known() ? nlohmann::json(m.hand_over_s * 1e6) : nlohmann::json(nullptr)},
+                      {"reach", nlohmann::json::object()}};
   if (exchanges > 0) j["exchanges"] = exchanges;
+  for (std::size_t c = 0; c < sched::kReachCells; ++c)
+    if (m.reach[c] > 0) j["reach"][sched::reach_cell_schedule(c)][std::to_string(sched::reach_cell_block(c))] = m.reach[c];
   return j;
 }
 
@@ -48,8 +54,8 @@ void Daemon::Impl::status(ClientState& c, std::uint32_t request) {
       {"port_peak", {{"send_bps", static_cast<std::uint64_t>(rates.peak_send_bps)}, {"receive_bps", static_cast<std::uint64_t>(rates.peak_receive_bps)}}},
       {"epoch", engine->epoch()},
       {"pace_bps", pace_bps},
-      // What this node's last tree exchanges measured, and what the session's ranks agreed on
-      // (`auto` weighs the tree's phases with it): null while none measured.
+      // What this node's last exchanges measured, and what the session's ranks agreed on (`auto`
+      // weighs the tree's phases and the schedules of sched::kWeighed with it): null while none.
       {"phases_measured", measured_json(own_measure(), measures.size())},
       {"phases_agreed", measured_json(agreed, 0)},
       // Frames tagged with the cluster key, and its cipher; null: unauthenticated.
