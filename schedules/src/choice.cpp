@@ -203,7 +203,11 @@ double exchange_reach(const TreeModel& model, std::uint64_t block_bytes, double 
   return model.best_time_s(block_bytes) / took_s;
 }
 
-double median_reach(std::vector<double> samples) { return samples.empty() ? 0 : median_of(std::move(samples)); }
+double reach_together(const std::vector<double>& samples) {
+  double inverse = 0;
+  for (const double r : samples) inverse += 1 / r;
+  return samples.empty() ? 0 : static_cast<double>(samples.size()) / inverse;
+}
 
 std::optional<std::size_t> reach_cell(const AlgorithmSpec& algorithm, const SyncSpec& sync, std::uint64_t block_bytes) {
   if (block_bytes < kReachSizeFrom || block_bytes >= (kReachSizeFrom << kReachSizes)) return std::nullopt;

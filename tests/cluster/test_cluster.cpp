@@ -398,15 +398,20 @@ TEST_CASE("the daemons measure their tree exchanges, agree on one fit at the nex
     hand_over_us = std::max(hand_over_us, st["phases_measured"]["hand_over_us"].get<double>());
     CHECK(st["phases_agreed"].is_null());  // that session agreed before anything was measured
   }
-  // The next session's join: the lowest fill and the longest hand-over, on every rank. (Its
-  // 2,000-byte blocks run the pairwise exchange, which adds nothing to the phases' fit.)
+  // The next session's join: the lowest fill and the longest hand-over, on every rank; and the
+  // median over the exchanges of the slowest rank's view of each, at most any rank's median of
+  // its own. (Its 2,000-byte blocks run the pairwise exchange, which adds nothing to the fit.)
   require_all_ok(everywhere(exchange(2000, "auto")), "the next session");
-  for (const auto& st : all_machines_status()) {
+  const std::vector<nlohmann::json> agreed = all_machines_status();
+  for (const auto& st : agreed) {
     INFO(st.dump());
     REQUIRE(st["phases_agreed"].is_object());
     CHECK(st["phases_agreed"]["fill"].get<double>() == Approx(fill).margin(1e-6));
     CHECK(st["phases_agreed"]["hand_over_us"].get<double>() == Approx(hand_over_us).margin(1e-3));
-    CHECK(st["phases_agreed"]["reach"]["tree+sender-all"]["16384"].get<double>() == Approx(reach).margin(1e-4));  // in ten-thousandths
+    const double reach_agreed = st["phases_agreed"]["reach"]["tree+sender-all"]["16384"].get<double>();
+    CHECK(reach_agreed > 0);
+    CHECK(reach_agreed <= reach + 1e-4);  // in ten-thousandths
+    CHECK(st["phases_agreed"] == agreed[0]["phases_agreed"]);
   }
   const std::vector<nlohmann::json> stopping = all_machines_status();
   REQUIRE(sh(kEmu + " stop").status == 0);
@@ -429,8 +434,8 @@ namespace {
 
 // Writes each machine's measures as its daemon keeps them (daemon_measure.cpp): four exchanges
 // of the tree's phases that each took 2 ms a phase beyond its blocks (the phases would reach 40%
-// of the limit at 16 KiB), and `reach` ([schedule, smallest block, [reaches]]); the first
-// machine `first_reach` where one is given.
+// of the limit at 16 KiB), and `reach` ([schedule, smallest block, [[exchange, reach]...]]); the
+// first machine `first_reach` where one is given.
 void write_measures(const std::vector<nlohmann::json>& statuses, const nlohmann::json& reach, const nlohmann::json& first_reach = nullptr) {
   for (std::size_t m = 0; m < statuses.size(); ++m) {
     const auto& st = statuses[m];
@@ -479,7 +484,9 @@ TEST_CASE("where auto chooses by measurement, every 16th alltoall measures a sch
   CHECK_THAT(last_of(16 * 1024, 16), Catch::Contains("ok pairwise-ec none"));
 
   // Every one measured, the paced shuffle ahead: 63 run it, and the 64th the first of the others.
-  const nlohmann::json measured = {{"tree+sender-all", 16384, {0.3}}, {"paced-shuffle+none", 16384, {0.8}}, {"sync-shuffle+none", 16384, {0.5}}, {"pairwise-ec+none", 16384, {0.5}}};
+  // Each [exchange, reach], of an exchange of an earlier session (ids of the past, not this one's).
+  auto one = [](double reach) { return nlohmann::json::array({nlohmann::json::array({9'000'000, reach})}); };
+  const nlohmann::json measured = {{"tree+sender-all", 16384, one(0.3)}, {"paced-shuffle+none", 16384, one(0.8)}, {"sync-shuffle+none", 16384, one(0.5)}, {"pairwise-ec+none", 16384, one(0.5)}};
   restart_with(measured);
   CHECK_THAT(last_of(16 * 1024, 63), Catch::Contains("ok paced-shuffle"));
   for (const auto& st : all_machines_status()) {
@@ -493,8 +500,8 @@ TEST_CASE("where auto chooses by measurement, every 16th alltoall measures a sch
   // The synchronous shuffle measured well ahead on every machine but one: the join agrees on
   // that one's, and the paced shuffle runs; measured ahead on all, it runs.
   nlohmann::json ahead = measured, behind = measured;
-  ahead[2][2] = {0.95};
-  behind[2][2] = {0.6};
+  ahead[2][2] = one(0.95);
+  behind[2][2] = one(0.6);
   restart_with(ahead, behind);
   CHECK_THAT(last_of(16 * 1024, 2), Catch::Contains("ok paced-shuffle"));
   restart_with(ahead);

@@ -56,8 +56,9 @@ std::vector<std::uint8_t> described(engine::FrameType type, std::uint32_t seq, i
 
 // A JOIN carrying what its daemon measured of its exchanges.
 std::vector<std::uint8_t> join_measured() {
-  auto f = frame(engine::FrameType::kJoin, 10, 1, engine::kJoinMeasureLen, 2);
-  engine::put_join_measure(f.data() + engine::kFrameOverhead, {860'000, 244'000, {0, 0, 0, 0, 0, 5'690, 0, 0, 0, 0, 0, 7'190, 0, 0, 0, 0, 0, 8'870}});
+  const engine::JoinMeasure m{860'000, 244'000, {{40, 5, 5'690}, {41, 11, 7'190}, {42, 17, 8'870}}};
+  auto f = frame(engine::FrameType::kJoin, 10, 1, m.length(), 2);
+  engine::put_join_measure(f.data() + engine::kFrameOverhead, m);
   engine::seal(f.data());
   return f;
 }

@@ -130,8 +130,9 @@ TEST_CASE("the schedules auto weighs are kept by octave of block size, from 512 
   const TreeModel model = shipped("8-two-switch");
   CHECK(exchange_reach(model, 16 * 1024, 2 * model.best_time_s(16 * 1024)) == Approx(0.5));
   CHECK(exchange_reach(model, kAnyBlockSize, 1.0) == 0);
-  CHECK(median_reach({0.7, 0.2, 0.9}) == 0.7);  // one slow exchange does not move it
-  CHECK(median_reach({}) == 0);
+  CHECK(reach_together({0.5, 1.0}) == Approx(2 / 3.0));  // 3 best times in 3
+  CHECK(reach_together({0.8, 0.8, 0.8, 0.1}) == Approx(4 / (3 / 0.8 + 10)));  // one held up by a resent frame counts
+  CHECK(reach_together({}) == 0);
 }
 
 TEST_CASE("below 32 KiB on a tree, auto runs what the cluster measured ahead at that size; an unscheduled schedule only 5% ahead of both scheduled ones") {

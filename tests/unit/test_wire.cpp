@@ -548,28 +548,28 @@ TEST_CASE("exchange descriptors round-trip, READY, SYNC and ACK carry one or not
   }
   CHECK(reason(with(FrameType::kPoll, bytes)) == DropReason::kBadLength);
   CHECK(reason(with(FrameType::kPing, bytes)) == DropReason::kBadLength);
-  // JOIN: nothing, or one measure (JoinMeasure) whose fractions are at most the whole.
-  std::array<std::uint8_t, kJoinMeasureLen> measure{};
-  JoinMeasure m{640'000, 278'000, {}};
-  m.reach[0] = 1;
-  m.reach[5] = 7'190;
-  m.reach[kJoinReachCells - 1] = kJoinReachWhole;
+  // JOIN: nothing, or one measure (JoinMeasure) whose fractions are at most the whole and whose
+  // cells are cells.
+  JoinMeasure m{640'000, 278'000, {{17, 0, 1}, {18, 5, 7'190}, {19, kJoinReachCells - 1, kJoinReachWhole}}};
+  std::vector<std::uint8_t> measure(m.length());
+  CHECK(measure.size() == kJoinFitLen + 3 * kReachSampleLen);
   put_join_measure(measure.data(), m);
   CHECK(join_measure(measure) == m);
   CHECK(reason(with(FrameType::kJoin, {})) == DropReason::kOk);
   CHECK(reason(with(FrameType::kJoin, measure)) == DropReason::kOk);
-  CHECK(reason(with(FrameType::kJoin, std::span(measure).first(8))) == DropReason::kBadLength);  // a fit alone
-  CHECK(reason(with(FrameType::kJoin, bytes)) == DropReason::kBadLength);
-  const JoinMeasure reach_only{0, 0, {0, 0, 0, 8'870}};
+  CHECK(reason(with(FrameType::kJoin, std::span(measure).first(kJoinFitLen))) == DropReason::kOk);  // a fit alone
+  CHECK(reason(with(FrameType::kJoin, std::span(measure).first(kJoinFitLen + 3))) == DropReason::kBadLength);
+  CHECK(reason(with(FrameType::kJoin, std::span(measure).first(4))) == DropReason::kBadLength);
+  const JoinMeasure reach_only{0, 0, {{3, 3, 8'870}}};
   CHECK(reach_only.known());
   CHECK_FALSE(JoinMeasure{}.known());
-  put_join_measure(measure.data(), reach_only);
-  CHECK(reason(with(FrameType::kJoin, measure)) == DropReason::kOk);
-  put_join_measure(measure.data(), {kJoinFillWhole + 1, 0, {}});
-  CHECK(reason(with(FrameType::kJoin, measure)) == DropReason::kBadLength);
-  m.reach[3] = kJoinReachWhole + 1;
-  put_join_measure(measure.data(), m);
-  CHECK(reason(with(FrameType::kJoin, measure)) == DropReason::kBadLength);
+  for (const JoinMeasure& wrong : {JoinMeasure{kJoinFillWhole + 1, 0, {}}, JoinMeasure{0, 0, {{1, 0, kJoinReachWhole + 1}}},
+                                 JoinMeasure{0, 0, {{1, kJoinReachCells, 5'000}}}, JoinMeasure{0, 0, {{1, 2, 0}}}}) {
+    std::vector<std::uint8_t> payload(wrong.length());
+    put_join_measure(payload.data(), wrong);
+    CHECK(reason(with(FrameType::kJoin, payload)) == DropReason::kBadLength);
+    CHECK_FALSE(join_measure(payload).known());
+  }
   // Frames of the versions before descriptors are refused as such.
   auto old = with(FrameType::kReady, {});
   old[kEthHeaderLen + 2] = 1;

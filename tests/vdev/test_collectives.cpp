@@ -332,10 +332,15 @@ TEST_CASE("at the session's start, a rank whose daemon answers but has no client
 // agree on the same figures, or ranks would choose different schedules for one exchange.
 TEST_CASE("the session's join agrees on the slowest fill, the longest hand-over and each schedule's lowest reach any rank measured, the same on every rank") {
   test::Fabric fabric(test::nodes(4));
-  // Reaches in ten-thousandths: cell 3 measured by ranks 0 and 3, cell 7 by rank 2 alone (rank
-  // 2 measured no fit), cell 9 by none.
+  // Reaches in ten-thousandths, by exchange: of cell 3, ranks 0 and 3 saw exchanges 40-42 and
+  // rank 0 alone exchange 39; the lowest of each counts (9,000, 7,000, 8,000, 6,500), and what
+  // they reach together (the harmonic mean, 7,507) is agreed. Of cell 7, rank 2 alone (it
+  // measured no fit) saw exchange 50; cell 9 none.
   const std::vector<engine::JoinMeasure> proposed = {
-      {900'000, 120'000, {0, 0, 0, 8'870}}, {}, {0, 0, {0, 0, 0, 0, 0, 0, 0, 5'000}}, {640'000, 278'000, {0, 0, 0, 7'190}}};
+      {900'000, 120'000, {{39, 3, 9'000}, {40, 3, 7'000}, {41, 3, 8'800}, {42, 3, 9'100}}},
+      {},
+      {0, 0, {{50, 7, 5'000}}},
+      {640'000, 278'000, {{40, 3, 9'000}, {41, 3, 8'000}, {42, 3, 6'500}}}};
   for (int me = 0; me < 4; ++me) fabric.engine(me).start_join(10, Ms(5'000), {}, proposed[static_cast<std::size_t>(me)]);
   const JoinResults results = join_results(fabric, {0, 1, 2, 3}, Ms(10'000));
   for (int me = 0; me < 4; ++me) {
@@ -343,7 +348,7 @@ TEST_CASE("the session's join agrees on the slowest fill, the longest hand-over 
     REQUIRE(results[static_cast<std::size_t>(me)]);
     REQUIRE(*results[static_cast<std::size_t>(me)]);
     // Rank 1 measured nothing (its daemon ran no exchange yet): the others' figures hold.
-    CHECK(fabric.engine(me).agreed_measure() == engine::JoinMeasure{640'000, 278'000, {0, 0, 0, 7'190, 0, 0, 0, 5'000}});
+    CHECK(fabric.engine(me).agreed_measure() == engine::AgreedMeasure{640'000, 278'000, {0, 0, 0, 7'507, 0, 0, 0, 5'000}});
   }
   // A session in which nobody measured agrees on nothing, whatever the last one agreed.
   fabric.settle();
@@ -351,7 +356,7 @@ TEST_CASE("the session's join agrees on the slowest fill, the longest hand-over 
   const JoinResults next = join_results(fabric, {0, 1, 2, 3}, Ms(10'000));
   for (int me = 0; me < 4; ++me) {
     REQUIRE(next[static_cast<std::size_t>(me)]);
-    CHECK_FALSE(fabric.engine(me).agreed_measure().known());
+    CHECK(fabric.engine(me).agreed_measure() == engine::AgreedMeasure{});
   }
 }
 
@@ -383,6 +388,27 @@ TEST_CASE("a JOIN resent after the join it was for completed does not join the p
   REQUIRE_FALSE(*second[1]);
   CHECK(second[1]->error().code() == Errc::kTimeout);
   CHECK_THAT(second[1]->error().message(), Catch::Contains("rank 0 (02:00:00:00:00:01) did not call the collective within 400 ms"));
+}
+
+// What `auto` weighs (docs/design.md, Fast links) must be the cluster's time for an exchange: a
+// rank that starts late finds the others' frames waiting and finishes soon after, though they
+// waited for it all along. Its span runs from the first frame of the exchange it saw.
+TEST_CASE("a rank that starts an exchange late spans it from the first frame of it that came, not from its own start") {
+  const Topology t = single_switch_topology(3);
+  test::Fabric fabric(test::nodes(3));
+  const Call call = alltoall(tree(t), 4096);
+  auto early0 = start(fabric, 0, call, 1), early1 = start(fabric, 1, call, 1);
+  fabric.run_until([] { return false; }, Ms(150));  // their READYs wait, early, at rank 2
+  auto late = start(fabric, 2, call, 1);
+  const Outcome o = wait(fabric, all_ranks(3), 1, Ms(10'000));
+  REQUIRE(o.all);
+  const engine::ExchangeReport& r = *o.reports[2];
+  REQUIRE(r.state == engine::ExchangeState::kDone);
+  INFO("duration " << r.duration_ns << " ns, span " << r.span_ns << " ns");
+  CHECK(r.span_ns >= 150'000'000);
+  CHECK(r.duration_ns < r.span_ns - 100'000'000);
+  // A rank that started first spans what it took.
+  CHECK(o.reports[0]->span_ns == o.reports[0]->duration_ns);
 }
 
 TEST_CASE("a derived deadline does not cut an exchange that keeps making progress") {

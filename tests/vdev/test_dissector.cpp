@@ -200,11 +200,9 @@ Expected expect(const Captured& c, std::size_t number) {
     if (type == static_cast<std::uint8_t>(engine::FrameType::kSync)) info << " id " << seq;
     if (type == static_cast<std::uint8_t>(engine::FrameType::kJoin)) {
       info << " id " << seq;
-      if (whole && payload_len == engine::kJoinMeasureLen) {  // what the engine reads of it
-        const engine::JoinMeasure m = engine::join_measure(std::span<const std::uint8_t>(h + hl, payload_len));
-        info << std::fixed << std::setprecision(1) << " fill " << m.fill_ppm / 1e4 << "% hand-over " << m.hand_over_ns / 1e3 << " us reaches "
-             << std::count_if(m.reach.begin(), m.reach.end(), [](std::uint16_t r) { return r > 0; });
-      }
+      const engine::JoinMeasure m = engine::join_measure(std::span<const std::uint8_t>(h + hl, whole ? payload_len : 0));
+      if (m.known())  // what the engine reads of it
+        info << std::fixed << std::setprecision(1) << " fill " << m.fill_ppm / 1e4 << "% hand-over " << m.hand_over_ns / 1e3 << " us reaches " << m.reaches.size();
     }
     e.info_prefix = info.str();
   }
@@ -397,8 +395,9 @@ TEST_CASE("the Wireshark dissector decodes every captured frame as the engine wr
     engine::put_nack_range(nack.data(), 0, 3, 2);
     engine::put_nack_range(nack.data(), 1, 10, 1);
     const std::string reason = "test over";
-    std::vector<std::uint8_t> join_measure(engine::kJoinMeasureLen);
-    engine::put_join_measure(join_measure.data(), {830'000, 142'000, {0, 0, 0, 7'190, 0, 0, 0, 0, 0, 8'870}});
+    const engine::JoinMeasure measured{830'000, 142'000, {{7, 3, 7'190}, {9, 9, 8'870}}};
+    std::vector<std::uint8_t> join_measure(measured.length());
+    engine::put_join_measure(join_measure.data(), measured);
     std::vector<std::vector<std::uint8_t>> frames = {
         make(FT::kData, 4, 0, std::vector<std::uint8_t>(1470, 0x5A)),
         make(FT::kSync, 9, 0, {}),

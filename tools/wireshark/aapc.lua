@@ -152,7 +152,7 @@ local f = {
     "JOIN: the rate the sender's tree exchanges moved their blocks at, of the rate the model gives them"),
   join_hand_over = ProtoField.uint32("aapc.join.hand_over", "Hand-over per phase (ns)", base.DEC),
   join_reach = ProtoField.uint16("aapc.join.reach", "Reach (ten-thousandths of the limit)", base.DEC, nil, nil,
-    "JOIN: what one schedule that auto weighs reached at one octave of block sizes (sched::reach_cell)"),
+    "JOIN: what one exchange of a schedule that auto weighs reached, at one octave of block sizes (sched::reach_cell)"),
   payload = ProtoField.bytes("aapc.payload", "Payload"),
   tag = ProtoField.bytes("aapc.tag", "Tag (frame counter, MAC under the cluster key: ChaCha20-Poly1305 in version 6, AES-256-GCM in 7)"),
   crc_computed = ProtoField.uint32("aapc.crc.computed", "Computed CRC32C", base.HEX),
@@ -371,18 +371,16 @@ function aapc.dissector(tvb, pinfo, tree)
     info_extra = " block " .. tostring(block_len)
   elseif ftype == TYPE_JOIN then
     info_extra = string.format(" id %d", seq)
-    -- What the sender measured (JoinMeasure: its tree exchanges' fit, then 24 reaches), or nothing.
-    if payload_len == 56 and payload_captured >= 56 then
+    -- What the sender measured (JoinMeasure: its tree exchanges' fit, then reaches of 7 bytes:
+    -- exchange, cell, ten-thousandths of the limit), or nothing.
+    if payload_len >= 8 and (payload_len - 8) % 7 == 0 and payload_captured >= payload_len then
       local fill, hand_over = tvb(hlen, 4):uint(), tvb(hlen + 4, 4):uint()
       root:add(f.join_fill, tvb(hlen, 4))
       root:add(f.join_hand_over, tvb(hlen + 4, 4))
-      local reaches = 0
-      for i = 0, 23 do
-        local at = hlen + 8 + 2 * i
-        if tvb(at, 2):uint() > 0 then
-          root:add(f.join_reach, tvb(at, 2)):append_text(string.format(" (cell %d)", i))
-          reaches = reaches + 1
-        end
+      local reaches = (payload_len - 8) / 7
+      for i = 0, reaches - 1 do
+        local at = hlen + 8 + 7 * i
+        root:add(f.join_reach, tvb(at + 5, 2)):append_text(string.format(" (exchange %d, cell %d)", tvb(at, 4):uint(), tvb(at + 4, 1):uint()))
       end
       info_extra = info_extra .. string.format(" fill %.1f%% hand-over %.1f us reaches %d", fill / 1e4, hand_over / 1e3, reaches)
     end

@@ -1,8 +1,13 @@
 // Agreeing on the next exchange id at the start of a session (Engine::start_join).
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "aapc/core/engine.hpp"
+#include "aapc/sched/choice.hpp"
 #include "aapc/wire/serial.hpp"
 #include "link.hpp"
 
@@ -11,7 +16,10 @@ namespace aapc::engine {
 void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadline, JoinOwner owner, JoinMeasure measured) {
   joining_ = true;
   owner_ = owner;
-  measure_ = measured;
+  measure_ = std::move(measured);
+  // What fits one frame, the newest last (a frame of MTU 1500 holds 200 reaches).
+  const std::size_t room = (link_->control_room() - kJoinFitLen) / kReachSampleLen;
+  if (measure_.reaches.size() > room) measure_.reaches.erase(measure_.reaches.begin(), measure_.reaches.end() - static_cast<std::ptrdiff_t>(room));
   ++join_round_;
   join_left_.assign(config_.peers.size(), false);
   reopen_slot(kWorldSlot);  // a new session: this node starts the cluster's collectives again
@@ -29,7 +37,7 @@ void Engine::start_join(std::uint32_t proposal, std::chrono::milliseconds deadli
 void Engine::join_timers(Clock::time_point now) {
   if (!join_sending_ || now < join_retry_) return;
   bool all = true;
-  std::array<std::uint8_t, kJoinMeasureLen> measure{};
+  std::vector<std::uint8_t> measure(measure_.length());
   put_join_measure(measure.data(), measure_);
   const std::size_t measure_len = measure_.known() ? measure.size() : 0;
   for (std::size_t r = 0; r < config_.peers.size(); ++r) {
@@ -63,19 +71,24 @@ void Engine::on_join(const Parsed& f) {
   peer_round_[s] = round;
 }
 
-// The slowest fill and the longest hand-over of the ranks that measured one, and each schedule's
-// lowest reach at each size of those that measured it: every rank computes it from the same
-// proposals, so every rank chooses its schedules alike.
-JoinMeasure Engine::agree_measure() const {
-  JoinMeasure agreed = measure_;
-  auto lowest_known = [](auto& into, auto from) { into = into == 0 ? from : from == 0 ? into : std::min(into, from); };
+// The slowest fill and the longest hand-over of the ranks that measured one; and for each cell,
+// over its exchanges, what the lowest reach any rank saw of each gives together (JoinMeasure). Every
+// rank computes it from the same proposals, so every rank chooses its schedules alike.
+AgreedMeasure Engine::agree_measure() const {
+  AgreedMeasure agreed;
+  std::map<std::pair<std::uint8_t, std::uint32_t>, std::uint16_t> lowest;  // (cell, exchange) -> reach
   for (std::size_t r = 0; r < peer_measure_.size(); ++r) {
-    const JoinMeasure& m = peer_measure_[r];
-    if (static_cast<Rank>(r) == config_.rank) continue;
-    lowest_known(agreed.fill_ppm, m.fill_ppm);
+    const JoinMeasure& m = static_cast<Rank>(r) == config_.rank ? measure_ : peer_measure_[r];
+    if (m.fill_ppm > 0) agreed.fill_ppm = agreed.fill_ppm == 0 ? m.fill_ppm : std::min(agreed.fill_ppm, m.fill_ppm);
     agreed.hand_over_ns = std::max(agreed.hand_over_ns, m.hand_over_ns);  // 0 where not measured
-    for (std::size_t c = 0; c < kJoinReachCells; ++c) lowest_known(agreed.reach[c], m.reach[c]);
+    for (const ReachSample& s : m.reaches) {
+      auto [at, fresh] = lowest.try_emplace({s.cell, s.exchange}, s.reach);
+      if (!fresh) at->second = std::min(at->second, s.reach);
+    }
   }
+  std::array<std::vector<double>, kJoinReachCells> by_cell;
+  for (const auto& [cell_exchange, reach] : lowest) by_cell[cell_exchange.first].push_back(reach);
+  for (std::size_t c = 0; c < kJoinReachCells; ++c) agreed.reach[c] = static_cast<std::uint16_t>(std::lround(sched::reach_together(by_cell[c])));
   return agreed;
 }
 

@@ -274,6 +274,7 @@ EarlyFrames& Engine::early_entry(std::uint32_t id) {
   if (early_.count(id) == 0 && early_.size() >= kMaxEarly) erase_early(early_.find(farthest_early()->first));  // may_keep_early() let a nearer one in
   EarlyFrames& e = early_[id];
   if (e.ready_from.empty()) {
+    e.first_seen = Clock::now();
     e.ready_from.assign(config_.peers.size(), false);
     e.ready_len.assign(config_.peers.size(), 0);
     e.descriptor.resize(config_.peers.size());

@@ -12,7 +12,7 @@ using std::chrono::duration_cast;
 using std::chrono::nanoseconds;
 
 Exchange::Exchange(Link& link, ExchangeSpec spec, Clock::time_point now)
-    : link_(link), spec_(std::move(spec)), n_(link.config().peers.size()), start_(now), next_keepalive_(now) {
+    : link_(link), spec_(std::move(spec)), n_(link.config().peers.size()), start_(now), next_keepalive_(now), seen_from_(now) {
   const std::uint32_t chunk = link_.chunk();
   member_ = member_mask(spec_, n_);
   out_of_.assign(n_, -1);
@@ -80,6 +80,7 @@ std::int64_t Exchange::since_start(Clock::time_point t) const { return duration_
 
 void Exchange::begin(Clock::time_point now, const EarlyFrames& early) {
   const Rank me = link_.rank();
+  seen_from_ = early.first_seen != Clock::time_point{} ? std::min(start_, early.first_seen) : start_;
   if (!early_agrees(early, now)) return;
   // Our own block never leaves the node.
   if (idx(me) < spec_.send.size() && spec_.send[idx(me)].len > 0 && spec_.recv[idx(me)].data != nullptr)
@@ -281,6 +282,7 @@ ExchangeReport Exchange::report(Clock::time_point now) const {
   r.error = error_;
   r.peer = bad_peer_;
   r.duration_ns = duration_cast<nanoseconds>((running() ? now : end_) - start_).count();
+  r.span_ns = duration_cast<nanoseconds>((running() ? now : end_) - seen_from_).count();
   r.counters = counters_;
   return r;
 }

@@ -300,6 +300,7 @@ class Exchange {
   std::vector<Clock::time_point> told_at_;  // by rank: when our ABORT last went (remind)
   Rank bad_peer_ = -1;
   Clock::time_point start_, end_, linger_until_, next_keepalive_;
+  Clock::time_point seen_from_;  // start_, or a peer's earlier frame of the exchange (report(): span_ns)
   // The deadline: the caller's (hard), or derived from the size (soft: it fails the exchange
   // only once nothing progressed for stall_, ExchangeSpec::timeout).
   std::chrono::milliseconds deadline_{0}, stall_{0};

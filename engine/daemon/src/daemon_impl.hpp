@@ -307,12 +307,16 @@ struct Daemon::Impl {
 
   // daemon_measure.cpp
   // The last kMeasuresKept of this node's tree exchanges, the last kReachesKept reaches of each
-  // schedule `auto` weighs at each size, and what the session's join agreed on (sched::Measured,
-  // used by `auto` for the cluster's collectives).
+  // schedule `auto` weighs at each size, by exchange, and what the session's join agreed on
+  // (sched::Measured, used by `auto` for the cluster's collectives).
   static constexpr std::size_t kMeasuresKept = 32;
-  static constexpr std::size_t kReachesKept = 8;
+  static constexpr std::size_t kReachesKept = 6;  // 24 cells of 6 fit a JOIN at MTU 1500 (wire.hpp)
   std::deque<sched::TreeSample> measures;
-  std::array<std::deque<double>, sched::kReachCells> reaches;
+  struct Reach {
+    std::uint32_t exchange;
+    double reach;
+  };
+  std::array<std::deque<Reach>, sched::kReachCells> reaches;
   sched::Measured agreed;
   // This session's alltoalls that `auto` chose by measurement: every kMeasureUnmeasuredEvery-th
   // runs one of the others that the session's join knew nothing of at that size, and every
@@ -327,9 +331,9 @@ struct Daemon::Impl {
   sched::Choice measure_another(const sched::Choice& chosen, std::uint64_t block);
   void note_measured(const sched::Choice& choice, Prepared& p) const;
   void measure(const ExchangeRecord& rec, const ExchangeReport& rep);
-  sched::Measured own_measure() const;  // fitted to `measures`, with the median of each `reaches`
+  sched::Measured own_measure() const;  // fitted to `measures`, with each `reaches` together
   JoinMeasure join_measure() const;
-  void take_agreed(const JoinMeasure& m);
+  void take_agreed(const AgreedMeasure& m);
   std::string measures_path() const;
   void load_measures();
   void save_measures() const;

@@ -1,7 +1,7 @@
 // What this node's exchanges measured (docs/design.md, Fast links, "`auto` by measurement"):
 // tree phases slower than their blocks' rates allow, each longer by a hand-over, and what each
 // schedule that `auto` weighs reached at each size. Each daemon fits its last tree exchanges
-// (sched::fit_measured), keeps the median of its last reaches, and proposes both at each
+// (sched::fit_measured), keeps its last reaches by exchange, and proposes both at each
 // session's JOIN; the ranks agree on the slowest of each, so every rank chooses alike for the
 // whole session.
 #include <algorithm>
@@ -30,10 +30,13 @@ void Daemon::Impl::measure(const ExchangeRecord& rec, const ExchangeReport& rep)
   if (rec.measured_block == 0 || rep.state != ExchangeState::kDone) return;
   const double took_s = static_cast<double>(rep.duration_ns) / 1e9;
   if (rec.reach_cell) {
+    // From the first peer's start as this rank saw it: a rank that started late, its blocks
+    // waiting for it, reads a short exchange that held the others up (the pairwise exchange at
+    // 16 KiB read 105-118% of the limit on every rank, and took 123% of the phases' time).
     auto& kept = reaches.at(*rec.reach_cell);
-    kept.push_back(sched::exchange_reach(world->model, rec.measured_block, took_s));
+    kept.push_back({rep.id, sched::exchange_reach(world->model, rec.measured_block, static_cast<double>(rep.span_ns) / 1e9)});
     if (kept.size() > kReachesKept) kept.pop_front();
-    spdlog::debug("exchange {} ({}): {:.1f}% of the limit", rep.id, rec.schedule, kept.back() * 100);
+    spdlog::debug("exchange {} ({}): {:.1f}% of the limit", rep.id, rec.schedule, kept.back().reach * 100);
   }
   if (!rec.tree_phases) return;
   const auto sample = sched::tree_sample(world->model, rec.measured_block, took_s);
@@ -45,7 +48,11 @@ void Daemon::Impl::measure(const ExchangeRecord& rec, const ExchangeReport& rep)
 
 sched::Measured Daemon::Impl::own_measure() const {
   sched::Measured m = sched::fit_measured({measures.begin(), measures.end()});
-  for (std::size_t c = 0; c < sched::kReachCells; ++c) m.reach[c] = sched::median_reach({reaches[c].begin(), reaches[c].end()});
+  for (std::size_t c = 0; c < sched::kReachCells; ++c) {
+    std::vector<double> seen;
+    for (const Reach& r : reaches[c]) seen.push_back(r.reach);
+    m.reach[c] = sched::reach_together(seen);
+  }
   return m;
 }
 
@@ -83,18 +90,19 @@ sched::Choice Daemon::Impl::measure_another(const sched::Choice& chosen, std::ui
 }
 
 JoinMeasure Daemon::Impl::join_measure() const {
-  const sched::Measured m = own_measure();
+  const sched::Measured fit = sched::fit_measured({measures.begin(), measures.end()});
   JoinMeasure j;
-  if (m.known()) {
-    j.fill_ppm = static_cast<std::uint32_t>(std::clamp(std::lround(m.fill * kJoinFillWhole), 1L, static_cast<long>(kJoinFillWhole)));
-    j.hand_over_ns = static_cast<std::uint32_t>(std::clamp(std::llround(m.hand_over_s * 1e9), 0LL, static_cast<long long>(UINT32_MAX)));
+  if (fit.known()) {
+    j.fill_ppm = static_cast<std::uint32_t>(std::clamp(std::lround(fit.fill * kJoinFillWhole), 1L, static_cast<long>(kJoinFillWhole)));
+    j.hand_over_ns = static_cast<std::uint32_t>(std::clamp(std::llround(fit.hand_over_s * 1e9), 0LL, static_cast<long long>(UINT32_MAX)));
   }
   for (std::size_t c = 0; c < sched::kReachCells; ++c)
-    if (m.reach[c] > 0) j.reach[c] = static_cast<std::uint16_t>(std::clamp(std::lround(m.reach[c] * kJoinReachWhole), 1L, static_cast<long>(kJoinReachWhole)));
+    for (const Reach& r : reaches[c])
+      j.reaches.push_back({r.exchange, static_cast<std::uint8_t>(c), static_cast<std::uint16_t>(std::clamp(std::lround(r.reach * kJoinReachWhole), 1L, static_cast<long>(kJoinReachWhole)))});
   return j;
 }
 
-void Daemon::Impl::take_agreed(const JoinMeasure& m) {
+void Daemon::Impl::take_agreed(const AgreedMeasure& m) {
   agreed = {static_cast<double>(m.fill_ppm) / kJoinFillWhole, m.fill_ppm > 0 ? static_cast<double>(m.hand_over_ns) / 1e9 : 0.0, {}};
   for (std::size_t c = 0; c < sched::kReachCells; ++c) agreed.reach[c] = static_cast<double>(m.reach[c]) / kJoinReachWhole;
   if (agreed.known())
@@ -104,7 +112,7 @@ void Daemon::Impl::take_agreed(const JoinMeasure& m) {
   for (std::size_t c = 0; c < sched::kReachCells; ++c)
     if (agreed.reach[c] > 0)
       reached += fmt::format("{}{} {:.1f}% from {} B", reached.empty() ? "" : ", ", sched::reach_cell_schedule(c), agreed.reach[c] * 100, sched::reach_cell_block(c));
-  if (!reached.empty()) spdlog::info("the session agreed on what its ranks' exchanges reached of the limit: {}", reached);
+  if (!reached.empty()) spdlog::info("the session agreed on what its exchanges reached of the limit (the slowest rank's view of each): {}", reached);
 }
 
 // Kept beside the socket from one daemon to the next (`aapc-emu run` starts the daemons for
@@ -124,13 +132,15 @@ void Daemon::Impl::load_measures() {
       measures.push_back({model_s, took_s});
       if (measures.size() > kMeasuresKept) measures.pop_front();
     }
-    for (const auto& r : j.value("reach", nlohmann::json::array())) {  // [schedule, smallest block, [reaches]]
+    for (const auto& r : j.value("reach", nlohmann::json::array())) {  // [schedule, smallest block, [[exchange, reach]...]]
       const std::string schedule = r.at(0);
       const std::uint64_t block = r.at(1);
       for (std::size_t c = 0; c < sched::kReachCells; ++c) {
         if (sched::reach_cell_schedule(c) != schedule || sched::reach_cell_block(c) != block) continue;
-        for (const double v : r.at(2))
-          if (v > 0 && v < 60) reaches[c].push_back(v);  // NaN too; above 1 where this rank finished before the cluster
+        for (const auto& seen : r.at(2)) {
+          const double v = seen.at(1);
+          if (v > 0 && v < 60) reaches[c].push_back({seen.at(0).get<std::uint32_t>(), v});  // NaN too; above 1 where this rank finished first
+        }
         while (reaches[c].size() > kReachesKept) reaches[c].pop_front();
       }
     }
@@ -147,7 +157,11 @@ void Daemon::Impl::save_measures() const {
                       {"reach", nlohmann::json::array()}};
   for (const auto& m : measures) j["measures"].push_back({m.model_s, m.took_s});
   for (std::size_t c = 0; c < sched::kReachCells; ++c)
-    if (!reaches[c].empty()) j["reach"].push_back({sched::reach_cell_schedule(c), sched::reach_cell_block(c), reaches[c]});
+    if (!reaches[c].empty()) {
+      nlohmann::json seen = nlohmann::json::array();
+      for (const Reach& r : reaches[c]) seen.push_back({r.exchange, r.reach});
+      j["reach"].push_back({sched::reach_cell_schedule(c), sched::reach_cell_block(c), seen});
+    }
   const std::string path = measures_path(), temporary = path + ".new";
   std::ofstream(temporary) << j.dump() << "\n";
   std::error_code ec;

@@ -135,28 +135,37 @@ AckEntry ack_entry(std::span<const std::uint8_t> payload, std::size_t index) {
   return {get32(p), static_cast<FrameType>(p[4]), get32(p + 8), get64(p + 12)};
 }
 
+std::size_t JoinMeasure::length() const { return kJoinFitLen + kReachSampleLen * reaches.size(); }
+
 void put_join_measure(std::uint8_t* payload, const JoinMeasure& m) {
   put32(payload, m.fill_ppm);
   put32(payload + 4, m.hand_over_ns);
-  for (std::size_t i = 0; i < kJoinReachCells; ++i) put16(payload + 8 + 2 * i, m.reach[i]);
-}
-
-JoinMeasure join_measure(std::span<const std::uint8_t> payload) {
-  if (payload.size() != kJoinMeasureLen) return {};
-  JoinMeasure m{get32(payload.data()), get32(payload.data() + 4), {}};
-  for (std::size_t i = 0; i < kJoinReachCells; ++i) m.reach[i] = get16(payload.data() + 8 + 2 * i);
-  return m;
+  std::uint8_t* p = payload + kJoinFitLen;
+  for (const ReachSample& r : m.reaches) {
+    put32(p, r.exchange);
+    p[4] = r.cell;
+    put16(p + 5, r.reach);
+    p += kReachSampleLen;
+  }
 }
 
 namespace {
 
-bool join_measure_valid(std::span<const std::uint8_t> payload) {
-  if (payload.size() != kJoinMeasureLen) return false;
-  const JoinMeasure m = join_measure(payload);
-  return m.fill_ppm <= kJoinFillWhole && std::all_of(m.reach.begin(), m.reach.end(), [](std::uint16_t r) { return r <= kJoinReachWhole; });
+std::optional<JoinMeasure> read_join_measure(std::span<const std::uint8_t> payload) {
+  if (payload.size() < kJoinFitLen || (payload.size() - kJoinFitLen) % kReachSampleLen != 0) return std::nullopt;
+  JoinMeasure m{get32(payload.data()), get32(payload.data() + 4), {}};
+  if (m.fill_ppm > kJoinFillWhole) return std::nullopt;
+  for (const std::uint8_t* p = payload.data() + kJoinFitLen; p < payload.data() + payload.size(); p += kReachSampleLen) {
+    const ReachSample r{get32(p), p[4], get16(p + 5)};
+    if (r.cell >= kJoinReachCells || r.reach == 0 || r.reach > kJoinReachWhole) return std::nullopt;
+    m.reaches.push_back(r);
+  }
+  return m;
 }
 
 }  // namespace
+
+JoinMeasure join_measure(std::span<const std::uint8_t> payload) { return read_join_measure(payload).value_or(JoinMeasure{}); }
 
 std::pair<std::uint32_t, std::uint32_t> nack_range(std::span<const std::uint8_t> payload, std::uint32_t index) {
   return {get32(payload.data() + 8 * index), get32(payload.data() + 8 * index + 4)};
@@ -446,7 +455,7 @@ DropReason check_control(const Header& h, std::span<const std::uint8_t> payload)
       break;
     case FrameType::kJoin:
       // Nothing, or one measure whose fractions are fractions.
-      if (h.payload_len != 0 && !join_measure_valid(payload)) return DropReason::kBadLength;
+      if (h.payload_len != 0 && !read_join_measure(payload)) return DropReason::kBadLength;
       break;
     case FrameType::kAck:
       if (h.aux == 0 || h.aux >= kFrameTypes) return DropReason::kBadLength;

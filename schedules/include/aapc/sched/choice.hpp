@@ -64,7 +64,8 @@ inline constexpr std::uint64_t kAnyBlockSize = UINT64_MAX;
 // costs a phase). The daemons agree on it when a session starts (the JOIN), so that every rank
 // chooses alike. Not measured: fill 0.
 // With it, what each of kWeighed reached (the best time over the time an exchange took, the
-// median of a node's last few) at each octave of sizes; 0: not measured.
+// exchanges' lowest reach a rank saw, together: reach_together) at each octave of sizes; 0: not
+// measured.
 struct Measured {
   double fill = 0;         // (0, 1]
   double hand_over_s = 0;  // per phase, at least 0
@@ -96,8 +97,10 @@ Measured fit_measured(const std::vector<TreeSample>& samples);
 
 // The fraction of the limit an exchange of blocks of `block_bytes` that took `took_s` reached.
 double exchange_reach(const TreeModel& model, std::uint64_t block_bytes, double took_s);
-// The median of a cell's samples (0 for none).
-double median_reach(std::vector<double> samples);
+// What exchanges of one size that reached `samples` reach together: their best times over the
+// time they took, the harmonic mean, so that one held up by a resent frame counts as what it
+// took (0 for none).
+double reach_together(const std::vector<double>& samples);
 
 // What `auto` runs for blocks of `block_bytes` on `topology`; the daemon, which keeps the
 // tree model of its topology, calls the second form once per exchange, with what its cluster

@@ -113,16 +113,17 @@ class Engine final : private ParseContext {
   // every engine must propose the same, or the join fails naming the rank and its owner, before
   // any block leaves. Another user's client, or another job's, that took one machine's rank
   // first must not swap blocks with a job on the others (docs/design.md, "Jobs kept apart").
-  // `measured`: what this node measured of its tree exchanges (the daemon's); the join agrees
-  // on the slowest fill and the longest hand-over that any rank measured (agreed_measure()).
+  // `measured`: what this node measured of its exchanges (the daemon's; the newest reaches that
+  // fit a frame are sent); the join agrees on it (agreed_measure()).
   void start_join(std::uint32_t proposal, std::chrono::milliseconds deadline = std::chrono::milliseconds(0), JoinOwner owner = {},
                   JoinMeasure measured = {});
   bool joining() const { return joining_; }
   // The agreed id once every peer's proposal is in; an error when a peer stays silent.
   std::optional<Result<std::uint32_t>> join_result();
   // What the last join that succeeded agreed on, from the same proposals on every rank: the
-  // lowest fill and the longest hand-over of the ranks that measured one; nothing known if none.
-  const JoinMeasure& agreed_measure() const { return agreed_measure_; }
+  // lowest fill and the longest hand-over of the ranks that measured one, and for each cell what
+  // its exchanges reach together, each at the lowest reach a rank saw of it; nothing if none.
+  const AgreedMeasure& agreed_measure() const { return agreed_measure_; }
 
   const EngineCounters& counters() const;
   static constexpr std::size_t kMaxEarly = 64;  // exchanges not started yet whose frames we keep
@@ -211,7 +212,8 @@ class Engine final : private ParseContext {
   std::vector<std::optional<std::uint32_t>> peer_proposal_;  // since our last join completed
   std::vector<JoinOwner> peer_owner_;                         // with each proposal
   std::vector<JoinMeasure> peer_measure_;                     // with each proposal
-  JoinMeasure measure_, agreed_measure_;                      // ours, and the last join's
+  JoinMeasure measure_;                                       // ours
+  AgreedMeasure agreed_measure_;                              // the last join's
   // Which JOIN a proposal came in: its sender's epoch and join round. A JOIN is resent until
   // acknowledged, also after its sender's join completed: a copy that comes after our own join
   // used or voided its proposal (spend_proposal) is not a new session's.
@@ -227,7 +229,7 @@ class Engine final : private ParseContext {
   bool join_sending_ = false;  // our JOIN still travels to someone
   void join_timers(Clock::time_point now);
   std::optional<Error> join_owner_mismatch();  // start_join's `owner`
-  JoinMeasure agree_measure() const;
+  AgreedMeasure agree_measure() const;
   struct AbortedBy {  // a peer's latest ABORT
     std::uint32_t exchange = 0;
     Clock::time_point when{};

@@ -263,6 +263,11 @@ struct ExchangeReport {
   std::string error;   // names the peer when one is at fault
   Rank peer = -1;      // the peer at fault, if any
   std::int64_t duration_ns = 0;
+  // From the first sign of the exchange here (our start, or a peer's frame of it that came
+  // before) to its end: from a peer that started first, to this rank's end. The slowest rank's
+  // is about the cluster's time for the exchange, which a rank that started late does not see
+  // in its own duration.
+  std::int64_t span_ns = 0;
   ExchangeCounters counters;
 };
 
@@ -294,6 +299,7 @@ struct EarlyFrames {
   std::vector<std::uint64_t> ready_len;   // by rank: the block its READY expects from us
   std::vector<std::pair<std::uint32_t, Rank>> syncs;  // (sync id, the rank that sent it)
   std::vector<std::vector<std::uint8_t>> descriptor;  // by rank: the last one it sent (or empty)
+  Clock::time_point first_seen{};  // when the first frame came (Exchange::report: span_ns)
   Clock::time_point first_data{};  // when `data` got its first frame (they expire: Engine::expire_early)
   std::vector<EarlyData> data;
 };

@@ -78,6 +78,7 @@
 #include <span>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "aapc/sched/frame.hpp"
 #include "aapc/wire/crc.hpp"  // crc32c()
@@ -150,27 +151,44 @@ void put_ack_entry(std::uint8_t* payload, std::size_t index, const AckEntry& e);
 AckEntry ack_entry(std::span<const std::uint8_t> payload, std::size_t index);
 
 // A JOIN's payload: what its sender measured of its exchanges (sched::Measured), which the
-// session's ranks agree on: the fraction of its pacing rate it sent a tree phase's block at, in
-// millionths (1..1,000,000; 0: not measured), the time each phase took beyond its blocks', in ns
-// (two u32s); then what each schedule that `auto` weighs reached at each octave of block sizes
-// (sched::reach_cell), in ten-thousandths of the limit (kJoinReachCells u16s, 1..10,000; 0: not
-// measured). Sent whole, or not at all where nothing is known.
+// session's ranks agree on. First the fraction of its pacing rate it sent a tree phase's block
+// at, in millionths (1..1,000,000; 0: not measured), and the time each phase took beyond its
+// blocks', in ns (two u32s). Then its last reaches of the schedules `auto` weighs, 7 bytes each:
+// the exchange's id (u32), its cell (u8: sched::reach_cell, schedule x octave of block sizes)
+// and the fraction of the limit it reached as this rank saw it, in ten-thousandths (u16,
+// 1..10,000). Every rank saw the same exchanges: the slowest rank's view of each is the
+// exchange's (one that finished early, or waited on no lost frame, reads more), so the ranks
+// agree, for each cell, on what its exchanges reach together, each at the lowest reach any rank saw
+// (AgreedMeasure). Not sent where nothing is known.
 inline constexpr std::size_t kJoinReachCells = 24;
+struct ReachSample {
+  std::uint32_t exchange = 0;
+  std::uint8_t cell = 0;
+  std::uint16_t reach = 0;
+  friend bool operator==(const ReachSample&, const ReachSample&) = default;
+};
 struct JoinMeasure {
   std::uint32_t fill_ppm = 0;
   std::uint32_t hand_over_ns = 0;
-  std::array<std::uint16_t, kJoinReachCells> reach{};
-  bool known() const {
-    return fill_ppm > 0 || std::any_of(reach.begin(), reach.end(), [](std::uint16_t r) { return r > 0; });
-  }
+  std::vector<ReachSample> reaches;
+  bool known() const { return fill_ppm > 0 || !reaches.empty(); }
+  std::size_t length() const;  // of its payload
   friend bool operator==(const JoinMeasure&, const JoinMeasure&) = default;
 };
-inline constexpr std::size_t kJoinMeasureLen = 8 + 2 * kJoinReachCells;
+// What a session's join agreed on: the fit, and each cell's reach (0: none measured).
+struct AgreedMeasure {
+  std::uint32_t fill_ppm = 0;
+  std::uint32_t hand_over_ns = 0;
+  std::array<std::uint16_t, kJoinReachCells> reach{};
+  friend bool operator==(const AgreedMeasure&, const AgreedMeasure&) = default;
+};
+inline constexpr std::size_t kJoinFitLen = 8;
+inline constexpr std::size_t kReachSampleLen = 7;
 inline constexpr std::uint32_t kJoinFillWhole = 1'000'000;
 inline constexpr std::uint16_t kJoinReachWhole = 10'000;
-void put_join_measure(std::uint8_t* payload, const JoinMeasure& m);
+void put_join_measure(std::uint8_t* payload, const JoinMeasure& m);  // m.length() bytes
 // Nothing known unless the payload is one JoinMeasure (parse() drops a JOIN whose is not, or
-// whose fractions are above the whole).
+// whose fractions are above the whole, or whose cells are not cells).
 JoinMeasure join_measure(std::span<const std::uint8_t> payload);
 
 // Why a frame was dropped. Everything that is not kOk is counted per reason.
