@@ -88,6 +88,11 @@ std::string percent(double fraction) { return std::to_string(static_cast<int>(fr
 // exchange led on 12-three-level at 400 Mbit/s, 12 KiB (76.6% against the paced shuffle's 58.4;
 // docs/benchmarks.md). So one of them runs only where the cluster measured it, at this size,
 // ahead of both scheduled ones by kUnscheduledLead: its losses come and go with the hosts' load.
+// Weighed so, auto reached 97-100% of the best at 5-24 KB on 12-three-level at 400 Mbit/s, two
+// generated trees at 300 and 8-two-switch at 300-500, where the paced shuffle it ran before
+// reached 78-97% of the best; 88.6% at 200 Mbit/s and 16 KiB, where the pairwise exchange's
+// ranks finish further apart than any daemon's span shows (2026-12-05, aapc-bench --repeat 3,
+// medians; docs/benchmarks.md, "Every weighed schedule measured").
 Choice weighed_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
   constexpr double kUnscheduledLead = 1.05;
   const Weighed& tree = kWeighed[0];
