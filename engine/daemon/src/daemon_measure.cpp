@@ -30,9 +30,9 @@ void Daemon::Impl::measure(const ExchangeRecord& rec, const ExchangeReport& rep)
   if (rec.measured_block == 0 || rep.state != ExchangeState::kDone) return;
   const double took_s = static_cast<double>(rep.duration_ns) / 1e9;
   if (rec.reach_cell) {
-    // From the first peer's start as this rank saw it: a rank that started late, its blocks
-    // waiting for it, reads a short exchange that held the others up (the pairwise exchange at
-    // 16 KiB read 105-118% of the limit on every rank, and took 123% of the phases' time).
+    // From the first frame of the exchange this rank saw (its own start, or a peer's earlier
+    // READY): a rank that started late, the others' blocks waiting for it, would read a short
+    // exchange where it held them up.
     auto& kept = reaches.at(*rec.reach_cell);
     kept.push_back({rep.id, sched::exchange_reach(world->model, rec.measured_block, static_cast<double>(rep.span_ns) / 1e9)});
     if (kept.size() > kReachesKept) kept.pop_front();

@@ -70,7 +70,6 @@
 // fuzzed alone (the fuzz target places payloads too).
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
