@@ -97,7 +97,7 @@ Choice weighed_choice(const TreeModel& model, std::uint64_t block_bytes, const M
   constexpr double kUnscheduledLead = 1.05;
   const Weighed& tree = kWeighed[0];
   const Weighed& paced_shuffle = kWeighed[1];
-  auto measured_at = [&](const Weighed& w) { return measured.reach_at(reach_cell(w.algorithm_spec(), w.sync_spec(), block_bytes)); };
+  auto measured_at = [&](const Weighed& w) { return measured.reach_at(reach_cell(w, block_bytes)); };
   const double phases_measured = measured_at(tree), paced_measured = measured_at(paced_shuffle);
   const double phases = phases_measured > 0 ? phases_measured : phases_reach(model, block_bytes, measured);
   const double paced = paced_measured > 0 ? paced_measured : paced_shuffle_reaches(block_bytes);
@@ -135,7 +135,8 @@ Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes, con
   constexpr std::int64_t kMostSendersPerNode = 4;
   const bool many_senders = kMostSendersPerNode * (model.topology().machine_count() - 1) < model.load();
   if (!many_senders && block_bytes < kPacedFromBytes) return weighed_choice(model, block_bytes, measured);
-  const double phases = many_senders ? model.phase_efficiency() : phases_reach(model, block_bytes, measured);
+  // From 32 KiB, and where many senders share the bottleneck, the model alone decides.
+  const double phases = model.phase_efficiency();
   if (phases < paced_shuffle_reaches(block_bytes))
     return paced_choice("tree of switches whose links differ in rate: paced shuffle (the contention-free phases would reach " + percent(phases) + " of the limit at most)");
   if (many_senders)
@@ -214,12 +215,18 @@ double reach_together(const std::vector<double>& samples) {
   return samples.empty() ? 0 : static_cast<double>(samples.size()) / inverse;
 }
 
-std::optional<std::size_t> reach_cell(const AlgorithmSpec& algorithm, const SyncSpec& sync, std::uint64_t block_bytes) {
+std::optional<std::size_t> reach_octave(std::uint64_t block_bytes) {
   if (block_bytes < kReachSizeFrom || block_bytes >= (kReachSizeFrom << kReachSizes)) return std::nullopt;
-  std::size_t size = 0;
-  while ((kReachSizeFrom << (size + 1)) <= block_bytes) ++size;
+  std::size_t octave = 0;
+  while ((kReachSizeFrom << (octave + 1)) <= block_bytes) ++octave;
+  return octave;
+}
+
+std::optional<std::size_t> reach_cell(const AlgorithmSpec& algorithm, const SyncSpec& sync, std::uint64_t block_bytes) {
+  const auto octave = reach_octave(block_bytes);
+  if (!octave) return std::nullopt;
   for (std::size_t w = 0; w < kWeighed.size(); ++w)
-    if (kWeighed[w].algorithm == algorithm.algorithm && kWeighed[w].sync == sync.kind) return w * kReachSizes + size;
+    if (kWeighed[w].algorithm == algorithm.algorithm && kWeighed[w].sync == sync.kind) return w * kReachSizes + *octave;
   return std::nullopt;
 }
 

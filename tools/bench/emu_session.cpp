@@ -75,9 +75,8 @@ void EmuSession::down() {
 void EmuSession::warm_up() const {
   std::string configs = " auto", sizes = " 4096 65536";
   for (const auto& w : aapc::sched::kWeighed) configs += " " + aapc::sched::format_plan_spec(w.algorithm_spec(), w.sync_spec());
-  const auto& any = aapc::sched::kWeighed[0];
   for (const auto b : sweep_.sizes)
-    if (aapc::sched::reach_cell(any.algorithm_spec(), any.sync_spec(), b) && b != 4096) sizes += " " + std::to_string(b);
+    if (aapc::sched::reach_octave(b) && b != 4096) sizes += " " + std::to_string(b);
   run_collect(emu_ + " run " + shell_quote(sweep_.topo_file.string()) + " --keep --port " + sweep_.port + " -- " + shell_quote((sweep_.tools / "aapc-bench").string()) +
                   " --measure --configs" + configs + " --point-seconds 1 --max-iters 20 --sizes" + sizes,
               [](const Json&) {});

@@ -75,7 +75,7 @@ sched::Choice Daemon::Impl::measure_another(const sched::Choice& chosen, std::ui
     if (w.algorithm == chosen.algorithm.algorithm && w.sync == chosen.sync.kind) continue;
     others.push_back(w);
     const bool fitted = w.algorithm == sched::Algorithm::kTree && agreed.known();
-    if (!fitted && agreed.reach_at(sched::reach_cell(w.algorithm_spec(), w.sync_spec(), block)) == 0) unmeasured.push_back(w);
+    if (!fitted && agreed.reach_at(sched::reach_cell(w, block)) == 0) unmeasured.push_back(w);
   }
   const bool first = !unmeasured.empty() && weighed_choices % kMeasureUnmeasuredEvery == 0;
   if (!first && weighed_choices % kRemeasureEvery != 0) return chosen;
@@ -152,7 +152,7 @@ void Daemon::Impl::load_measures() {
 }
 
 void Daemon::Impl::save_measures() const {
-  if (!own_measure().any_known()) return;
+  if (measures.empty() && std::all_of(reaches.begin(), reaches.end(), [](const auto& kept) { return kept.empty(); })) return;
   nlohmann::json j = {{"machine", topo.machine(rank).name}, {"topology", topo.source()}, {"pace_bps", pace_bps}, {"measures", nlohmann::json::array()},
                       {"reach", nlohmann::json::array()}};
   for (const auto& m : measures) j["measures"].push_back({m.model_s, m.took_s});

@@ -47,9 +47,12 @@ inline constexpr std::array<Weighed, 4> kWeighed = {{{Algorithm::kTree, SyncKind
 inline constexpr std::size_t kReachSizes = 6;
 inline constexpr std::uint64_t kReachSizeFrom = 512;
 inline constexpr std::size_t kReachCells = kWeighed.size() * kReachSizes;
+// The octave of `block_bytes` among those kept (0: from 512 B); none outside them.
+std::optional<std::size_t> reach_octave(std::uint64_t block_bytes);
 // The cell for `algorithm` with `sync` at blocks of `block_bytes`; none for another schedule,
 // size, or parameter that the one `auto` runs does not have (a group shuffle's width).
 std::optional<std::size_t> reach_cell(const AlgorithmSpec& algorithm, const SyncSpec& sync, std::uint64_t block_bytes);
+inline std::optional<std::size_t> reach_cell(const Weighed& w, std::uint64_t block_bytes) { return reach_cell(w.algorithm_spec(), w.sync_spec(), block_bytes); }
 // The cell's schedule ("paced-shuffle+none") and the smallest block of its octave.
 std::string reach_cell_schedule(std::size_t cell);
 std::uint64_t reach_cell_block(std::size_t cell);
