@@ -215,6 +215,14 @@ double reach_together(const std::vector<double>& samples) {
   return samples.empty() ? 0 : static_cast<double>(samples.size()) / inverse;
 }
 
+std::vector<std::pair<std::size_t, std::size_t>> reach_listing(const std::array<std::size_t, kReachCells>& kept) {
+  std::vector<std::pair<std::size_t, std::size_t>> order;
+  for (std::size_t age = *std::max_element(kept.begin(), kept.end()); age-- > 0;)  // age 0: a cell's newest
+    for (std::size_t c = 0; c < kReachCells; ++c)
+      if (kept[c] > age) order.emplace_back(c, kept[c] - 1 - age);
+  return order;
+}
+
 std::optional<std::size_t> reach_octave(std::uint64_t block_bytes) {
   if (block_bytes < kReachSizeFrom || block_bytes >= (kReachSizeFrom << kReachSizes)) return std::nullopt;
   std::size_t octave = 0;

@@ -135,6 +135,19 @@ TEST_CASE("the schedules auto weighs are kept by octave of block size, from 512 
   CHECK(reach_together({}) == 0);
 }
 
+TEST_CASE("a JOIN lists the reaches it keeps so that a frame too small for them drops the oldest of every cell first") {
+  std::array<std::size_t, kReachCells> kept{};
+  kept[2] = 3;  // indexes 0 (the oldest) to 2 (the newest)
+  kept[5] = 1;
+  kept[9] = 2;
+  using Entry = std::pair<std::size_t, std::size_t>;
+  const std::vector<Entry> order = reach_listing(kept);
+  CHECK(order == std::vector<Entry>{{2, 0}, {2, 1}, {9, 0}, {2, 2}, {5, 0}, {9, 1}});
+  // Cut to its last 3, as a full frame cuts it: the newest of each cell remains.
+  CHECK(std::vector<Entry>(order.end() - 3, order.end()) == std::vector<Entry>{{2, 2}, {5, 0}, {9, 1}});
+  CHECK(reach_listing({}).empty());
+}
+
 TEST_CASE("below 32 KiB on a tree, auto runs what the cluster measured ahead at that size; an unscheduled schedule only 5% ahead of both scheduled ones") {
   const TreeModel model = shipped("8-two-switch");
   const std::uint64_t block = 16 * 1024;

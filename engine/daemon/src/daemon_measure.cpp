@@ -36,7 +36,9 @@ void Daemon::Impl::measure(const ExchangeRecord& rec, const ExchangeReport& rep)
     auto& kept = reaches.at(*rec.reach_cell);
     kept.push_back({rep.id, sched::exchange_reach(world->model, rec.measured_block, static_cast<double>(rep.span_ns) / 1e9)});
     if (kept.size() > kReachesKept) kept.pop_front();
-    spdlog::debug("exchange {} ({}): {:.1f}% of the limit", rep.id, rec.schedule, kept.back().reach * 100);
+    spdlog::debug("exchange {} ({}): {:.1f}% of the limit, span {} us, own {} us, {} frames resent, {} duplicates received", rep.id, rec.schedule,
+                  kept.back().reach * 100, rep.span_ns / 1000, rep.duration_ns / 1000, rep.counters.retransmitted_frames,
+                  rep.counters.drops[static_cast<int>(DropReason::kDuplicate)]);
   }
   if (!rec.tree_phases) return;
   const auto sample = sched::tree_sample(world->model, rec.measured_block, took_s);
@@ -96,9 +98,12 @@ JoinMeasure Daemon::Impl::join_measure() const {
     j.fill_ppm = static_cast<std::uint32_t>(std::clamp(std::lround(fit.fill * kJoinFillWhole), 1L, static_cast<long>(kJoinFillWhole)));
     j.hand_over_ns = static_cast<std::uint32_t>(std::clamp(std::llround(fit.hand_over_s * 1e9), 0LL, static_cast<long long>(UINT32_MAX)));
   }
-  for (std::size_t c = 0; c < sched::kReachCells; ++c)
-    for (const Reach& r : reaches[c])
-      j.reaches.push_back({r.exchange, static_cast<std::uint8_t>(c), static_cast<std::uint16_t>(std::clamp(std::lround(r.reach * kJoinReachWhole), 1L, static_cast<long>(kJoinReachWhole)))});
+  std::array<std::size_t, sched::kReachCells> kept{};
+  for (std::size_t c = 0; c < sched::kReachCells; ++c) kept[c] = reaches[c].size();
+  for (const auto& [c, i] : sched::reach_listing(kept)) {  // what a JOIN has no room for: the oldest (Engine::start_join)
+    const Reach& r = reaches[c][i];
+    j.reaches.push_back({r.exchange, static_cast<std::uint8_t>(c), static_cast<std::uint16_t>(std::clamp(std::lround(r.reach * kJoinReachWhole), 1L, static_cast<long>(kJoinReachWhole)))});
+  }
   return j;
 }
 

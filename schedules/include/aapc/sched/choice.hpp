@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "aapc/sched/algorithms.hpp"
@@ -100,6 +101,11 @@ Measured fit_measured(const std::vector<TreeSample>& samples);
 
 // The fraction of the limit an exchange of blocks of `block_bytes` that took `took_s` reached.
 double exchange_reach(const TreeModel& model, std::uint64_t block_bytes, double took_s);
+// The order in which a node lists the reaches it keeps (kept[c] of cell c, each cell's newest
+// last) so that a frame with too little room for all of them, cut from the front, loses the
+// oldest of every cell first: by age, the oldest first, the cells in turn at each age. Each
+// entry is (cell, index among that cell's kept).
+std::vector<std::pair<std::size_t, std::size_t>> reach_listing(const std::array<std::size_t, kReachCells>& kept);
 // What exchanges of one size that reached `samples` reach together: their best times over the
 // time they took, the harmonic mean, so that one held up by a resent frame counts as what it
 // took (0 for none).
