@@ -310,8 +310,8 @@ struct Daemon::Impl {
   // schedule `auto` weighs at each size, by exchange, and what the session's join agreed on
   // (sched::Measured, used by `auto` for the cluster's collectives).
   static constexpr std::size_t kMeasuresKept = 32;
-  // An unscheduled exchange that lost a frame took 2.5 times as long at 200 Mbit/s on 8-two-switch,
-  // one in four: a window of 6 missed every such exchange one time in five (docs/design.md).
+  // One unscheduled exchange in five lost a frame and took 2.5 times as long at 200 Mbit/s on
+  // 8-two-switch, and a window of 6 held none of them one time in five (docs/design.md).
   // A JOIN at MTU 1500 carries 200 of them, the newest of each cell (join_measure).
   static constexpr std::size_t kReachesKept = 32;
   std::deque<sched::TreeSample> measures;
