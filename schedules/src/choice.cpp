@@ -90,9 +90,10 @@ std::string percent(double fraction) { return std::to_string(static_cast<int>(fr
 // ahead of both scheduled ones by kUnscheduledLead: its losses come and go with the hosts' load.
 // Weighed so, auto reached 97-100% of the best at 5-24 KB on 12-three-level at 400 Mbit/s, two
 // generated trees at 300 and 8-two-switch at 300-500, where the paced shuffle it ran before
-// reached 78-97% of the best; 88.6% at 200 Mbit/s and 16 KiB, where the pairwise exchange's
-// ranks finish further apart than any daemon's span shows (2026-12-05, aapc-bench --repeat 3,
-// medians; docs/benchmarks.md, "Every weighed schedule measured").
+// reached 78-97% of the best, and at 100-200 Mbit/s on 8-two-switch and two more generated trees
+// (2026-12-05, aapc-bench --repeat 3, medians; docs/benchmarks.md, "32 exchanges a cell"). What
+// each reached is what its exchanges reached together, over the daemons' last 32: one in five
+// pairwise exchanges lost a frame at 200 Mbit/s and took 2.5 times as long.
 Choice weighed_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
   constexpr double kUnscheduledLead = 1.05;
   const Weighed& tree = kWeighed[0];

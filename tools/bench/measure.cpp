@@ -11,7 +11,6 @@
 #include <numeric>
 #include <optional>
 #include <random>
-#include <tuple>
 #include <utility>
 
 #include "aapc/client.hpp"
@@ -40,11 +39,14 @@ std::vector<Config> parse_configs(const std::vector<std::string>& specs) {
 
 // What each configuration measured; summed over its turns.
 struct Tally {
-  std::string schedule, sync;  // what ran: most often in the timed turns (`auto` measures others now and then)
-  std::map<std::pair<std::string, std::string>, int> ran;
+  std::map<std::pair<std::string, std::string>, int> ran;  // (schedule, sync) that ran, by timed turns' exchanges
   double retransmissions = 0, wait = 0, cpu = 0, busy = 0, barrier = 0, seconds = 0;
   std::vector<double> turns;  // this rank's time per exchange in each turn, in round order
   bool ok = true;
+  // What ran most often in the timed turns (`auto` measures others now and then).
+  const std::pair<std::string, std::string>& most_ran() const {
+    return std::max_element(ran.begin(), ran.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+  }
 };
 
 // One block size on this node: the client, its buffers and the configurations.
@@ -60,15 +62,11 @@ struct Point {
 
 using Failure = std::optional<aapc::Error>;
 
-// Two exchanges of each configuration, not measured; what ran is noted.
+// Two exchanges of each configuration, not measured.
 Failure warm_up(Point& pt) {
   for (std::size_t i = 0; i < pt.options.size(); ++i)
-    for (int w = 0; w < 2; ++w) {
-      auto r = pt.c.alltoall(pt.send, pt.recv, pt.block, pt.options[i]);
-      if (!r) return r.error();
-      pt.tally[i].schedule = r->schedule;
-      pt.tally[i].sync = r->sync;
-    }
+    for (int w = 0; w < 2; ++w)
+      if (auto r = pt.c.alltoall(pt.send, pt.recv, pt.block, pt.options[i]); !r) return r.error();
   return std::nullopt;
 }
 
@@ -159,9 +157,10 @@ Failure gather(Point& pt) {
 // Rank 0's line of JSON for configuration i, after `timed` exchanges.
 Json point_json(const Point& pt, const Config& config, const Tally& t, int timed) {
   const bool is_auto = config.schedule == "auto";
+  const auto& [schedule, sync] = t.most_ran();  // iterations() gives every configuration 3 or more
   Json j = {{"impl", "aapc"},
-            {"schedule", t.schedule},
-            {"sync", t.sync},
+            {"schedule", schedule},
+            {"sync", sync},
             {"label", is_auto ? std::string("auto") : label_of(config.schedule, config.sync)},
             {"size", pt.block},
             {"iters", timed},
@@ -175,7 +174,7 @@ Json point_json(const Point& pt, const Config& config, const Tally& t, int timed
             {"checked", pt.a.check},
             {"check_ok", t.ok},
             {"interleaved", pt.tally.size()}};
-  if (is_auto) j["chosen"] = label_of(t.schedule, t.sync);
+  if (is_auto) j["chosen"] = label_of(schedule, sync);
   return j;
 }
 
@@ -191,8 +190,7 @@ Failure measure_block(Point& pt, const std::vector<Config>& configs, bool& all_o
   if (auto f = gather(pt)) return f;
   all_ok = true;
   for (std::size_t i = 0; i < configs.size(); ++i) {
-    Tally& t = pt.tally[i];
-    if (!t.ran.empty()) std::tie(t.schedule, t.sync) = std::max_element(t.ran.begin(), t.ran.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+    const Tally& t = pt.tally[i];
     if (!t.ok && pt.me == 0)
       std::cerr << "aapc-bench: CHECK FAILED at " << pt.block << " bytes with " << label_of(configs[i].schedule, configs[i].sync) << "\n";
     all_ok = all_ok && t.ok;

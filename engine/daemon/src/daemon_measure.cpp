@@ -18,6 +18,17 @@ namespace aapc::engine {
 
 static_assert(sched::kReachCells == kJoinReachCells, "a JOIN carries every reach `auto` weighs");
 
+namespace {
+
+// `kept` with `value` added, its oldest dropped past `most`.
+template <class T>
+void keep_last(std::deque<T>& kept, T value, std::size_t most) {
+  kept.push_back(std::move(value));
+  if (kept.size() > most) kept.pop_front();
+}
+
+}  // namespace
+
 // What the cluster's alltoall will measure: measure() reads it.
 void Daemon::Impl::note_measured(const sched::Choice& choice, Prepared& p) const {
   if (p.slot != kWorldSlot || p.kind != Collective::kAlltoall) return;
@@ -34,8 +45,7 @@ void Daemon::Impl::measure(const ExchangeRecord& rec, const ExchangeReport& rep)
     // READY): a rank that started late, the others' blocks waiting for it, would read a short
     // exchange where it held them up.
     auto& kept = reaches.at(*rec.reach_cell);
-    kept.push_back({rep.id, sched::exchange_reach(world->model, rec.measured_block, static_cast<double>(rep.span_ns) / 1e9)});
-    if (kept.size() > kReachesKept) kept.pop_front();
+    keep_last(kept, {rep.id, sched::exchange_reach(world->model, rec.measured_block, static_cast<double>(rep.span_ns) / 1e9)}, kReachesKept);
     spdlog::debug("exchange {} ({}): {:.1f}% of the limit, span {} us, own {} us, {} frames resent, {} duplicates received", rep.id, rec.schedule,
                   kept.back().reach * 100, rep.span_ns / 1000, rep.duration_ns / 1000, rep.counters.retransmitted_frames,
                   rep.counters.drops[static_cast<int>(DropReason::kDuplicate)]);
@@ -43,8 +53,7 @@ void Daemon::Impl::measure(const ExchangeRecord& rec, const ExchangeReport& rep)
   if (!rec.tree_phases) return;
   const auto sample = sched::tree_sample(world->model, rec.measured_block, took_s);
   if (!sample) return;
-  measures.push_back(*sample);
-  if (measures.size() > kMeasuresKept) measures.pop_front();
+  keep_last(measures, *sample, kMeasuresKept);
   spdlog::debug("tree exchange {}: {:.1f} us a phase, {:.1f} us in the model", rep.id, sample->took_s * 1e6, sample->model_s * 1e6);
 }
 
@@ -134,8 +143,7 @@ void Daemon::Impl::load_measures() {
     for (const auto& m : j.at("measures")) {
       const double model_s = m.at(0), took_s = m.at(1);
       if (!(model_s > 0 && model_s < 60 && took_s > 0 && took_s < 60)) continue;  // NaN too
-      measures.push_back({model_s, took_s});
-      if (measures.size() > kMeasuresKept) measures.pop_front();
+      keep_last(measures, {model_s, took_s}, kMeasuresKept);
     }
     for (const auto& r : j.value("reach", nlohmann::json::array())) {  // [schedule, smallest block, [[exchange, reach]...]]
       const std::string schedule = r.at(0);
@@ -144,9 +152,8 @@ void Daemon::Impl::load_measures() {
         if (sched::reach_cell_schedule(c) != schedule || sched::reach_cell_block(c) != block) continue;
         for (const auto& seen : r.at(2)) {
           const double v = seen.at(1);
-          if (v > 0 && v < 60) reaches[c].push_back({seen.at(0).get<std::uint32_t>(), v});  // NaN too; above 1 where this rank finished first
+          if (v > 0 && v < 60) keep_last(reaches[c], {seen.at(0).get<std::uint32_t>(), v}, kReachesKept);  // NaN too; above 1 where this rank finished first
         }
-        while (reaches[c].size() > kReachesKept) reaches[c].pop_front();
       }
     }
   } catch (const std::exception& e) {
