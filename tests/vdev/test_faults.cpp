@@ -11,6 +11,7 @@
 #include "checks.hpp"
 #include "fabric.hpp"
 #include "paths.hpp"
+#include "recording_port.hpp"
 
 using namespace aapc;
 using namespace aapc::sched;
@@ -127,34 +128,8 @@ TEST_CASE("everything at once, in both directions and one direction only") {
 
 namespace {
 
-// A port that keeps what it is given, so a test can see exactly what the injector let through.
-class Recorder final : public nic::Port {
- public:
-  explicit Recorder(rte_mempool* pool) : pool_(pool) {}
-  ~Recorder() override { clear(); }
-  std::uint16_t rx_burst(rte_mbuf**, std::uint16_t) override { return 0; }
-  std::uint16_t tx_burst(rte_mbuf** pkts, std::uint16_t n) override {
-    for (std::uint16_t i = 0; i < n; ++i) {
-      const auto* p = rte_pktmbuf_mtod(pkts[i], const std::uint8_t*);
-      frames.emplace_back(p, p + rte_pktmbuf_data_len(pkts[i]));
-      rte_pktmbuf_free(pkts[i]);
-    }
-    return n;
-  }
-  rte_mempool* pool() const override { return pool_; }
-  nic::MacAddr mac() const override { return {}; }
-  int mtu() const override { return 1500; }
-  std::uint64_t link_speed_bps() const override { return 0; }
-  std::string name() const override { return "recorder"; }
-  void clear() { frames.clear(); }
-  std::vector<std::vector<std::uint8_t>> frames;
-
- private:
-  rte_mempool* pool_;
-};
-
 std::vector<std::vector<std::uint8_t>> through_faults(rte_mempool* pool, const std::string& spec) {
-  Recorder sink(pool);
+  test::RecordingPort sink(pool);
   nic::FaultPort faults(sink, nic::FaultOptions::parse(spec));
   for (int i = 0; i < 2000; ++i) {
     rte_mbuf* m = rte_pktmbuf_alloc(pool);

@@ -24,6 +24,7 @@
 #include "loopback.hpp"
 #include "mapping.hpp"
 #include "pcap_files.hpp"
+#include "recording_port.hpp"
 
 using namespace aapc;
 using namespace aapc::sched;
@@ -157,36 +158,6 @@ TEST_CASE("zero copy: a capture holds the chained frames whole") {
   }
 }
 
-namespace {
-
-// A port that keeps what it is given, whole.
-class Recorder final : public nic::Port {
- public:
-  explicit Recorder(rte_mempool* pool) : pool_(pool) {}
-  std::uint16_t rx_burst(rte_mbuf**, std::uint16_t) override { return 0; }
-  std::uint16_t tx_burst(rte_mbuf** pkts, std::uint16_t n) override {
-    for (std::uint16_t i = 0; i < n; ++i) {
-      std::vector<std::uint8_t> f(rte_pktmbuf_pkt_len(pkts[i]));
-      const void* p = rte_pktmbuf_read(pkts[i], 0, static_cast<std::uint32_t>(f.size()), f.data());
-      if (p != f.data()) std::memcpy(f.data(), p, f.size());
-      frames.push_back(std::move(f));
-      rte_pktmbuf_free(pkts[i]);
-    }
-    return n;
-  }
-  rte_mempool* pool() const override { return pool_; }
-  nic::MacAddr mac() const override { return {}; }
-  int mtu() const override { return 1500; }
-  std::uint64_t link_speed_bps() const override { return 0; }
-  std::string name() const override { return "recorder"; }
-  std::vector<std::vector<std::uint8_t>> frames;
-
- private:
-  rte_mempool* pool_;
-};
-
-}  // namespace
-
 TEST_CASE("zero copy: corruption and truncation change a copy of the frame, never the sender's memory") {
   test::start_eal();
   rte_mempool* pool = rte_pktmbuf_pool_create("zc_faults", 1023, 0, 0, 2048, 0);
@@ -194,7 +165,7 @@ TEST_CASE("zero copy: corruption and truncation change a copy of the frame, neve
   std::vector<std::uint8_t> buffer(1000, 0xAB);
   {
     nic::ExternalRegion region(buffer.data(), buffer.size());
-    Recorder sink(pool);
+    test::RecordingPort sink(pool);
     nic::FaultPort faults(sink, nic::FaultOptions::parse("corrupt=1,seed=5"));
     std::vector<std::uint8_t> header(64, 0x11);
     constexpr int kFrames = 50;
@@ -282,9 +253,7 @@ TEST_CASE("zero copy over net_af_packet (what aapcd uses): a chained frame with 
     rte_mbuf* got[8];
     const std::uint16_t n = port->rx_burst(got, 8);
     for (std::uint16_t k = 0; k < n; ++k) {
-      std::vector<std::uint8_t> f(rte_pktmbuf_pkt_len(got[k]));
-      const void* p = rte_pktmbuf_read(got[k], 0, static_cast<std::uint32_t>(f.size()), f.data());
-      if (p != f.data()) std::memcpy(f.data(), p, f.size());
+      const std::vector<std::uint8_t> f = test::frame_bytes(got[k]);
       if (f.size() == sizeof head + payload.size() && std::equal(std::begin(head), std::end(head), f.begin()) &&
           std::equal(payload.begin(), payload.end(), f.begin() + sizeof head))
         back = true;
