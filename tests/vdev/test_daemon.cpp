@@ -247,6 +247,36 @@ int try_client(const std::string& socket, const std::string& why) {
   return c.error().message().find(why) != std::string::npos ? 1 : 2;
 }
 
+// A Child's body: holds `count` connections, is refused the next as busy with `why` in the
+// message (2 when one of them was refused, 3 when the next was not, or otherwise), and keeps
+// them until let go.
+std::function<int(Child&)> holds_then_refused(const std::string& socket, int count, const std::string& why) {
+  return [=](Child& self) {
+    std::vector<Client> held;
+    for (int i = 0; i < count; ++i) {
+      auto c = Client::try_connect(socket);
+      if (!c) return 2;
+      held.push_back(std::move(*c));
+    }
+    auto next = Client::try_connect(socket);
+    if (next || next.error().code() != Errc::kBusy || next.error().message().find(why) == std::string::npos) return 3;
+    self.signal_ready();
+    self.wait_go();
+    return 0;
+  };
+}
+
+// `count` connections of this process, each required to succeed.
+std::vector<Client> connections(const std::string& socket, int count) {
+  std::vector<Client> all;
+  for (int i = 0; i < count; ++i) {
+    auto c = Client::try_connect(socket);
+    REQUIRE(c);
+    all.push_back(std::move(*c));
+  }
+  return all;
+}
+
 }  // namespace
 
 TEST_CASE("a registered buffer's memory file cannot shrink or grow under aapcd") {
@@ -1126,27 +1156,10 @@ TEST_CASE("one uid holds at most its limit of connections, and root keeps a slot
     cfg.max_clients_per_uid = 3;
     cfg.max_clients = 8;
   });
-  Child user({}, [&](Child& self) {
-    std::vector<Client> held;
-    for (int i = 0; i < 3; ++i) {
-      auto c = Client::try_connect(d.socket);
-      if (!c) return 2;
-      held.push_back(std::move(*c));
-    }
-    auto fourth = Client::try_connect(d.socket);
-    if (fourth || fourth.error().code() != Errc::kBusy || fourth.error().message().find("limit per uid") == std::string::npos) return 3;
-    self.signal_ready();
-    self.wait_go();
-    return 0;
-  });
+  Child user({}, holds_then_refused(d.socket, 3, "limit per uid"));
   REQUIRE(user.wait_ready());
   // Root is not limited per uid, and the last of the 8 slots are kept for it.
-  std::vector<Client> mine;
-  for (int i = 0; i < 5; ++i) {
-    auto c = Client::try_connect(d.socket);
-    REQUIRE(c);
-    mine.push_back(std::move(*c));
-  }
+  const std::vector<Client> mine = connections(d.socket, 5);
   user.let_go();
   CHECK(user.status() == 0);
 }
@@ -1157,26 +1170,9 @@ TEST_CASE("other users leave the last slots to root", "[root]") {
     cfg.allow_uids = {kNobody};
     cfg.max_clients = 6;
   });
-  Child user({}, [&](Child& self) {
-    std::vector<Client> held;
-    for (int i = 0; i < 2; ++i) {
-      auto c = Client::try_connect(d.socket);
-      if (!c) return 2;
-      held.push_back(std::move(*c));
-    }
-    auto third = Client::try_connect(d.socket);
-    if (third || third.error().code() != Errc::kBusy || third.error().message().find("other than root") == std::string::npos) return 3;
-    self.signal_ready();
-    self.wait_go();
-    return 0;
-  });
+  Child user({}, holds_then_refused(d.socket, 2, "other than root"));
   REQUIRE(user.wait_ready());
-  std::vector<Client> mine;
-  for (int i = 0; i < 4; ++i) {
-    auto c = Client::try_connect(d.socket);
-    REQUIRE(c);
-    mine.push_back(std::move(*c));
-  }
+  const std::vector<Client> mine = connections(d.socket, 4);
   CHECK(!Client::try_connect(d.socket));  // all 6 taken
   user.let_go();
   CHECK(user.status() == 0);
