@@ -88,6 +88,31 @@ TEST_CASE("below 32 KiB on a tree of switches, auto runs the paced shuffle where
   CHECK(auto_choice(model, 8, slow).algorithm.algorithm == Algorithm::kBruck);
 }
 
+TEST_CASE("from 32 KiB on a tree of switches, auto runs the phases only where the cluster measured them clearly ahead of the paced shuffle") {
+  const TreeModel model = shipped("8-two-switch");
+  const Measured at_100{0.97, 101e-6};       // what the daemons of 8-two-switch agreed on at 100 Mbit/s
+  const Measured slow{0.86, 5 * 244e-6};     // ... at 500 Mbit/s, scaled to 100
+  for (std::uint64_t block : {std::uint64_t{32 * 1024}, std::uint64_t{64 * 1024}, std::uint64_t{1024 * 1024}}) {
+    INFO(block);
+    CHECK(auto_choice(model, block).algorithm.algorithm == Algorithm::kPacedShuffle);  // nothing measured: the model alone
+    const Choice tree = auto_choice(model, block, at_100);
+    CHECK(tree.algorithm.algorithm == Algorithm::kTree);
+    CHECK(tree.sync.kind == SyncKind::kSenderAll);
+    CHECK_THAT(tree.reason, Catch::Contains("this cluster measured"));
+    CHECK(auto_choice(model, block, slow).algorithm.algorithm == Algorithm::kPacedShuffle);
+  }
+  // The paced shuffle reaches about 90% from 32 KiB, and the phases must reach 92: the hand-over
+  // at which they do is the boundary, the phases on its one side and the paced shuffle on the other.
+  const double best = model.best_time_s(64 * 1024);
+  const double boundary = (best / 0.92 - best) / 16;  // about 0.46 ms
+  CHECK(auto_choice(model, 64 * 1024, {1.0, 0.95 * boundary}).algorithm.algorithm == Algorithm::kTree);
+  const Choice paced = auto_choice(model, 64 * 1024, {1.0, 1.05 * boundary});
+  CHECK(paced.algorithm.algorithm == Algorithm::kPacedShuffle);
+  CHECK_THAT(paced.reason, Catch::Contains("this cluster measured"));
+  // An alltoallv's blocks are of no one size: the fit does not weigh them.
+  CHECK(auto_choice(model, kAnyBlockSize, at_100).algorithm.algorithm == Algorithm::kPacedShuffle);
+}
+
 TEST_CASE("where many nodes share the bottleneck, the measured hand-over does not move auto to the paced shuffle, whose links would queue") {
   const TreeModel model = shipped("64-two-level");
   REQUIRE(4 * (model.machines() - 1) < model.load());
