@@ -145,8 +145,8 @@ Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes, con
             "tree of switches shared by many senders: contention-free phases with sender-based tokens (a paced link at 99% would queue)"};
   // Where the cluster measured the phases (their fill and hand-over, Measured), they run where
   // those give them a clear lead over the paced shuffle: on slow links and idle hosts they lead
-  // by 1-4 points from 32 KiB (8-two-switch at 100 Mbit/s, 64 KiB to 1 MiB: 93.3-94.3% against
-  // 91.1-93.4; a generated star of 10 machines at 120 Mbit/s, 32 KiB: 91.1 against 87.2;
+  // by 1-4 points from 32 KiB (8-two-switch at 100 Mbit/s, 64 KiB to 1 MiB: 93.3-94.4% against
+  // 91.1-93.4; a generated star of 10 machines at 120 Mbit/s, 32 KiB: 91.1 against 87.4;
   // 2026-12-05, aapc-bench --repeat 3, medians). The lead asked for, kPhasesLead, weighs the
   // sides' costs: where the phases lose, they lose by up to 16 points (the table above). An
   // alltoallv's blocks are of no one size, which the fit cannot weigh.

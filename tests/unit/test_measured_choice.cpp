@@ -90,8 +90,8 @@ TEST_CASE("below 32 KiB on a tree of switches, auto runs the paced shuffle where
 
 TEST_CASE("from 32 KiB on a tree of switches, auto runs the phases only where the cluster measured them clearly ahead of the paced shuffle") {
   const TreeModel model = shipped("8-two-switch");
-  const Measured at_100{0.97, 101e-6};       // what the daemons of 8-two-switch agreed on at 100 Mbit/s
-  const Measured slow{0.86, 5 * 244e-6};     // ... at 500 Mbit/s, scaled to 100
+  const Measured at_100{0.97, 101e-6};    // what the daemons of 8-two-switch agreed on at 100 Mbit/s
+  const Measured slow{0.86, 5 * 244e-6};  // ... at 500 Mbit/s, scaled to 100
   for (std::uint64_t block : {std::uint64_t{32 * 1024}, std::uint64_t{64 * 1024}, std::uint64_t{1024 * 1024}}) {
     INFO(block);
     CHECK(auto_choice(model, block).algorithm.algorithm == Algorithm::kPacedShuffle);  // nothing measured: the model alone

@@ -248,8 +248,8 @@ int try_client(const std::string& socket, const std::string& why) {
 }
 
 // A Child's body: holds `count` connections, is refused the next as busy with `why` in the
-// message (2 when one of them was refused, 3 when the next was not, or otherwise), and keeps
-// them until let go.
+// message, and keeps them until let go. Exits 2 where one of them was refused, 3 where the next
+// was not refused so.
 std::function<int(Child&)> holds_then_refused(const std::string& socket, int count, const std::string& why) {
   return [=](Child& self) {
     std::vector<Client> held;
