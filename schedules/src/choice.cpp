@@ -67,8 +67,18 @@ double paced_shuffle_reaches(std::uint64_t block_bytes) {
 }
 
 Choice paced_choice(std::string reason) { return {{Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1}, std::move(reason)}; }
+Choice phases_choice(std::string reason) { return {kWeighed[0].algorithm_spec(), kWeighed[0].sync_spec(), std::move(reason)}; }
 
 std::string percent(double fraction) { return std::to_string(static_cast<int>(fraction * 100)) + "%"; }
+
+// Whether an exchange's blocks are of one size (an alltoallv's are not: kAnyBlockSize).
+bool one_size(std::uint64_t block_bytes) { return block_bytes != 0 && block_bytes != kAnyBlockSize; }
+
+// The cluster's fit of the phases, in the words of `auto`'s reasons.
+std::string fit_words(const Measured& measured) {
+  return "the fit of their fill (" + percent(measured.fill) + ") and hand-over (" + std::to_string(static_cast<int>(measured.hand_over_s * 1e6)) +
+         " us a phase)";
+}
 
 // Below 32 KiB, not where many nodes share the bottleneck: kWeighed by what each reaches for
 // blocks of `block_bytes`. The phases: what the cluster measured of them at this size, else what
@@ -108,13 +118,12 @@ Choice weighed_choice(const TreeModel& model, std::uint64_t block_bytes, const M
     if (phases_measured > 0)
       weighed += " as measured at this size";
     else if (measured.known())
-      weighed += " by the fit of their fill (" + percent(measured.fill) + ") and hand-over (" + std::to_string(static_cast<int>(measured.hand_over_s * 1e6)) + " us a phase)";
+      weighed += " by " + fit_words(measured);
     weighed += ", the paced shuffle " + percent(paced) + (paced_measured > 0 ? " as measured" : "") + ": this cluster measured";
   }
   Choice best;
   if (phases >= paced)
-    best = {tree.algorithm_spec(), tree.sync_spec(),
-            "tree of switches, blocks below 32 KiB: contention-free phases with sender-based tokens" + (weighed.empty() ? "" : " (" + weighed + ")")};
+    best = phases_choice("tree of switches, blocks below 32 KiB: contention-free phases with sender-based tokens" + (weighed.empty() ? "" : " (" + weighed + ")"));
   else if (!weighed.empty())
     best = paced_choice("tree of switches, blocks below 32 KiB: paced shuffle (" + weighed + ")");
   else
@@ -141,8 +150,7 @@ Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes, con
   if (phases < paced_shuffle_reaches(block_bytes))
     return paced_choice("tree of switches whose links differ in rate: paced shuffle (the contention-free phases would reach " + percent(phases) + " of the limit at most)");
   if (many_senders)
-    return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1},
-            "tree of switches shared by many senders: contention-free phases with sender-based tokens (a paced link at 99% would queue)"};
+    return phases_choice("tree of switches shared by many senders: contention-free phases with sender-based tokens (a paced link at 99% would queue)");
   // Where the cluster measured the phases (their fill and hand-over, Measured), they run where
   // those give them a clear lead over the paced shuffle: on slow links and idle hosts they lead
   // by 1-4 points from 32 KiB (8-two-switch at 100 Mbit/s, 64 KiB to 1 MiB: 93.3-94.4% against
@@ -150,14 +158,11 @@ Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes, con
   // 2026-12-05, aapc-bench --repeat 3, medians). The lead asked for, kPhasesLead, weighs the
   // sides' costs: where the phases lose, they lose by up to 16 points (the table above). An
   // alltoallv's blocks are of no one size, which the fit cannot weigh.
-  if (measured.known() && block_bytes != 0 && block_bytes != kAnyBlockSize) {
+  if (measured.known() && one_size(block_bytes)) {
     constexpr double kPhasesLead = 0.02;
     const double reach = phases_reach(model, block_bytes, measured), paced = paced_shuffle_reaches(block_bytes);
-    const std::string weighed = "the phases reach " + percent(reach) + " by the fit of their fill (" + percent(measured.fill) + ") and hand-over (" +
-                                std::to_string(static_cast<int>(measured.hand_over_s * 1e6)) + " us a phase), the paced shuffle about " + percent(paced) +
-                                ": this cluster measured";
-    if (reach >= paced + kPhasesLead)
-      return {{Algorithm::kTree, 4}, {SyncKind::kSenderAll, 1}, "tree of switches: contention-free phases with sender-based tokens (" + weighed + ")"};
+    const std::string weighed = "the phases reach " + percent(reach) + " by " + fit_words(measured) + ", the paced shuffle about " + percent(paced) + ": this cluster measured";
+    if (reach >= paced + kPhasesLead) return phases_choice("tree of switches: contention-free phases with sender-based tokens (" + weighed + ")");
     return paced_choice("tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (" + weighed + ")");
   }
   return paced_choice("tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (no node must fill a link, no hand-over)");
@@ -198,7 +203,7 @@ bool queues_hold(const TreeModel& model, std::uint64_t block_bytes, std::uint64_
 
 double phases_reach(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
   const double modelled = model.phase_efficiency();
-  if (!measured.known() || block_bytes == 0 || block_bytes == kAnyBlockSize || model.load() <= 0) return modelled;
+  if (!measured.known() || !one_size(block_bytes) || model.load() <= 0) return modelled;
   // The phases' time: the model's (the best time over its efficiency) at the measured fill,
   // plus the hand-over of each phase of the bottleneck's.
   const double best = model.best_time_s(block_bytes);
@@ -207,7 +212,7 @@ double phases_reach(const TreeModel& model, std::uint64_t block_bytes, const Mea
 }
 
 std::optional<TreeSample> tree_sample(const TreeModel& model, std::uint64_t block_bytes, double took_s) {
-  if (block_bytes == 0 || block_bytes == kAnyBlockSize || took_s <= 0 || model.load() <= 0) return std::nullopt;
+  if (!one_size(block_bytes) || took_s <= 0 || model.load() <= 0) return std::nullopt;
   const auto phases = static_cast<double>(model.load());
   return TreeSample{model.best_time_s(block_bytes) / model.phase_efficiency() / phases, took_s / phases};
 }
@@ -223,7 +228,7 @@ double median_of(std::vector<double> v) {
 }  // namespace
 
 double exchange_reach(const TreeModel& model, std::uint64_t block_bytes, double took_s) {
-  if (block_bytes == 0 || block_bytes == kAnyBlockSize || took_s <= 0) return 0;
+  if (!one_size(block_bytes) || took_s <= 0) return 0;
   return model.best_time_s(block_bytes) / took_s;
 }
 
@@ -349,7 +354,7 @@ Choice auto_choice(const TreeModel& model, std::uint64_t block_bytes, const Meas
   constexpr std::uint64_t kFrameHeadroom = kFrameDataHeaderBytes + kFrameTagBytes;  // the DATA header and a key's tag
   const auto half = static_cast<std::uint64_t>((model.topology().machine_count() + 1) / 2);
   const std::uint64_t payload = topology.mtu() > static_cast<int>(kFrameHeadroom) ? static_cast<std::uint64_t>(topology.mtu()) - kFrameHeadroom : 0;
-  if (block_bytes > 0 && block_bytes != kAnyBlockSize && half * block_bytes <= payload)
+  if (one_size(block_bytes) && half * block_bytes <= payload)
     return {{Algorithm::kBruck, 4}, {SyncKind::kNone, 1}, "tiny blocks: Bruck's combining exchange, log2 p messages of half the cluster's blocks, each one frame"};
   constexpr std::uint64_t kBuffersAbsorbed = 3;
   const std::uint64_t buffer = smallest_switch_buffer(topology);  // 0: two machines cabled together
