@@ -80,6 +80,49 @@ std::string fit_words(const Measured& measured) {
          " us a phase)";
 }
 
+// What the two scheduled ones of kWeighed reach at blocks of `block_bytes`: each what the
+// cluster measured of it at this size, else the phases what their fit (or the model) gives
+// them and the paced shuffle what it reached on the trees above (paced_shuffle_reaches).
+struct ScheduledReach {
+  double phases = 0, paced = 0;
+  double phases_measured = 0, paced_measured = 0;  // 0: not measured at this size
+  // The reach of each and by what, for auto's reasons; empty where nothing was measured.
+  std::string words(const Measured& measured) const {
+    if (!measured.known() && phases_measured == 0 && paced_measured == 0) return {};
+    std::string w = "the phases reach " + percent(phases);
+    if (phases_measured > 0)
+      w += " as measured at this size";
+    else if (measured.known())
+      w += " by " + fit_words(measured);
+    return w + ", the paced shuffle " + percent(paced) + (paced_measured > 0 ? " as measured" : "") + ": this cluster measured";
+  }
+};
+
+ScheduledReach scheduled_reach(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
+  ScheduledReach s;
+  s.phases_measured = measured.reach_at(reach_cell(kWeighed[0], block_bytes));
+  s.paced_measured = measured.reach_at(reach_cell(kWeighed[1], block_bytes));
+  s.phases = s.phases_measured > 0 ? s.phases_measured : phases_reach(model, block_bytes, measured);
+  s.paced = s.paced_measured > 0 ? s.paced_measured : paced_shuffle_reaches(block_bytes);
+  return s;
+}
+
+// `best`, or in its place the unscheduled one of kWeighed that the cluster measured at this size
+// ahead of `scheduled` (what the better of the phases and the paced shuffle reaches at this
+// size) by kUnscheduledLead. `where` and `weighed` begin and end its reason.
+Choice unscheduled_lead(Choice best, double scheduled, std::uint64_t block_bytes, const Measured& measured, const std::string& where, const std::string& weighed) {
+  constexpr double kUnscheduledLead = 1.05;
+  double lead = scheduled * kUnscheduledLead;
+  for (const Weighed& w : std::span(kWeighed).subspan(2)) {  // the unscheduled ones
+    const double r = measured.reach_at(reach_cell(w, block_bytes));
+    if (r <= lead) continue;
+    lead = r;
+    best = {w.algorithm_spec(), w.sync_spec(),
+            where + std::string(algorithm_info(w.algorithm).name) + " without tokens, measured at " + percent(r) + " of the limit at this size (" + weighed + ")"};
+  }
+  return best;
+}
+
 // Below 32 KiB, not where many nodes share the bottleneck: kWeighed by what each reaches for
 // blocks of `block_bytes`. The phases: what the cluster measured of them at this size, else what
 // its fit of their fill and hand-over (Measured) gives them, else the model's.
@@ -105,22 +148,9 @@ std::string fit_words(const Measured& measured) {
 // each reached is what its exchanges reached together, over the daemons' last 32: one in five
 // pairwise exchanges lost a frame at 200 Mbit/s and took 2.5 times as long.
 Choice weighed_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
-  constexpr double kUnscheduledLead = 1.05;
-  const Weighed& tree = kWeighed[0];
-  const Weighed& paced_shuffle = kWeighed[1];
-  auto measured_at = [&](const Weighed& w) { return measured.reach_at(reach_cell(w, block_bytes)); };
-  const double phases_measured = measured_at(tree), paced_measured = measured_at(paced_shuffle);
-  const double phases = phases_measured > 0 ? phases_measured : phases_reach(model, block_bytes, measured);
-  const double paced = paced_measured > 0 ? paced_measured : paced_shuffle_reaches(block_bytes);
-  std::string weighed;  // what the phases and the paced shuffle reach, and by what; empty: the model's alone
-  if (measured.known() || phases_measured > 0 || paced_measured > 0) {
-    weighed = "the phases reach " + percent(phases);
-    if (phases_measured > 0)
-      weighed += " as measured at this size";
-    else if (measured.known())
-      weighed += " by " + fit_words(measured);
-    weighed += ", the paced shuffle " + percent(paced) + (paced_measured > 0 ? " as measured" : "") + ": this cluster measured";
-  }
+  const ScheduledReach s = scheduled_reach(model, block_bytes, measured);
+  const double phases = s.phases, paced = s.paced;
+  const std::string weighed = s.words(measured);  // empty: the model's alone
   Choice best;
   if (phases >= paced)
     best = phases_choice("tree of switches, blocks below 32 KiB: contention-free phases with sender-based tokens" + (weighed.empty() ? "" : " (" + weighed + ")"));
@@ -128,44 +158,60 @@ Choice weighed_choice(const TreeModel& model, std::uint64_t block_bytes, const M
     best = paced_choice("tree of switches, blocks below 32 KiB: paced shuffle (" + weighed + ")");
   else
     best = paced_choice("tree of switches whose links differ in rate: paced shuffle (the contention-free phases would reach " + percent(phases) + " of the limit at most)");
-  double lead = std::max(phases, paced) * kUnscheduledLead;
-  for (const Weighed& w : std::span(kWeighed).subspan(2)) {  // the unscheduled ones
-    const double r = measured_at(w);
-    if (r <= lead) continue;
-    lead = r;
-    best = {w.algorithm_spec(), w.sync_spec(),
-            "tree of switches, blocks below 32 KiB: " + std::string(algorithm_info(w.algorithm).name) + " without tokens, measured at " + percent(r) +
-                " of the limit at this size (" + weighed + ")"};
-  }
+  best = unscheduled_lead(std::move(best), std::max(phases, paced), block_bytes, measured, "tree of switches, blocks below 32 KiB: ", weighed);
   best.weighed = true;
   return best;
 }
 
-Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
-  constexpr std::int64_t kMostSendersPerNode = 4;
-  const bool many_senders = kMostSendersPerNode * (model.topology().machine_count() - 1) < model.load();
-  if (!many_senders && block_bytes < kPacedFromBytes) return weighed_choice(model, block_bytes, measured);
-  // From 32 KiB, and where many senders share the bottleneck, the model alone decides.
+// From 32 KiB, and where many senders share the bottleneck: the phases or the paced shuffle,
+// `s` what each reaches at this size.
+Choice scheduled_large_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured, const ScheduledReach& s, bool many_senders) {
+  // The model alone decides ...
   const double phases = model.phase_efficiency();
   if (phases < paced_shuffle_reaches(block_bytes))
     return paced_choice("tree of switches whose links differ in rate: paced shuffle (the contention-free phases would reach " + percent(phases) + " of the limit at most)");
   if (many_senders)
     return phases_choice("tree of switches shared by many senders: contention-free phases with sender-based tokens (a paced link at 99% would queue)");
-  // Where the cluster measured the phases (their fill and hand-over, Measured), they run where
-  // those give them a clear lead over the paced shuffle: on slow links and idle hosts they lead
-  // by 1-4 points from 32 KiB (8-two-switch at 100 Mbit/s, 64 KiB to 1 MiB: 93.3-94.4% against
-  // 91.1-93.4; a generated star of 10 machines at 120 Mbit/s, 32 KiB: 91.1 against 87.4;
-  // 2026-12-05, aapc-bench --repeat 3, medians). The lead asked for, kPhasesLead, weighs the
-  // sides' costs: where the phases lose, they lose by up to 16 points (the table above). An
-  // alltoallv's blocks are of no one size, which the fit cannot weigh.
-  if (measured.known() && one_size(block_bytes)) {
+  // ... but where the cluster measured the phases (their fill and hand-over, Measured, or what
+  // they reached at this size), they run where that gives them a clear lead over the paced
+  // shuffle: on slow links and idle hosts they lead by 1-4 points from 32 KiB (8-two-switch at
+  // 100 Mbit/s, 64 KiB to 1 MiB: 93.3-94.4% against 91.1-93.4; a generated star of 10 machines
+  // at 120 Mbit/s, 32 KiB: 91.1 against 87.4; 2026-12-05, aapc-bench --repeat 3, medians). The
+  // lead asked for, kPhasesLead, weighs the sides' costs: where the phases lose, they lose by up
+  // to 16 points (the table above). An alltoallv's blocks are of no one size, which the fit
+  // cannot weigh.
+  if (one_size(block_bytes) && (measured.known() || s.phases_measured > 0)) {
     constexpr double kPhasesLead = 0.02;
-    const double reach = phases_reach(model, block_bytes, measured), paced = paced_shuffle_reaches(block_bytes);
-    const std::string weighed = "the phases reach " + percent(reach) + " by " + fit_words(measured) + ", the paced shuffle about " + percent(paced) + ": this cluster measured";
-    if (reach >= paced + kPhasesLead) return phases_choice("tree of switches: contention-free phases with sender-based tokens (" + weighed + ")");
-    return paced_choice("tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (" + weighed + ")");
+    if (s.phases >= s.paced + kPhasesLead) return phases_choice("tree of switches: contention-free phases with sender-based tokens (" + s.words(measured) + ")");
+    return paced_choice("tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (" + s.words(measured) + ")");
   }
   return paced_choice("tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (no node must fill a link, no hand-over)");
+}
+
+// From 32 KiB both scheduled ones need a node that sends at its share of the link's rate. Where
+// the hosts cannot (more daemons than cores, links faster than a node sends), the unscheduled
+// shuffles, which wait for nothing, take what the hosts give and lose no frame, because the
+// hosts cannot fill the queues: 9 machines of a generated tree (aapc-sched generate -m 9 -n 3
+// --seed 31) on this 2-core VM at 1 and 2 Gbit/s (2026-12-05, aapc-bench --repeat 3, medians, %
+// of the limit, every byte checked): 64 KiB paced 56.3 / pairwise-ec 66.1 / sync-shuffle 64.3,
+// 256 KiB 59.8 / 65.0 / 69.9 at 1 Gbit/s, and auto, which ran the paced shuffle, 83-86% of the
+// best. So one of them runs where the cluster measured it at this size ahead of both scheduled
+// ones, as below 32 KiB (unscheduled_lead). The daemon measures them (Choice::weighed) only
+// where the one chosen measured below kHostsBehind here, or where one of them runs: on hosts
+// that keep up the paced shuffle reached 83-94% from 32 KiB (the tables above), and there the
+// unscheduled ones overflow queues (8-two-switch at 100 Mbit/s, 256 KiB: sync-shuffle resent
+// 27,948 frames), which measuring them now and then would cost every job.
+Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
+  constexpr double kHostsBehind = 0.8;
+  const bool many_senders = shared_by_many_senders(model);
+  if (!many_senders && block_bytes < kPacedFromBytes) return weighed_choice(model, block_bytes, measured);
+  const ScheduledReach s = scheduled_reach(model, block_bytes, measured);
+  const Choice scheduled = scheduled_large_choice(model, block_bytes, measured, s, many_senders);
+  if (many_senders) return scheduled;
+  Choice best = unscheduled_lead(scheduled, std::max(s.phases, s.paced), block_bytes, measured, "tree of switches: ", s.words(measured));
+  const double chosen = scheduled.algorithm.algorithm == Algorithm::kTree ? s.phases_measured : s.paced_measured;
+  best.weighed = best.algorithm.algorithm != scheduled.algorithm.algorithm || (chosen > 0 && chosen < kHostsBehind);
+  return best;
 }
 
 // One switch (8-one-switch, limit 800): the synchronous shuffle of Tam/Wang (Alg. 2) needs no
@@ -200,6 +246,11 @@ bool queues_hold(const TreeModel& model, std::uint64_t block_bytes, std::uint64_
 }
 
 }  // namespace
+
+bool shared_by_many_senders(const TreeModel& model) {
+  constexpr std::int64_t kMostSendersPerNode = 4;
+  return kMostSendersPerNode * (model.topology().machine_count() - 1) < model.load();
+}
 
 double phases_reach(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
   const double modelled = model.phase_efficiency();
@@ -256,17 +307,32 @@ std::optional<std::size_t> reach_octave(std::uint64_t block_bytes) {
 std::optional<std::size_t> reach_cell(const AlgorithmSpec& algorithm, const SyncSpec& sync, std::uint64_t block_bytes) {
   const auto octave = reach_octave(block_bytes);
   if (!octave) return std::nullopt;
-  for (std::size_t w = 0; w < kWeighed.size(); ++w)
-    if (kWeighed[w].algorithm == algorithm.algorithm && kWeighed[w].sync == sync.kind) return w * kReachSizes + *octave;
+  for (std::size_t w = 0; w < kWeighed.size(); ++w) {
+    if (kWeighed[w].algorithm != algorithm.algorithm || kWeighed[w].sync != sync.kind) continue;
+    if (*octave < kReachSmallSizes) return w * kReachSmallSizes + *octave;
+    return kWeighed.size() * kReachSmallSizes + w * kReachLargeSizes + (*octave - kReachSmallSizes);
+  }
   return std::nullopt;
 }
 
+namespace {
+
+// The schedule (its index in kWeighed) and the octave of a cell: reach_cell() inverted.
+std::pair<std::size_t, std::size_t> cell_parts(std::size_t cell) {
+  constexpr std::size_t kSmallCells = kWeighed.size() * kReachSmallSizes;
+  if (cell >= kReachCells) throw std::out_of_range("reach cell " + std::to_string(cell));
+  if (cell < kSmallCells) return {cell / kReachSmallSizes, cell % kReachSmallSizes};
+  return {(cell - kSmallCells) / kReachLargeSizes, kReachSmallSizes + (cell - kSmallCells) % kReachLargeSizes};
+}
+
+}  // namespace
+
 std::string reach_cell_schedule(std::size_t cell) {
-  const Weighed& w = kWeighed.at(cell / kReachSizes);
+  const Weighed& w = kWeighed.at(cell_parts(cell).first);
   return format_plan_spec(w.algorithm_spec(), w.sync_spec());
 }
 
-std::uint64_t reach_cell_block(std::size_t cell) { return kReachSizeFrom << (cell % kReachSizes); }
+std::uint64_t reach_cell_block(std::size_t cell) { return kReachSizeFrom << cell_parts(cell).second; }
 
 Measured fit_measured(const std::vector<TreeSample>& samples) {
   if (samples.empty()) return {};

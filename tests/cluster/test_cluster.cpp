@@ -506,9 +506,21 @@ TEST_CASE("where auto chooses by measurement, every 16th alltoall measures a sch
   CHECK_THAT(last_of(16 * 1024, 2), Catch::Contains("ok paced-shuffle"));
   restart_with(ahead);
   CHECK_THAT(last_of(16 * 1024, 2), Catch::Contains("ok sync-shuffle none"));
-  // Not at 32 KiB and above, where only the phases' fit is weighed (2 ms a hand-over leaves them
-  // behind the paced shuffle).
+  // At 64 KiB the measures of 16 KiB do not count: the phases' fit (2 ms a hand-over leaves them
+  // at 72%, behind the paced shuffle) decides.
   CHECK_THAT(last_of(64 * 1024, 2), Catch::Contains("ok paced-shuffle"));
+  // From 32 KiB the unscheduled ones are weighed where the hosts hold the scheduled ones back:
+  // the phases measured at 50% at 64 KiB and the paced shuffle at 60%, the 16th alltoall
+  // measures the first not measured there; the synchronous shuffle measured 5% ahead of both,
+  // it runs.
+  nlohmann::json held_back = measured;
+  held_back.push_back({"tree+sender-all", 65536, one(0.5)});
+  held_back.push_back({"paced-shuffle+none", 65536, one(0.6)});
+  restart_with(held_back);
+  CHECK_THAT(last_of(64 * 1024, 16), Catch::Contains("ok sync-shuffle none"));
+  held_back.push_back({"sync-shuffle+none", 65536, one(0.9)});
+  restart_with(held_back);
+  CHECK_THAT(last_of(64 * 1024, 2), Catch::Contains("ok sync-shuffle none"));
 
   // The synchronous shuffle's last 32 exchanges: nine lost a frame and took over three times as
   // long, none of the newest six. The session agrees on what the 32 reached together (60% of the

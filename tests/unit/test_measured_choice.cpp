@@ -130,27 +130,35 @@ std::size_t cell_of(Algorithm a, SyncKind k, std::uint64_t block) { return *reac
 
 }  // namespace
 
-TEST_CASE("the schedules auto weighs are kept by octave of block size, from 512 B up to 32 KiB") {
+TEST_CASE("the schedules auto weighs are kept by octave of block size, from 512 B up to 4 MiB") {
   CHECK_FALSE(reach_cell({Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1}, 511));
-  CHECK_FALSE(reach_cell({Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1}, 32 * 1024));
+  CHECK_FALSE(reach_cell({Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1}, 4 * 1024 * 1024));
   CHECK_FALSE(reach_cell({Algorithm::kPacedShuffle, 4}, {SyncKind::kNone, 1}, kAnyBlockSize));
   CHECK_FALSE(reach_cell({Algorithm::kTree, 4}, {SyncKind::kNone, 1}, 16 * 1024));  // not what auto runs
   CHECK_FALSE(reach_cell({Algorithm::kGroupShuffle, 4}, {SyncKind::kNone, 1}, 16 * 1024));
   // Every cell once, named as a spec and by the smallest block of its octave.
   std::vector<bool> seen(kReachCells);
   for (const Weighed& w : kWeighed)
-    for (std::uint64_t block = 512; block < 32 * 1024; block += 512) {
+    for (std::uint64_t block = 512; block < 4 * 1024 * 1024; block += block / 4) {
       const std::size_t c = cell_of(w.algorithm, w.sync, block);
       REQUIRE(c < kReachCells);
       seen[c] = true;
       CHECK(reach_cell_schedule(c) == format_plan_spec(w.algorithm_spec(), w.sync_spec()));
       CHECK(reach_cell_block(c) <= block);
       CHECK(block < 2 * reach_cell_block(c));
+      // Below 32 KiB the numbers of daemons that kept nothing larger: a JOIN of theirs means the same.
+      if (block < 32 * 1024) CHECK(c == static_cast<std::size_t>(&w - kWeighed.data()) * 6 + c % 6);
+      if (block >= 32 * 1024) CHECK(c >= kWeighed.size() * 6);
     }
   CHECK(std::count(seen.begin(), seen.end(), true) == static_cast<long>(kReachCells));
+  CHECK(cell_of(Algorithm::kPacedShuffle, SyncKind::kNone, 1024) == 7);
   CHECK(cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, 16 * 1024) == cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, 24 * 1024));
   CHECK(cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, 12 * 1024) != cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, 16 * 1024));
+  CHECK(cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, 256 * 1024) == cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, 300 * 1024));
+  CHECK(cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, 256 * 1024) != cell_of(Algorithm::kPairwiseEc, SyncKind::kNone, 256 * 1024));
   CHECK(reach_cell_schedule(cell_of(Algorithm::kTree, SyncKind::kSenderAll, 1024)) == "tree+sender-all");
+  CHECK(reach_cell_block(cell_of(Algorithm::kTree, SyncKind::kSenderAll, 3 * 1024 * 1024)) == 2 * 1024 * 1024);
+  CHECK_THROWS(reach_cell_block(kReachCells));
 
   const TreeModel model = shipped("8-two-switch");
   CHECK(exchange_reach(model, 16 * 1024, 2 * model.best_time_s(16 * 1024)) == Approx(0.5));
@@ -226,4 +234,66 @@ TEST_CASE("below 32 KiB on a tree, auto runs what the cluster measured ahead at 
   CHECK(auto_choice(shared, block, shared_sync).algorithm.algorithm == Algorithm::kTree);
   CHECK_FALSE(auto_choice(shared, block, shared_sync).weighed);
   CHECK_FALSE(auto_choice(model, 4 * 1024, at_300).weighed);
+}
+
+TEST_CASE("from 32 KiB on a tree, where the hosts hold the scheduled ones back, auto runs an unscheduled schedule the cluster measured 5% ahead of both") {
+  const TreeModel model = shipped("8-two-switch");
+  auto at = [&](std::uint64_t block, std::initializer_list<std::pair<Algorithm, double>> reaches) {
+    Measured m{0.97, 101e-6, {}};  // a fit that keeps the phases ahead of the paced shuffle's 90%
+    for (const auto& [a, r] : reaches) m.reach[cell_of(a, a == Algorithm::kTree ? SyncKind::kSenderAll : SyncKind::kNone, block)] = r;
+    return m;
+  };
+  for (const std::uint64_t block : {std::uint64_t{64 * 1024}, std::uint64_t{256 * 1024}, std::uint64_t{3 * 1024 * 1024}}) {
+    INFO(block);
+    // What 9 machines of a generated tree reached at 1 Gbit/s on the 2-core VM: the hosts, not
+    // the links, held the paced shuffle and the phases back.
+    const Measured behind = at(block, {{Algorithm::kTree, 0.499}, {Algorithm::kPacedShuffle, 0.563}, {Algorithm::kSyncShuffle, 0.643}, {Algorithm::kPairwiseEc, 0.661}});
+    const Choice c = auto_choice(model, block, behind);
+    CHECK(c.algorithm.algorithm == Algorithm::kPairwiseEc);
+    CHECK(c.sync.kind == SyncKind::kNone);
+    CHECK(c.weighed);  // so the others are measured again now and then
+    CHECK_THAT(c.reason, Catch::Contains("measured at 66%"));
+    // Less than 5% ahead of the better scheduled one: the scheduled one, still measured against
+    // them; the phases by what they reached at this size, not by the fit.
+    const Choice close = auto_choice(model, block, at(block, {{Algorithm::kTree, 0.5}, {Algorithm::kPacedShuffle, 0.63}, {Algorithm::kSyncShuffle, 0.66}}));
+    CHECK(close.algorithm.algorithm == Algorithm::kPacedShuffle);
+    CHECK(close.weighed);
+    CHECK(auto_choice(model, block, at(block, {{Algorithm::kTree, 0.66}, {Algorithm::kPacedShuffle, 0.63}})).algorithm.algorithm == Algorithm::kTree);
+    // Where the hosts keep up: the fit's choice, and nothing measured now and then.
+    const Choice kept = auto_choice(model, block, at(block, {{Algorithm::kTree, 0.93}, {Algorithm::kPacedShuffle, 0.91}, {Algorithm::kSyncShuffle, 0.90}}));
+    CHECK(kept.algorithm.algorithm == Algorithm::kTree);
+    CHECK_FALSE(kept.weighed);
+    // The phases unmeasured at this size stand at what their fit gives them.
+    Measured slow_fit = at(block, {{Algorithm::kPacedShuffle, 0.5}});
+    slow_fit.fill = 0.7;
+    const double fitted = phases_reach(model, block, slow_fit);
+    REQUIRE(fitted < 0.9);
+    slow_fit.reach[cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, block)] = fitted * 1.04;
+    CHECK(auto_choice(model, block, slow_fit).algorithm.algorithm == Algorithm::kTree);
+    slow_fit.reach[cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, block)] = fitted * 1.06;
+    CHECK(auto_choice(model, block, slow_fit).algorithm.algorithm == Algorithm::kSyncShuffle);
+    // The paced shuffle chosen and measured below what it reaches where the hosts keep up: the
+    // daemon measures the others too.
+    Measured slow_paced;
+    slow_paced.reach[cell_of(Algorithm::kPacedShuffle, SyncKind::kNone, block)] = 0.7;
+    const Choice paced = auto_choice(model, block, slow_paced);
+    CHECK(paced.algorithm.algorithm == Algorithm::kPacedShuffle);
+    CHECK(paced.weighed);
+    // Another size's measures do not count here.
+    CHECK(auto_choice(model, 2 * block, behind).algorithm.algorithm == Algorithm::kTree);
+  }
+  // Beyond 4 MiB nothing is kept, and an alltoallv's blocks are of no one size.
+  Measured at_2m = at(2 * 1024 * 1024, {{Algorithm::kPacedShuffle, 0.5}, {Algorithm::kSyncShuffle, 0.99}});
+  at_2m.fill = 0.7;
+  CHECK(auto_choice(model, 2 * 1024 * 1024, at_2m).algorithm.algorithm == Algorithm::kSyncShuffle);
+  CHECK(auto_choice(model, 8 * 1024 * 1024, at_2m).algorithm.algorithm == Algorithm::kPacedShuffle);
+  CHECK_FALSE(auto_choice(model, 8 * 1024 * 1024, at_2m).weighed);
+  CHECK(auto_choice(model, kAnyBlockSize, Measured{0.97, 101e-6, {}}).algorithm.algorithm == Algorithm::kPacedShuffle);
+  CHECK_FALSE(auto_choice(model, kAnyBlockSize, Measured{0.97, 101e-6, {}}).weighed);
+  // Where many nodes share the bottleneck the unscheduled ones overflow its queues: not weighed.
+  const TreeModel shared = shipped("64-two-level");
+  Measured shared_sync;
+  shared_sync.reach[cell_of(Algorithm::kSyncShuffle, SyncKind::kNone, 64 * 1024)] = 0.99;
+  CHECK(auto_choice(shared, 64 * 1024, shared_sync).algorithm.algorithm == Algorithm::kTree);
+  CHECK_FALSE(auto_choice(shared, 64 * 1024, shared_sync).weighed);
 }

@@ -44,9 +44,15 @@ inline constexpr std::array<Weighed, 4> kWeighed = {{{Algorithm::kTree, SyncKind
                                                     {Algorithm::kPacedShuffle, SyncKind::kNone},
                                                     {Algorithm::kSyncShuffle, SyncKind::kNone},
                                                     {Algorithm::kPairwiseEc, SyncKind::kNone}}};
-// Their reaches are kept by octave of block size, from 512 B up to 32 KiB.
-inline constexpr std::size_t kReachSizes = 6;
+// Their reaches are kept by octave of block size, from 512 B up to 4 MiB: below 32 KiB, where
+// `auto` weighs all four, and from 32 KiB, where it weighs the unscheduled ones against the other
+// two. The cells below 32 KiB keep the numbers that daemons which kept no others gave them (one
+// schedule's octaves after another's), and those from 32 KiB come after all of them, so that a
+// JOIN from such a daemon still means what it meant (wire.hpp, JoinMeasure).
 inline constexpr std::uint64_t kReachSizeFrom = 512;
+inline constexpr std::size_t kReachSmallSizes = 6;  // 512 B .. 32 KiB
+inline constexpr std::size_t kReachLargeSizes = 7;  // 32 KiB .. 4 MiB
+inline constexpr std::size_t kReachSizes = kReachSmallSizes + kReachLargeSizes;
 inline constexpr std::size_t kReachCells = kWeighed.size() * kReachSizes;
 // The octave of `block_bytes` among those kept (0: from 512 B); none outside them.
 std::optional<std::size_t> reach_octave(std::uint64_t block_bytes);
@@ -78,6 +84,11 @@ struct Measured {
   bool any_known() const { return known() || std::any_of(reach.begin(), reach.end(), [](double r) { return r > 0; }); }
   double reach_at(std::optional<std::size_t> cell) const { return cell ? reach[*cell] : 0; }
 };
+
+// Whether so many senders share the tree's bottleneck ((p - 1) x 4 < its load: 64-two-level,
+// not 8-two-switch) that a link paced at 99% of its rate by all of them would queue, and
+// unscheduled blocks would overflow it: there `auto` weighs no measure (choice.cpp).
+bool shared_by_many_senders(const TreeModel& model);
 
 // The fraction of the limit the tree's phases with tokens reach for blocks of `block_bytes`:
 // the model's (TreeModel::phase_efficiency), and with `measured` known, each of the bottleneck's

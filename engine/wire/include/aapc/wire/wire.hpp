@@ -153,13 +153,14 @@ AckEntry ack_entry(std::span<const std::uint8_t> payload, std::size_t index);
 // session's ranks agree on. First the fraction of its pacing rate it sent a tree phase's block
 // at, in millionths (1..1,000,000; 0: not measured), and the time each phase took beyond its
 // blocks', in ns (two u32s). Then its last reaches of the schedules `auto` weighs, 7 bytes each:
-// the exchange's id (u32), its cell (u8: sched::reach_cell, schedule x octave of block sizes)
+// the exchange's id (u32), its cell (u8: sched::reach_cell, schedule x octave of block sizes;
+// 0-23 below 32 KiB, 24-51 from 32 KiB to 4 MiB)
 // and the fraction of the limit it reached as this rank saw it, in ten-thousandths (u16,
 // 1..10,000). Every rank saw the same exchanges: the slowest rank's view of each is the
 // exchange's (one that finished early, or waited on no lost frame, reads more), so the ranks
 // agree, for each cell, on what its exchanges reach together, each at the lowest reach any rank saw
 // (AgreedMeasure). Not sent where nothing is known.
-inline constexpr std::size_t kJoinReachCells = 24;
+inline constexpr std::size_t kJoinReachCells = 52;
 struct ReachSample {
   std::uint32_t exchange = 0;
   std::uint8_t cell = 0;
