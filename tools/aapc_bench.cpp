@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "aapc/sched/algorithms.hpp"
+#include "aapc/sched/choice.hpp"
 #include "aapc/sched/dot.hpp"
 #include "aapc/sched/tree.hpp"
 #include "bench/bench.hpp"
@@ -53,6 +54,7 @@ Sweep plan_sweep(const Args& a) {
   }
   s.n = topo.machine_count();
   s.multi_switch = !topo.single_switch();
+  s.many_senders = aapc::sched::shared_by_many_senders(model);
   s.ppn = a.ppn;
   s.port = a.port;
   // Machine-level sizes: with K ranks per machine, each pair of machines carries K^2 blocks.

@@ -95,6 +95,7 @@ struct Sweep {
   // end this much sooner than the limit allows.
   double burst_s = 0;
   bool multi_switch = false;
+  bool many_senders = false;  // sched::shared_by_many_senders: `auto` weighs no measure from 32 KiB
   std::vector<std::uint64_t> sizes;
   std::vector<std::pair<std::string, std::string>> configs;  // schedule and sync of aapc
   // Per size, computed once: the iterations (the MPI program is told them), a time budget so

@@ -68,15 +68,16 @@ void EmuSession::down() {
 // cluster's namespaces are torn down, which the kernel finishes in the background) the first
 // configuration measured 30% below the same one a minute later at 1 KiB. It runs what `auto`
 // weighs by measurement too (sched::kWeighed: the tree's phases, the paced shuffle, two
-// unscheduled ones) at 4 and 64 KiB and at the sweep's sizes where `auto` weighs them: the
-// daemons then know how fast their node sends a phase, what a hand-over costs, and what each
-// reached at those sizes (daemon_measure.cpp), as a cluster's daemons do from its earlier jobs,
-// and `auto` chooses with it from the first measured run.
+// unscheduled ones) at 4 and 64 KiB and at the sweep's sizes where `auto` may weigh them (not
+// where many senders share the bottleneck from 32 KiB): the daemons then know how fast their
+// node sends a phase, what a hand-over costs, and what each reached at those sizes
+// (daemon_measure.cpp), as a cluster's daemons do from its earlier jobs, and `auto` chooses with
+// it from the first measured run.
 void EmuSession::warm_up() const {
   std::string configs = " auto", sizes = " 4096 65536";
   for (const auto& w : aapc::sched::kWeighed) configs += " " + aapc::sched::format_plan_spec(w.algorithm_spec(), w.sync_spec());
   for (const auto b : sweep_.sizes)
-    if (aapc::sched::reach_octave(b) && b != 4096) sizes += " " + std::to_string(b);
+    if (aapc::sched::reach_octave(b) && b != 4096 && b != 65536 && (b < 32 * 1024 || !sweep_.many_senders)) sizes += " " + std::to_string(b);
   run_collect(emu_ + " run " + shell_quote(sweep_.topo_file.string()) + " --keep --port " + sweep_.port + " -- " + shell_quote((sweep_.tools / "aapc-bench").string()) +
                   " --measure --configs" + configs + " --point-seconds 1 --max-iters 20 --sizes" + sizes,
               [](const Json&) {});
