@@ -259,7 +259,7 @@ TEST_CASE("from 32 KiB on a tree, where the hosts hold the scheduled ones back, 
     CHECK(close.algorithm.algorithm == Algorithm::kPacedShuffle);
     CHECK(close.weighed);
     CHECK(auto_choice(model, block, at(block, {{Algorithm::kTree, 0.66}, {Algorithm::kPacedShuffle, 0.63}})).algorithm.algorithm == Algorithm::kTree);
-    // Where the hosts keep up: the fit's choice, and nothing measured now and then.
+    // Where the hosts keep up: the phases, measured 2 points ahead, and nothing measured now and then.
     const Choice kept = auto_choice(model, block, at(block, {{Algorithm::kTree, 0.93}, {Algorithm::kPacedShuffle, 0.91}, {Algorithm::kSyncShuffle, 0.90}}));
     CHECK(kept.algorithm.algorithm == Algorithm::kTree);
     CHECK_FALSE(kept.weighed);
