@@ -58,7 +58,7 @@ namespace {
 //   8 machines      63.2%      64.2 / 79.0         65.9 / 82.3    63.8 / 87.2
 // So the phases run where they would reach what the paced shuffle reaches at that size: 80%
 // below 16 KiB, 86% below 32 KiB, 90% above.
-constexpr std::uint64_t kPacedFromBytes = 32 * 1024;  // below, the phases run on trees of one rate
+constexpr std::uint64_t kPacedFromBytes = kLargeBlockFrom;  // below, the phases run on trees of one rate
 
 double paced_shuffle_reaches(std::uint64_t block_bytes) {
   if (block_bytes < kPacedFromBytes / 2) return 0.8;
@@ -86,16 +86,7 @@ std::string fit_words(const Measured& measured) {
 struct ScheduledReach {
   double phases = 0, paced = 0;
   double phases_measured = 0, paced_measured = 0;  // 0: not measured at this size
-  // The reach of each and by what, for auto's reasons; empty where nothing was measured.
-  std::string words(const Measured& measured) const {
-    if (!measured.known() && phases_measured == 0 && paced_measured == 0) return {};
-    std::string w = "the phases reach " + percent(phases);
-    if (phases_measured > 0)
-      w += " as measured at this size";
-    else if (measured.known())
-      w += " by " + fit_words(measured);
-    return w + ", the paced shuffle " + percent(paced) + (paced_measured > 0 ? " as measured" : "") + ": this cluster measured";
-  }
+  std::string words;  // the reach of each and by what, for auto's reasons; empty where nothing was measured
 };
 
 ScheduledReach scheduled_reach(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
@@ -104,6 +95,13 @@ ScheduledReach scheduled_reach(const TreeModel& model, std::uint64_t block_bytes
   s.paced_measured = measured.reach_at(reach_cell(kWeighed[1], block_bytes));
   s.phases = s.phases_measured > 0 ? s.phases_measured : phases_reach(model, block_bytes, measured);
   s.paced = s.paced_measured > 0 ? s.paced_measured : paced_shuffle_reaches(block_bytes);
+  if (!measured.known() && s.phases_measured == 0 && s.paced_measured == 0) return s;
+  s.words = "the phases reach " + percent(s.phases);
+  if (s.phases_measured > 0)
+    s.words += " as measured at this size";
+  else if (measured.known())
+    s.words += " by " + fit_words(measured);
+  s.words += ", the paced shuffle " + percent(s.paced) + (s.paced_measured > 0 ? " as measured" : "") + ": this cluster measured";
   return s;
 }
 
@@ -150,7 +148,7 @@ Choice unscheduled_lead(Choice best, double scheduled, std::uint64_t block_bytes
 Choice weighed_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
   const ScheduledReach s = scheduled_reach(model, block_bytes, measured);
   const double phases = s.phases, paced = s.paced;
-  const std::string weighed = s.words(measured);  // empty: the model's alone
+  const std::string& weighed = s.words;  // empty: the model's alone
   Choice best;
   if (phases >= paced)
     best = phases_choice("tree of switches, blocks below 32 KiB: contention-free phases with sender-based tokens" + (weighed.empty() ? "" : " (" + weighed + ")"));
@@ -182,8 +180,8 @@ Choice scheduled_large_choice(const TreeModel& model, std::uint64_t block_bytes,
   // cannot weigh.
   if (one_size(block_bytes) && (measured.known() || s.phases_measured > 0)) {
     constexpr double kPhasesLead = 0.02;
-    if (s.phases >= s.paced + kPhasesLead) return phases_choice("tree of switches: contention-free phases with sender-based tokens (" + s.words(measured) + ")");
-    return paced_choice("tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (" + s.words(measured) + ")");
+    if (s.phases >= s.paced + kPhasesLead) return phases_choice("tree of switches: contention-free phases with sender-based tokens (" + s.words + ")");
+    return paced_choice("tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (" + s.words + ")");
   }
   return paced_choice("tree of switches: paced shuffle, every block at once at its bottleneck's share of the rate (no node must fill a link, no hand-over)");
 }
@@ -208,7 +206,7 @@ Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes, con
   const ScheduledReach s = scheduled_reach(model, block_bytes, measured);
   const Choice scheduled = scheduled_large_choice(model, block_bytes, measured, s, many_senders);
   if (many_senders) return scheduled;
-  Choice best = unscheduled_lead(scheduled, std::max(s.phases, s.paced), block_bytes, measured, "tree of switches: ", s.words(measured));
+  Choice best = unscheduled_lead(scheduled, std::max(s.phases, s.paced), block_bytes, measured, "tree of switches: ", s.words);
   const double chosen = scheduled.algorithm.algorithm == Algorithm::kTree ? s.phases_measured : s.paced_measured;
   best.weighed = best.algorithm.algorithm != scheduled.algorithm.algorithm || (chosen > 0 && chosen < kHostsBehind);
   return best;

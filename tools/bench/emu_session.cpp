@@ -77,7 +77,7 @@ void EmuSession::warm_up() const {
   std::string configs = " auto", sizes = " 4096 65536";
   for (const auto& w : aapc::sched::kWeighed) configs += " " + aapc::sched::format_plan_spec(w.algorithm_spec(), w.sync_spec());
   for (const auto b : sweep_.sizes)
-    if (aapc::sched::reach_octave(b) && b != 4096 && b != 65536 && (b < 32 * 1024 || !sweep_.many_senders)) sizes += " " + std::to_string(b);
+    if (aapc::sched::reach_octave(b) && b != 4096 && b != 65536 && (b < aapc::sched::kLargeBlockFrom || !sweep_.many_senders)) sizes += " " + std::to_string(b);
   run_collect(emu_ + " run " + shell_quote(sweep_.topo_file.string()) + " --keep --port " + sweep_.port + " -- " + shell_quote((sweep_.tools / "aapc-bench").string()) +
                   " --measure --configs" + configs + " --point-seconds 1 --max-iters 20 --sizes" + sizes,
               [](const Json&) {});

@@ -49,8 +49,12 @@ inline constexpr std::array<Weighed, 4> kWeighed = {{{Algorithm::kTree, SyncKind
 // two. The cells below 32 KiB keep the numbers that daemons which kept no others gave them (one
 // schedule's octaves after another's), and those from 32 KiB come after all of them, so that a
 // JOIN from such a daemon still means what it meant (wire.hpp, JoinMeasure).
+// Where `auto`'s rule for large blocks on a tree begins (choice.cpp: the paced shuffle, the
+// phases by their fit, and the unscheduled ones only where the hosts fall behind).
+inline constexpr std::uint64_t kLargeBlockFrom = 32 * 1024;
 inline constexpr std::uint64_t kReachSizeFrom = 512;
-inline constexpr std::size_t kReachSmallSizes = 6;  // 512 B .. 32 KiB
+inline constexpr std::size_t kReachSmallSizes = 6;  // 512 B .. kLargeBlockFrom
+static_assert((kReachSizeFrom << kReachSmallSizes) == kLargeBlockFrom, "the cells below 32 KiB are those of the small-block rule");
 inline constexpr std::size_t kReachLargeSizes = 7;  // 32 KiB .. 4 MiB
 inline constexpr std::size_t kReachSizes = kReachSmallSizes + kReachLargeSizes;
 inline constexpr std::size_t kReachCells = kWeighed.size() * kReachSizes;
