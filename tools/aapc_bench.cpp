@@ -29,6 +29,18 @@ using namespace aapc::bench;
 
 namespace {
 
+// Why schedule `name` cannot run on `topo` (its builder refuses it), or nothing.
+std::optional<std::string> not_applicable(const aapc::sched::Topology& topo, const std::string& name) {
+  const auto spec = aapc::sched::AlgorithmSpec::parse(name);
+  if (!spec) return std::nullopt;  // auto
+  try {
+    (void)aapc::sched::make_schedule(topo, *spec);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return std::nullopt;
+}
+
 // The sweep of `a`: the topology (at --rate when given), where results go, the configurations
 // and the per-size budgets.
 Sweep plan_sweep(const Args& a) {
@@ -61,8 +73,15 @@ Sweep plan_sweep(const Args& a) {
   s.sizes = parse_sizes(a.sizes);
   for (auto& b : s.sizes) b *= static_cast<std::uint64_t>(a.ppn) * static_cast<std::uint64_t>(a.ppn);
   s.tools = self_dir();
-  // Configurations: every schedule, and the tree with each sync variant asked for.
+  // Configurations: every schedule, and the tree with each sync variant asked for. A schedule
+  // that does not apply to this tree (pairwise-xor on 11 machines) is skipped, and said so,
+  // before the cluster comes up: otherwise every rank would fail on it, and the whole sweep
+  // with it.
   for (const auto& sched : a.schedules) {
+    if (auto why = not_applicable(topo, sched)) {
+      std::cout << "aapc-bench: skipping " << sched << ": " << *why << std::endl;
+      continue;
+    }
     if (aapc::sched::algorithm_of(sched) == aapc::sched::Algorithm::kTree) {
       for (const auto& y : a.tree_syncs) s.configs.emplace_back(sched, y);
     } else {
@@ -84,6 +103,7 @@ int orchestrate(const Args& a) {
   if (::geteuid() != 0) throw std::runtime_error("the emulated cluster needs root; on a real cluster use --existing on every node");
   const Sweep sweep = plan_sweep(a);
   auto variants = mpi_variants(a);
+  if (sweep.configs.empty() && variants.empty()) throw std::runtime_error("nothing to measure: no schedule asked for runs on this topology, and --mpi none");
   const std::size_t total = (sweep.configs.size() + variants.size()) * sweep.sizes.size() * static_cast<std::size_t>(a.repeat);
   std::size_t done = 0;
   auto progress = [&](const Json& p) {

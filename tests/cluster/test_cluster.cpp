@@ -1379,6 +1379,19 @@ TEST_CASE("aapc-bench --rates: the sweep at each rate, and % of the limit agains
   CHECK(nothing_left());
 }
 
+TEST_CASE("aapc-bench skips, and says why, a schedule that cannot run on the tree, before any cluster comes up") {
+  sh(kEmu + " down");
+  // 12 machines: neither pairwise-xor nor hypercube applies. With nothing else to measure the
+  // sweep ends with a message of its own, not with every rank failing on the cluster.
+  auto r = sh(kTools + "/aapc-bench -t 12-three-level --sizes 4K --schedules pairwise-xor hypercube --mpi none -o " + (kLogs / "bench-skip").string());
+  INFO(r.text);
+  CHECK(r.status != 0);
+  CHECK(r.text.find("skipping pairwise-xor: pairwise-xor needs a power of two machines, got 12") != std::string::npos);
+  CHECK(r.text.find("skipping hypercube: hypercube needs a power of two machines") != std::string::npos);
+  CHECK(r.text.find("nothing to measure") != std::string::npos);
+  CHECK(nothing_left());
+}
+
 TEST_CASE("aapc-bench stopped by SIGTERM or Ctrl-C takes its emulated cluster down") {
   for (const int sig : {SIGTERM, SIGINT}) {
     sh(kEmu + " down");
