@@ -148,6 +148,12 @@ class ClockStore {
     if (--users_[static_cast<std::size_t>(slot)] == 0 && current_[static_cast<std::size_t>(node)] != slot) free_.push_back(slot);
   }
 
+  // Entry `of` of the clock of (node, round): how many of node `of`'s rounds it follows.
+  std::uint32_t entry(int node, int round, int of) const {
+    if (of == node) return static_cast<std::uint32_t>(round + 1);
+    return arena_[static_cast<std::size_t>(slot_[at(node, round)]) * n_ + static_cast<std::size_t>(of)];
+  }
+
   void merge(std::uint32_t* into, int node, int round) const {
     const std::uint32_t* from = arena_.data() + static_cast<std::size_t>(slot_[at(node, round)]) * n_;
     for (std::size_t i = 0; i < n_; ++i) into[i] = std::max(into[i], from[i]);

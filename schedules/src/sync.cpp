@@ -256,6 +256,27 @@ class SyncPlanner {
     clocks_->merge(clock.data(), flat_.msg[idx(msg)].src, msg_round_[idx(msg)]);
   }
 
+  // Sender-based tokens are implied exactly by the vector clocks: the token of message q, sent
+  // in round rq of node sq, is implied by another chosen one q' when q''s clock already follows
+  // that round (entry sq >= rq + 1), and then q' follows everything q did. So the tokens to keep
+  // are those no other chosen token follows, and the clock merged from all of them is the
+  // clock merged from those. Checking single entries costs k^2 lookups for k tokens where
+  // trial merges of whole clocks cost k^2 x n: with pairwise-ec under sender-all on a random
+  // tree of 250 machines, a round waits for some 60 tokens, and the trials took 27 s.
+  void drop_implied_send_tokens(std::vector<int>& chosen) const {
+    if (chosen.size() < 2) return;
+    std::vector<int> kept;
+    for (const int q : chosen) {
+      const int sq = flat_.msg[idx(q)].src;
+      const auto rq = static_cast<std::uint32_t>(msg_round_[idx(q)] + 1);
+      const bool implied = std::any_of(chosen.begin(), chosen.end(), [&](int o) {
+        return o != q && clocks_->entry(flat_.msg[idx(o)].src, msg_round_[idx(o)], sq) >= rq;
+      });
+      if (!implied) kept.push_back(q);
+    }
+    chosen = std::move(kept);
+  }
+
   // The node's clock is made in place (it only grows): a copy of the clock per round was most
   // of the time of a plan of thousands of machines.
   void process_round(Rank c, int r, int msg) {
@@ -284,7 +305,8 @@ class SyncPlanner {
         merged = true;
       }
       // Drop any chosen token that the others imply (redundant synchronisation).
-      for (std::size_t i = 0; chosen.size() > 1 && i < chosen.size();) {
+      if (v_.level == Level::kSend) drop_implied_send_tokens(chosen);
+      for (std::size_t i = 0; v_.level != Level::kSend && chosen.size() > 1 && i < chosen.size();) {
         std::vector<int> rest = chosen;
         rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(i));
         trial_ = base;
