@@ -83,10 +83,10 @@ void bench_predict(int repeat) {
 }
 
 // What a daemon plans for its first exchange on a two-level tree of `machines` (leaves of
-// sqrt(machines)): tree + sender-all, node 0's part alone (sched::plan_part), or with
-// `whole` every node's (plan_sync, as `aapc-sched show` makes it). Run alone, in a process of
-// its own: the peak memory is the process's.
-void bench_daemon_plan(int machines, bool whole) {
+// sqrt(machines)): `algorithm` with `sync` (the tree with sender-all unless told), node 0's
+// part alone (sched::plan_part), or with `whole` every node's (plan_sync, as `aapc-sched show`
+// makes it). Run alone, in a process of its own: the peak memory is the process's.
+void bench_daemon_plan(int machines, bool whole, const AlgorithmSpec& algorithm, const SyncSpec& sync) {
   int leaves = 1;
   while ((leaves + 1) * (leaves + 1) <= machines) ++leaves;
   RandomTreeOptions o;
@@ -97,12 +97,11 @@ void bench_daemon_plan(int machines, bool whole) {
   const Topology t = random_tree(o, rng);
   const auto t0 = std::chrono::steady_clock::now();
   // As the daemon (its part, from the phases alone) and `aapc-sched show` (every node's) do.
-  const Schedule s = whole ? plan_sync(t, make_schedule(t, {Algorithm::kTree, 0}), {SyncKind::kSenderAll, 1})
-                           : plan_part(t, {Algorithm::kTree, 0}, {SyncKind::kSenderAll, 1}, 0);
+  const Schedule s = whole ? plan_sync(t, make_schedule(t, algorithm), sync) : plan_part(t, algorithm, sync, 0);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::size_t rounds = 0;
   for (const Program& p : s.programs) rounds += p.rounds.size();
-  std::cout << (whole ? "every node's plan" : "node 0's part") << ", tree + sender-all, " << machines << " machines on " << leaves
+  std::cout << (whole ? "every node's plan" : "node 0's part") << ", " << algorithm.name() << " + " << sync.name() << ", " << machines << " machines on " << leaves
             << " leaves: " << std::fixed << std::setprecision(2) << secs << " s, peak " << std::setprecision(0) << peak_mb() << " MB; keeps "
             << rounds << " rounds and " << s.syncs.size() << " of " << s.sync_total() << " syncs\n";
 }
@@ -186,9 +185,23 @@ int main(int argc, char** argv) {
                  "only time what a daemon plans on a two-level tree of this many machines (tree + sender-all, its node's part), and its peak memory")
       ->check(CLI::Range(4, 65534));
   app.add_flag("--whole", whole, "with --daemon-plan: plan every node's part, as before daemons kept their own");
+  std::string algo = "tree", sync = "sender-all";
+  app.add_option("--algo", algo, "with --daemon-plan: the schedule")->capture_default_str();
+  app.add_option("--sync", sync, "with --daemon-plan: the sync variant")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (daemon_plan > 0) {
-    bench_daemon_plan(daemon_plan, whole);
+    const auto a = AlgorithmSpec::parse(algo);
+    const auto y = SyncSpec::parse(sync);
+    if (!a || !y) {
+      std::cerr << "aapc-sched-bench: " << (a ? "--sync " + sync : "--algo " + algo) << " is not a schedule's name (aapc-sched algorithms, aapc-sched show --help)\n";
+      return 2;
+    }
+    try {
+      bench_daemon_plan(daemon_plan, whole, *a, *y);
+    } catch (const std::exception& e) {
+      std::cerr << "aapc-sched-bench: " << e.what() << "\n";
+      return 1;
+    }
     return 0;
   }
   if (whole) {

@@ -89,6 +89,16 @@ class SyncPlanner {
   // programs of every node took gigabytes.
   void build_programs() {
     stages_ = ceil_log2(n_);
+    // A barrier's stages are rounds of every node: a barrier after each of the tree's 31,744
+    // phases at 1,024 machines makes 325 million rounds, and took 22 GB before it failed.
+    std::size_t barriers = 0;
+    for (int p = 0; p < static_cast<int>(s_.phases.size()); ++p) barriers += barrier_after(p) ? 1 : 0;
+    const std::size_t barrier_rounds = barriers * idx(stages_) * idx(n_);
+    const std::size_t rounds_in_all = idx(flat_.size()) + barrier_rounds;
+    if (rounds_in_all > kMaxRounds || static_cast<double>(barrier_rounds) * n_ > kMaxBarrierEntries)
+      too_large(std::to_string(rounds_in_all) + " rounds in all, " + std::to_string(barriers) + " barriers of " + std::to_string(stages_) +
+                    " stages at every node, each stage a merge of " + std::to_string(n_) + " clock entries",
+                "a larger block of phases between barriers (barrier-partial-...:K), or pair-wise tokens (sender-all)");
     msg_round_.assign(idx(flat_.size()), -1);
     round_msg_.assign(idx(n_), {});
     barrier_round_.assign(idx(n_), {});
@@ -219,6 +229,10 @@ class SyncPlanner {
       mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
       reqs_flat_.insert(reqs_flat_.end(), mine.begin(), mine.end());
       reqs_at_[idx(id) + 1] = reqs_flat_.size();
+      if (reqs_flat_.size() > kMaxRequirements)
+        too_large("more than " + std::to_string(kMaxRequirements) + " orderings of messages",
+                  s_.contention_free ? "sender-based tokens on every phase (sender-all), which keep fewer, or no tokens (sync none)"
+                                     : "the tree's phases, which share no link (the tree with this sync variant), or no tokens (sync none)");
     }
     reqs_flat_.shrink_to_fit();
     s_.sync_stats.consecutive_pairs = static_cast<std::int64_t>(reqs_flat_.size());
@@ -248,33 +262,83 @@ class SyncPlanner {
     return false;
   }
 
-  bool all_satisfied(std::span<const int> reqs, int c, int r, const std::vector<std::uint32_t>& clock, const std::vector<int>& chosen) const {
-    return std::all_of(reqs.begin(), reqs.end(), [&](int q) { return satisfied(q, c, r, clock, chosen); });
-  }
-
   void merge_msg_clock(std::vector<std::uint32_t>& clock, int msg) const {
     clocks_->merge(clock.data(), flat_.msg[idx(msg)].src, msg_round_[idx(msg)]);
   }
 
-  // Sender-based tokens are implied exactly by the vector clocks: the token of message q, sent
-  // in round rq of node sq, is implied by another chosen one q' when q''s clock already follows
-  // that round (entry sq >= rq + 1), and then q' follows everything q did. So the tokens to keep
-  // are those no other chosen token follows, and the clock merged from all of them is the
-  // clock merged from those. Checking single entries costs k^2 lookups for k tokens where
-  // trial merges of whole clocks cost k^2 x n: with pairwise-ec under sender-all on a random
-  // tree of 250 machines, a round waits for some 60 tokens, and the trials took 27 s.
-  void drop_implied_send_tokens(std::vector<int>& chosen) const {
-    if (chosen.size() < 2) return;
-    std::vector<int> kept;
-    for (const int q : chosen) {
-      const int sq = flat_.msg[idx(q)].src;
-      const auto rq = static_cast<std::uint32_t>(msg_round_[idx(q)] + 1);
-      const bool implied = std::any_of(chosen.begin(), chosen.end(), [&](int o) {
-        return o != q && clocks_->entry(flat_.msg[idx(o)].src, msg_round_[idx(o)], sq) >= rq;
-      });
-      if (!implied) kept.push_back(q);
+  // Bounds on what a plan holds, checked before it is made, past which it is refused at once
+  // (and the same on every node) rather than grown until the host runs out of memory, in a
+  // daemon that also serves other jobs:
+  // - Every round in all, barriers' stages included, and the clock entries the stages merge
+  //   (each stage waits for another node's clock of n entries). A barrier after each of the
+  //   tree's 31,744 phases at 1,024 machines makes 325 million rounds, and took 22 GB before it
+  //   failed; one every 4 phases, 81 million rounds, took 3 minutes. The tree itself has 16.8
+  //   million rounds at 4,096 machines, 67 million at 8,192; a barrier after each of its 3,840
+  //   phases at 256 machines merges 2 billion entries.
+  // - The orderings of messages: phases that share links (pairwise-ec on a tree of switches)
+  //   make a round wait for every earlier user of each link on its path, with sender-all on a
+  //   random tree 3.3 million at 250 machines, 27 million at 500, some n^3 / 20, and 18 GB at
+  //   3,000 machines. The tree's phases share no link: 8.6 million at 2,048 machines with
+  //   sender-all, 21.7 million with receiver-partial:4 (some 85 million at 4,096).
+  static constexpr std::size_t kMaxRounds = std::size_t{1} << 27;
+  static constexpr double kMaxBarrierEntries = 4.3e9;
+  static constexpr std::size_t kMaxRequirements = std::size_t{1} << 27;
+
+  [[noreturn]] void too_large(const std::string& what, const std::string& instead) const {
+    throw std::invalid_argument(s_.algorithm + " with " + level_name() + " tokens on these " + std::to_string(n_) +
+                                " machines is too large to plan (" + what + "); use " + instead);
+  }
+  const char* level_name() const { return v_.barrier ? "barrier" : v_.level == Level::kReceive ? "receiver-based" : "sender-based"; }
+
+  // Whether the clock of chosen token `o` (its message's round at the sender, as
+  // merge_msg_clock() merges it) satisfies requirement `x` of round (c, r): satisfied() with that
+  // clock alone, less what holds without any token.
+  bool token_satisfies(int o, int x) const {
+    const Message& mo = flat_.msg[idx(o)];
+    const int ro = msg_round_[idx(o)];
+    if (v_.level == Level::kSend)
+      return clocks_->entry(mo.src, ro, flat_.msg[idx(x)].src) >= static_cast<std::uint32_t>(msg_round_[idx(x)] + 1);
+    return std::any_of(kept_recv_[idx(x)].begin(), kept_recv_[idx(x)].end(),
+                       [&](const auto& k) { return clocks_->entry(mo.src, ro, k.first) >= static_cast<std::uint32_t>(k.second + 1); });
+  }
+
+  // Drops, one at a time in order, each chosen token whose round's requirements `all` the other
+  // tokens still chosen satisfy with `base` (the clock before any token). A requirement is
+  // satisfied by a set of tokens when it is one of them, holds with `base`, or one token's
+  // clock satisfies it (a clock merged from several satisfies what one of them does: satisfied()
+  // looks at single entries), so single clock entries decide, where trial merges of whole
+  // clocks cost k^2 x n a round: with pairwise-ec under sender-all on a random tree of 250
+  // machines, a round waits for some 60 tokens, and the trials took 27 of 28 s. Returns
+  // whether any went.
+  bool drop_implied(std::span<const int> all, int c, int r, const std::vector<std::uint32_t>& base, std::vector<int>& chosen) const {
+    const std::size_t k = chosen.size(), m = all.size();
+    std::vector<std::uint8_t> holds(m), by(k * m), in(k, 1);
+    std::vector<int> at(m, -1);  // all[j]'s place in chosen
+    for (std::size_t j = 0; j < m; ++j) {
+      holds[j] = satisfied(all[j], c, r, base, {}) ? 1 : 0;
+      const auto it = std::find(chosen.begin(), chosen.end(), all[j]);
+      if (it != chosen.end()) at[j] = static_cast<int>(it - chosen.begin());
+      for (std::size_t i = 0; i < k && holds[j] == 0; ++i) by[i * m + j] = token_satisfies(chosen[i], all[j]) ? 1 : 0;
     }
+    bool dropped = false;
+    for (std::size_t i = 0; i < k; ++i) {
+      in[i] = 0;
+      bool all_hold = true;
+      for (std::size_t j = 0; j < m && all_hold; ++j) {
+        if (holds[j] != 0 || (at[j] >= 0 && in[idx(at[j])] != 0)) continue;
+        bool one = false;
+        for (std::size_t o = 0; o < k && !one; ++o) one = in[o] != 0 && by[o * m + j] != 0;
+        all_hold = one;
+      }
+      if (all_hold) dropped = true;
+      else in[i] = 1;
+    }
+    if (!dropped) return false;
+    std::vector<int> kept;
+    for (std::size_t i = 0; i < k; ++i)
+      if (in[i] != 0) kept.push_back(chosen[i]);
     chosen = std::move(kept);
+    return true;
   }
 
   // The node's clock is made in place (it only grows): a copy of the clock per round was most
@@ -305,18 +369,9 @@ class SyncPlanner {
         merged = true;
       }
       // Drop any chosen token that the others imply (redundant synchronisation).
-      if (v_.level == Level::kSend) drop_implied_send_tokens(chosen);
-      for (std::size_t i = 0; v_.level != Level::kSend && chosen.size() > 1 && i < chosen.size();) {
-        std::vector<int> rest = chosen;
-        rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(i));
-        trial_ = base;
-        for (const int q : rest) merge_msg_clock(trial_, q);
-        if (all_satisfied(all, c, r, trial_, rest)) {
-          chosen = std::move(rest);
-          clock = trial_;
-        } else {
-          ++i;
-        }
+      if (chosen.size() > 1 && drop_implied(all, c, r, base, chosen)) {
+        clock = base;
+        for (const int q : chosen) merge_msg_clock(clock, q);
       }
       for (const int q : chosen) {
         const Message& m1 = flat_.msg[idx(q)];
@@ -393,7 +448,7 @@ class SyncPlanner {
   std::vector<std::vector<std::pair<int, int>>> kept_recv_;   // message id -> rounds its receipt token reaches (receipt tokens only)
   std::vector<std::map<Rank, std::vector<std::uint32_t>>> on_receive_;
   std::vector<std::vector<std::uint32_t>> vc_;          // clock after each node's last processed round
-  std::vector<std::uint32_t> base_, trial_;             // scratch
+  std::vector<std::uint32_t> base_;                     // scratch
 };
 
 // `s` cut to `node`'s part (Schedule::part), where its planner kept every node's.

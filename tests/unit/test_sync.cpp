@@ -195,6 +195,27 @@ TEST_CASE("barriers are dissemination barriers of tokens") {
   CHECK(!verify(t, partial).ok());
 }
 
+TEST_CASE("a plan whose barriers would make hundreds of millions of rounds is refused at once, saying what to use instead") {
+  // A barrier after each of the tree's 31,744 phases at 1,024 machines: 325 million rounds of
+  // ten stages, which took 22 GB before the planner failed. The daemon's part is refused too,
+  // with the same words on every node.
+  RandomTreeOptions o;
+  o.machines = 1024;
+  o.switches = 33;
+  o.shape = TreeShape::kTwoLevel;
+  std::mt19937_64 rng(1);
+  const Topology t = random_tree(o, rng);
+  const Schedule tree = tree_of(t);
+  for (const SyncSpec spec : {SyncSpec{SyncKind::kBarrierAll, 1}, SyncSpec{SyncKind::kBarrierPartialSender, 4}}) {
+    INFO(spec.name());
+    CHECK_THROWS_WITH(plan_sync(t, tree, spec), Catch::Contains("too large to plan") && Catch::Contains("barriers of 10 stages") &&
+                                                    Catch::Contains("a larger block of phases between barriers"));
+    CHECK_THROWS_WITH(plan_part(t, {Algorithm::kTree, 0}, spec, 7), Catch::Contains("too large to plan"));
+  }
+  // A barrier every 4,096 phases is 8 barriers: planned.
+  CHECK(plan_part(t, {Algorithm::kTree, 0}, {SyncKind::kBarrierPartialSender, 4096}, 7).sync_stats.barriers == 7);
+}
+
 TEST_CASE("dummy messages keep idle machines busy without contention") {
   Topology t = load_topology(aapc::test::topology_path("12-three-level"));
   Schedule s = plan_sync(t, tree_of(t), {SyncKind::kDummy, 1});
