@@ -181,19 +181,21 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "random tree seed")->capture_default_str();
   int daemon_plan = 0;
   bool whole = false;
-  app.add_option("--daemon-plan", daemon_plan,
-                 "only time what a daemon plans on a two-level tree of this many machines (tree + sender-all, its node's part), and its peak memory")
-      ->check(CLI::Range(4, 65534));
+  auto* plan_opt = app.add_option("--daemon-plan", daemon_plan,
+                                  "only time what a daemon plans on a two-level tree of this many machines (its node's part of the plan of "
+                                  "--algo and --sync), and its peak memory")
+                      ->check(CLI::Range(4, 65534));
   app.add_flag("--whole", whole, "with --daemon-plan: plan every node's part, as before daemons kept their own");
   std::string algo = "tree", sync = "sender-all";
-  app.add_option("--algo", algo, "with --daemon-plan: the schedule")->capture_default_str();
-  app.add_option("--sync", sync, "with --daemon-plan: the sync variant")->capture_default_str();
+  app.add_option("--algo", algo, "with --daemon-plan: the schedule")->capture_default_str()->needs(plan_opt);
+  app.add_option("--sync", sync, "with --daemon-plan: the sync variant")->capture_default_str()->needs(plan_opt);
   CLI11_PARSE(app, argc, argv);
   if (daemon_plan > 0) {
     const auto a = AlgorithmSpec::parse(algo);
     const auto y = SyncSpec::parse(sync);
     if (!a || !y) {
-      std::cerr << "aapc-sched-bench: " << (a ? "--sync " + sync : "--algo " + algo) << " is not a schedule's name (aapc-sched algorithms, aapc-sched show --help)\n";
+      std::cerr << "aapc-sched-bench: " << (a ? "--sync " + sync + " is not a sync variant" : "--algo " + algo + " is not a schedule")
+                << " (aapc-sched show --help lists them)\n";
       return 2;
     }
     try {

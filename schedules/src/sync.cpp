@@ -89,8 +89,8 @@ class SyncPlanner {
   // programs of every node took gigabytes.
   void build_programs() {
     stages_ = ceil_log2(n_);
-    // A barrier's stages are rounds of every node: a barrier after each of the tree's 31,744
-    // phases at 1,024 machines makes 325 million rounds, and took 22 GB before it failed.
+    // A barrier's stages are rounds of every node: counted, and refused past the bounds below
+    // (kMaxRounds), before anything is made.
     std::size_t barriers = 0;
     for (int p = 0; p < static_cast<int>(s_.phases.size()); ++p) barriers += barrier_after(p) ? 1 : 0;
     const std::size_t barrier_rounds = barriers * idx(stages_) * idx(n_);

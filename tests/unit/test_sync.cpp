@@ -212,7 +212,7 @@ TEST_CASE("a plan whose barriers would make hundreds of millions of rounds is re
                                                     Catch::Contains("a larger block of phases between barriers"));
     CHECK_THROWS_WITH(plan_part(t, {Algorithm::kTree, 0}, spec, 7), Catch::Contains("too large to plan"));
   }
-  // A barrier every 4,096 phases is 8 barriers: planned.
+  // A barrier after every 4,096 phases is 7 barriers: planned.
   CHECK(plan_part(t, {Algorithm::kTree, 0}, {SyncKind::kBarrierPartialSender, 4096}, 7).sync_stats.barriers == 7);
 }
 
