@@ -57,12 +57,10 @@ namespace {
 //   9 machines      76.6%      76.3 / 79.9         78.2 / 83.2    75.8 / 87.7
 //   8 machines      63.2%      64.2 / 79.0         65.9 / 82.3    63.8 / 87.2
 // So the phases run where they would reach what the paced shuffle reaches at that size: 80%
-// below 16 KiB, 86% below 32 KiB, 90% above.
-constexpr std::uint64_t kPacedFromBytes = kLargeBlockFrom;  // below, the phases run on trees of one rate
-
+// below 16 KiB, 86% below 32 KiB (kLargeBlockFrom), 90% above.
 double paced_shuffle_reaches(std::uint64_t block_bytes) {
-  if (block_bytes < kPacedFromBytes / 2) return 0.8;
-  if (block_bytes < kPacedFromBytes) return 0.86;
+  if (block_bytes < kLargeBlockFrom / 2) return 0.8;
+  if (block_bytes < kLargeBlockFrom) return 0.86;
   return 0.9;
 }
 
@@ -202,7 +200,7 @@ Choice scheduled_large_choice(const TreeModel& model, std::uint64_t block_bytes,
 Choice large_block_choice(const TreeModel& model, std::uint64_t block_bytes, const Measured& measured) {
   constexpr double kHostsBehind = 0.8;
   const bool many_senders = shared_by_many_senders(model);
-  if (!many_senders && block_bytes < kPacedFromBytes) return weighed_choice(model, block_bytes, measured);
+  if (!many_senders && block_bytes < kLargeBlockFrom) return weighed_choice(model, block_bytes, measured);
   const ScheduledReach s = scheduled_reach(model, block_bytes, measured);
   const Choice scheduled = scheduled_large_choice(model, block_bytes, measured, s, many_senders);
   if (many_senders) return scheduled;

@@ -72,8 +72,7 @@ TEST_CASE("sender all on the paper's example: every token is needed, and the ver
 }
 
 // The tree's phases, and pairwise-ec's, which share links inside a phase on a tree of switches:
-// there a round waits for many earlier users of its links at once, and most of their tokens
-// imply one another.
+// there a round waits for many earlier users of its links at once.
 TEST_CASE("no redundant synchronisation survives, for every pair-wise variant on small trees") {
   std::mt19937_64 rng(99);
   for (int trial = 0; trial < 80; ++trial) {
