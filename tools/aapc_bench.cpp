@@ -29,10 +29,12 @@ using namespace aapc::bench;
 
 namespace {
 
-// Why schedule `name` cannot run on `topo` (its builder refuses it), or nothing.
+// Why schedule `name` cannot run on `topo` (its builder refuses it), or nothing. A name that is
+// no schedule is the user's mistake, not the tree's: it ends the sweep before anything runs.
 std::optional<std::string> not_applicable(const aapc::sched::Topology& topo, const std::string& name) {
+  if (name == "auto") return std::nullopt;
   const auto spec = aapc::sched::AlgorithmSpec::parse(name);
-  if (!spec) return std::nullopt;  // auto
+  if (!spec) throw std::runtime_error("--schedules: '" + name + "' is not a schedule (aapc-bench --help lists them)");
   try {
     (void)aapc::sched::make_schedule(topo, *spec);
   } catch (const std::invalid_argument& e) {

@@ -1392,6 +1392,17 @@ TEST_CASE("aapc-bench skips, and says why, a schedule that cannot run on the tre
   CHECK(nothing_left());
 }
 
+TEST_CASE("aapc-bench refuses a name that is no schedule before any cluster comes up") {
+  sh(kEmu + " down");
+  // It used to bring up the cluster and fail every rank on it.
+  auto r = sh(kTools + "/aapc-bench -t 8-two-switch --sizes 4K --schedules auto bogus --mpi none -o " + (kLogs / "bench-bogus").string());
+  INFO(r.text);
+  CHECK(r.status != 0);
+  CHECK(r.text.find("--schedules: 'bogus' is not a schedule") != std::string::npos);
+  CHECK(r.text.find("exited with") == std::string::npos);
+  CHECK(nothing_left());
+}
+
 TEST_CASE("aapc-bench stopped by SIGTERM or Ctrl-C takes its emulated cluster down") {
   for (const int sig : {SIGTERM, SIGINT}) {
     sh(kEmu + " down");
