@@ -104,7 +104,17 @@ bool settled(const Plan& p) {
 // plan has none, whose errors return: a failure goes to `comm`'s error handler). Else an op:
 // through aapc at once, or waiting for the plan and the calls before it (Stage::kPlan), and
 // for an alltoallv's agreement (Stage::kAgree), then started as the plan says (decide()).
+//
+// A blocking call runs its MPI collectives on the duplicate (the agreement, the MPI's own
+// all-to-all) as blocking calls, a nonblocking one as nonblocking calls, on every rank alike:
+// MPI matches no blocking collective with a nonblocking one. So a blocking call first moves
+// the earlier calls of its plan until they have all started (they are nonblocking calls the
+// program has not waited for yet, or the plan is being made): a rank whose earlier MPI_Ialltoallv
+// had started ran this call blocking while another rank, whose own still waited, ran it as an
+// op, nonblocking, and the job hung (tests/mpi/mpi_mixed.c). Moving them here is what the
+// blocking call's op would have done first anyway.
 int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
+  if (request == nullptr && !settled(p)) drive_until(comm, [&] { return p.ready() && p.waiting == 0; });
   // A blocking call with nothing before it agrees at once, blocking: an 8 B call took 1.68 ms
   // with the nonblocking agreement and 1.31 ms with this (Open MPI, ppn 1, docs/mpi.md).
   if (request == nullptr && c.needs_agreement(p) && settled(p)) {

@@ -208,6 +208,12 @@ class Idle {
   static std::chrono::microseconds longest_nap();
 };
 
+// Moves the process's ops (progress()) until `over()` holds (asked with the process's mutex
+// held), pausing as Idle does, or in one bounded `wait` where that returns true; from 2 ms on,
+// between two passes, it also probes `comm`, so that the MPI moves the program's own requests
+// (MPI's progress rule).
+void drive_until(MPI_Comm comm, const std::function<bool()>& over, const std::function<bool()>& wait = nullptr);
+
 // Drives `op` to done (and every other op with it), pausing as Idle does. The op's error, or
 // empty.
 std::string drive(Op& op);

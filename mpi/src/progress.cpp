@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -148,14 +149,14 @@ namespace {
 // once it has the message then goes on (tests/mpi/mpi_progress.c), across machines and,
 // with MPICH, whose shared memory moves a large message only while its sender's MPI runs,
 // within one.
-void move_mpi(const Op& op) {
+void move_mpi(MPI_Comm comm) {
   int flag = 0;
-  (void)PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, op.comm != MPI_COMM_NULL ? op.comm : MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+  (void)PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
 }
 
 }  // namespace
 
-std::string drive(Op& op) {
+void drive_until(MPI_Comm comm, const std::function<bool()>& over, const std::function<bool()>& wait) {
   Process& pr = process();
   Idle idle;
   // Probes only once the call has waited as long as one bounded wait: a probe a pass made
@@ -166,11 +167,17 @@ std::string drive(Op& op) {
     const bool moved = progress();
     {
       std::lock_guard<std::recursive_mutex> hold(pr.mutex);
-      if (op.done()) return op.error;
+      if (over()) return;
     }
-    if (!await_exchange(op)) idle.rest(moved);
-    if (std::chrono::steady_clock::now() >= probe_from) move_mpi(op);
+    if (!wait || !wait()) idle.rest(moved);
+    if (std::chrono::steady_clock::now() >= probe_from) move_mpi(comm);
   }
+}
+
+std::string drive(Op& op) {
+  drive_until(op.comm, [&] { return op.done(); }, [&] { return await_exchange(op); });
+  std::lock_guard<std::recursive_mutex> hold(process().mutex);
+  return op.error;
 }
 
 }  // namespace aapc::mpi
