@@ -53,12 +53,22 @@ int make(std::function<int(MPI_Request*)> start, MPI_Request* request) {
   return MPI_SUCCESS;
 }
 
+// The program may free its datatypes once an init returned (MPI 4.0, 5.1.9): the request keeps
+// its own, derived ones duplicated, until MPI_Request_free. In place, the send type may be
+// anything and is not kept.
+struct Types {
+  HeldTypes held;
+  MPI_Datatype send, recv;
+  Types(const void* sbuf, MPI_Datatype s, MPI_Datatype r) : send(sbuf == MPI_IN_PLACE ? s : held.hold(s)), recv(held.hold(r)) {}
+};
+
 }  // namespace
 
 int alltoall_init(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm,
                   MPI_Request* request) {
   plan_of(comm);  // made once, for every start
-  return make([=](MPI_Request* r) { return alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, r); }, request);
+  auto t = std::make_shared<Types>(sbuf, stype, rtype);
+  return make([=](MPI_Request* r) { return alltoall(sbuf, scount, t->send, rbuf, rcount, t->recv, comm, r); }, request);
 }
 
 int alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts,
@@ -73,8 +83,9 @@ int alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, MPI
   auto sc = keep(in_place ? rcounts : scounts), sd = keep(in_place ? rdispls : sdispls), rc = keep(rcounts), rd = keep(rdispls);
   plan_of(comm);
   auto agreed = std::make_shared<std::optional<std::uint64_t>>();  // by the first start, for all
+  auto t = std::make_shared<Types>(sbuf, stype, rtype);
   return make(
-      [=](MPI_Request* r) { return alltoallv(sbuf, sc->data(), sd->data(), stype, rbuf, rc->data(), rd->data(), rtype, comm, r, agreed); },
+      [=](MPI_Request* r) { return alltoallv(sbuf, sc->data(), sd->data(), t->send, rbuf, rc->data(), rd->data(), t->recv, comm, r, agreed); },
       request);
 }
 

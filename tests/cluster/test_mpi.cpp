@@ -245,6 +245,24 @@ TEST_CASE("a new communicator's first MPI_Ialltoall(v) and other nonblocking col
   });
 }
 
+// mpi_mixed.c: a nonblocking all-to-all, then blocking all-to-alls on the same communicator
+// while the odd ranks still hold the nonblocking one (the even ranks wait for it at once), on
+// fresh communicators and on the world; small calls below AAPC_MPI_MIN_BLOCK and large ones
+// through aapc. A rank whose earlier call had started ran a blocking call's agreement and the
+// MPI's own all-to-all as blocking MPI calls on the plan's duplicate, a rank whose earlier call
+// still waited ran them nonblocking, which MPI does not match: every rank hung in round 0
+// (calls.cpp, run()).
+TEST_CASE("blocking all-to-alls while some ranks still hold an earlier nonblocking one of the communicator, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
+  with_both_mpis_at_every_ppn(
+      "mpi-mixed", "65536 8",
+      [](const Sh& r) {
+        CHECK(r.text.find("HUNG") == std::string::npos);
+        CHECK(r.text.find("8 rounds, all results ok") != std::string::npos);
+        CHECK(carried(r, "mixed-large"));
+      },
+      " --env AAPC_MPI_MIN_BLOCK=8192 --env WATCHDOG_S=40");
+}
+
 // mpi_progress.c: rank 0's large MPI_Isend to rank 1 pending while it waits in MPI_Alltoall,
 // which rank 1 calls only once it has the message. The message goes by rendezvous, so it moves
 // only while rank 0's MPI runs: the blocking all-to-all waited in its daemon without calling the
@@ -262,7 +280,10 @@ TEST_CASE("a blocking all-to-all moves the program's pending MPI_Isend that its 
 // mpi_persistent.c: MPI-4's persistent all-to-all, all-to-allv and all-to-allw (Open MPI
 // 4.1: MPIX_*), each initialized once and started 30 times (MPI_Start with MPI_Wait or
 // MPI_Test, and MPI_Startall with MPI_Waitall), every value checked after every start, the
-// handles kept after completion (persistent.cpp).
+// handles kept after completion (persistent.cpp). Each call's derived datatypes are freed
+// right after its init and a new type made: the alltoall's and alltoallv's starts used the
+// freed handles, and the job crashed with both MPIs (Open MPI 4.1's own MPIX_Alltoall_init,
+// without the library, crashes the same way; MPICH's alone passes).
 TEST_CASE("persistent all-to-alls through aapc: initialized once, started many times, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
   with_both_mpis_at_every_ppn("mpi-persistent", "1024 30", [](const Sh& r) {
     CHECK(r.text.find("30 starts, all results ok") != std::string::npos);

@@ -2,8 +2,9 @@
  * all-to-alls: MPI_Alltoall_init, MPI_Alltoallv_init and MPI_Alltoallw_init (MPICH 4), and
  * Open MPI 4.1's MPIX_* (its pcollreq extension), each on a fresh communicator, then started
  * many times: alone and completed by MPI_Wait, polled by MPI_Test, or all at once by
- * MPI_Startall and MPI_Waitall. The alltoallw's odd peers have a derived type of their own,
- * freed, with its arrays, right after the init. The send buffer changes before every start;
+ * MPI_Startall and MPI_Waitall. The alltoall and alltoallv send and receive a derived type
+ * of their own, and the alltoallw's odd peers have one, each freed (with the alltoallw's
+ * arrays) right after the init: the request keeps what it needs (MPI 4.0, 5.1.9). The send buffer changes before every start;
  * every received value is checked after every start. The handles must stay valid (inactive)
  * after each completion and become MPI_REQUEST_NULL at MPI_Request_free.
  *
@@ -75,6 +76,8 @@ static long wrong_values(const struct call* c, int me, int n, int start) {
   return wrong;
 }
 
+static MPI_Datatype decoy[2];
+
 static void make(struct call* c, int v, int n, int block, MPI_Comm comm, int me) {
   const int total = n * block + 2 * n;
   c->v = v;
@@ -98,10 +101,19 @@ static void make(struct call* c, int v, int n, int block, MPI_Comm comm, int me)
     ALLTOALLW_INIT(c->s.buf, c->s.counts, bytes, types, c->r.buf, c->r.counts, bytes + n, types, comm, MPI_INFO_NULL, &c->req);
     MPI_Type_free(&one_int);
     free(bytes), free(types);
-  } else if (v) {
-    ALLTOALLV_INIT(c->s.buf, c->s.counts, c->s.displs, MPI_INT, c->r.buf, c->r.counts, c->r.displs, MPI_INT, comm, MPI_INFO_NULL, &c->req);
-  } else {
-    ALLTOALL_INIT(c->s.buf, block, MPI_INT, c->r.buf, block, MPI_INT, comm, MPI_INFO_NULL, &c->req);
+  } else { /* a derived type (one int), freed right after the init: the request keeps it */
+    MPI_Datatype one_int;
+    MPI_Type_contiguous(1, MPI_INT, &one_int);
+    MPI_Type_commit(&one_int);
+    if (v)
+      ALLTOALLV_INIT(c->s.buf, c->s.counts, c->s.displs, one_int, c->r.buf, c->r.counts, c->r.displs, one_int, comm, MPI_INFO_NULL, &c->req);
+    else
+      ALLTOALL_INIT(c->s.buf, block, one_int, c->r.buf, block, one_int, comm, MPI_INFO_NULL, &c->req);
+    MPI_Type_free(&one_int);
+    /* A type made after it may take what it leaves (MPICH hands the handle out again): a call
+     * that kept only the handle would use this one. Kept until the end of the program. */
+    MPI_Type_contiguous(3, MPI_DOUBLE, &decoy[v]);
+    MPI_Type_commit(&decoy[v]);
   }
 }
 
@@ -153,6 +165,7 @@ int main(int argc, char** argv) {
     MPI_Comm_free(&comm[v]);
     free(calls[v].s.buf), free(calls[v].r.buf), free(calls[v].s.counts);
   }
+  for (int v = 0; v < 2; ++v) MPI_Type_free(&decoy[v]);
   alarm(0);
   long mine[2] = {wrong, lost}, all[2] = {0, 0};
   MPI_Allreduce(mine, all, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
