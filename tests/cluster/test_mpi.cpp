@@ -234,8 +234,10 @@ bool carried(const Sh& r, const std::string& comm) { return r.text.find(comm + "
 // Planner::finish_duplicate). Then 2000 nonblocking collectives on 4 communicators, 16 in
 // flight, completed in each rank's own order: a leader that started an exchange behind its
 // group's running alltoallv waited in the daemon's call and stopped moving the MPI, and the
-// alltoallv failed at its deadline (op.cpp, agreeing). A rank that hangs says so and
-// exits (its watchdog, 60 s).
+// alltoallv failed at its deadline (op.cpp, agreeing). A cartesian communicator's first
+// MPI_Ialltoall followed by MPI_Cart_sub and MPI_Ineighbor_alltoall on it before the wait hung
+// with Open MPI until the dispatcher guarded those calls too (interposed.def). A rank that
+// hangs says so and exits (its watchdog, 60 s).
 TEST_CASE("a new communicator's first MPI_Ialltoall(v) and other nonblocking collectives on it before any wait, ppn 1, 2 and uneven, both MPIs", "[mpi]") {
   with_both_mpis_at_every_ppn("mpi-nonblocking", "4096 6", [](const Sh& r) {
     CHECK(r.text.find("HUNG") == std::string::npos);

@@ -11,6 +11,9 @@
  * rounds of nonblocking allreduces on the program's communicator from its progress engine,
  * which must not interleave with the program's own nonblocking collectives there.
  *
+ * Every other round a cartesian communicator's first MPI_Ialltoall is followed, before any
+ * wait, by MPI_Cart_sub and MPI_Ineighbor_alltoall on it (cart_round()).
+ *
  * Last, many nonblocking collectives of several kinds (all-to-alls among them) in flight on 4
  * communicators at once, completed in each rank's own order (many_in_flight()): a leader that
  * started an exchange while an alltoallv of the same group still agreed on its counts waited
@@ -204,6 +207,52 @@ static long many_in_flight(int iterations) {
   return wrong;
 }
 
+/* A cartesian communicator's first MPI_Ialltoall, then, before any wait, MPI_Cart_sub and an
+ * MPI_Ineighbor_alltoall on it (a halo exchange), the even ranks testing the all-to-all in
+ * between. Open MPI 4.1 agrees on the sub-communicator's context id, and runs the neighbour
+ * collective, with nonblocking operations on the cartesian communicator: with the plan's
+ * duplication in flight there the job hung. The number of wrong values. */
+static long cart_round(const struct bufs* b, int block, int round) {
+  int n = 0, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  int dims[2] = {0, 0}, periods[2] = {1, 1}, remain[2] = {1, 0};
+  MPI_Dims_create(n, 2, dims);
+  MPI_Comm cart, sub;
+  MPI_Cart_create(MPI_COMM_WORLD, 2, dims, periods, 0, &cart);
+  MPI_Comm_set_name(cart, "first-ialltoall-cart");
+  MPI_Comm_rank(cart, &me);
+  MPI_Request req[2];
+  step_now = "the cartesian all-to-all";
+  start_exchange(b, me, n, block, 2 * round, cart, &req[0]);
+  if (me % 2 == 0) { /* a few quick tests, which may move the duplication part of the way */
+    int done = 0;
+    for (int k = 0; k < 50 && !done; ++k) MPI_Test(&req[0], &done, MPI_STATUS_IGNORE);
+  } else {
+    pause_ms(20);
+  }
+  step_now = "MPI_Cart_sub";
+  MPI_Cart_sub(cart, remain, &sub);
+  /* Four neighbours (two per dimension), one int each way: each sends its rank. */
+  int halo_out[4], halo_in[4] = {-1, -1, -1, -1}, nb[4];
+  for (int d = 0; d < 2; ++d) MPI_Cart_shift(cart, d, 1, &nb[2 * d], &nb[2 * d + 1]);
+  for (int k = 0; k < 4; ++k) halo_out[k] = me;
+  step_now = "MPI_Ineighbor_alltoall";
+  MPI_Ineighbor_alltoall(halo_out, 1, MPI_INT, halo_in, 1, MPI_INT, cart, &req[1]);
+  step_now = "MPI_Waitall (cartesian)";
+  MPI_Status statuses[2];
+  MPI_Waitall(2, req, statuses);
+  long wrong = 0;
+  for (int s = 0; s < n; ++s)
+    for (int k = 0; k < b->rcounts[s]; ++k) wrong += b->r[b->rdispls[s] + k] != value(s, me, (size_t)k, 2 * round);
+  for (int k = 0; k < 4; ++k) wrong += halo_in[k] != nb[k];
+  int sub_size = 0;
+  MPI_Comm_size(sub, &sub_size);
+  wrong += sub_size != dims[0];
+  MPI_Comm_free(&sub);
+  MPI_Comm_free(&cart);
+  return wrong;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int n = 0;
@@ -225,6 +274,7 @@ int main(int argc, char** argv) {
   for (int round = 0; round < rounds; ++round) {
     round_now = round;
     wrong += one_round(&b, block, round);
+    if (round % 2 == 0) wrong += cart_round(&b, block, round);
   }
   round_now = rounds;
   step_now = "many nonblocking collectives in flight";
