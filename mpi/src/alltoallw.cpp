@@ -49,7 +49,7 @@ struct Packed {
     auto* rbase = static_cast<std::uint8_t*>(rbuf);
     for (std::size_t p = 0; p < rlen.size(); ++p) {
       int position = rat[p];
-      if (rlen[p] > 0) PMPI_Unpack(r.data(), rtotal, &position, rbase + args.rdispls[p], args.rcounts[p], args.rtypes[p], comm);
+      if (rlen[p] > 0) unpack_into(r.data(), rtotal, &position, rbase + args.rdispls[p], args.rcounts[p], args.rtypes[p], comm);
     }
   }
 };
@@ -96,7 +96,7 @@ int alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MP
   const auto* base = static_cast<const std::uint8_t*>(from);
   for (std::size_t p = 0; p < un; ++p) {
     int position = k->sat[p];
-    if (k->slen[p] > 0) PMPI_Pack(base + fdispls[p], fcounts[p], ftypes[p], k->s.data(), k->stotal, &position, comm);
+    if (k->slen[p] > 0) pack_from(base + fdispls[p], fcounts[p], ftypes[p], k->s.data(), k->stotal, &position, comm);
   }
   k->rbuf = rbuf;
   // The MPI's own in its place, with the kept arguments (in place, the send side's are ignored).

@@ -64,6 +64,23 @@ bool in_order(MPI_Datatype t, int depth) {
   return ok;
 }
 
+// `call(buffer, count, type)` for `count` `type`s at the program's `user`: MPICH 4.0's
+// MPI_Pack and MPI_Unpack refuse a null buffer, which MPI_BOTTOM is (with a datatype of
+// absolute addresses, a block of a Fortran program's MPI_BOTTOM among them); there the
+// elements go as one of a type shifted back by the address of a byte of this library.
+template <typename Call>
+int at_user(const void* user, int count, MPI_Datatype type, Call call) {
+  if (user != nullptr || count == 0) return call(const_cast<void*>(user), count, type);
+  static char anchor = 0;
+  MPI_Aint displ = -reinterpret_cast<MPI_Aint>(&anchor);
+  MPI_Datatype shifted = MPI_DATATYPE_NULL;
+  PMPI_Type_create_hindexed(1, &count, &displ, type, &shifted);
+  PMPI_Type_commit(&shifted);
+  const int rc = call(&anchor, 1, shifted);
+  PMPI_Type_free(&shifted);
+  return rc;
+}
+
 // Every block of `side` between the user's buffer and b's packed bytes (MPI_Pack, or
 // MPI_Unpack when not `into_packed`), in runs of at most 2 GiB (element_runs).
 void packing(const Side& side, const TypeInfo& t, MPI_Comm comm, const Blocks& b, bool into_packed) {
@@ -76,9 +93,9 @@ void packing(const Side& side, const TypeInfo& t, MPI_Comm comm, const Blocks& b
       const int bytes = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(run.elements) * t.size, std::numeric_limits<int>::max()));
       int position = 0;
       if (into_packed)
-        PMPI_Pack(elements, run.elements, side.type, packed, bytes, &position, comm);
+        pack_from(elements, run.elements, side.type, packed, bytes, &position, comm);
       else
-        PMPI_Unpack(packed, bytes, &position, elements, run.elements, side.type, comm);
+        unpack_into(packed, bytes, &position, elements, run.elements, side.type, comm);
     }
   }
 }
@@ -107,6 +124,14 @@ Blocks blocks_of(const Side& side, int n, MPI_Comm comm, std::vector<std::uint8_
 }
 
 void unpack(const Side& side, MPI_Comm comm, const Blocks& b) { packing(side, type_info(side.type), comm, b, false); }
+
+int pack_from(const void* user, int count, MPI_Datatype type, void* packed, int size, int* position, MPI_Comm comm) {
+  return at_user(user, count, type, [&](void* buf, int n, MPI_Datatype t) { return PMPI_Pack(buf, n, t, packed, size, position, comm); });
+}
+
+int unpack_into(const void* packed, int size, int* position, void* user, int count, MPI_Datatype type, MPI_Comm comm) {
+  return at_user(user, count, type, [&](void* buf, int n, MPI_Datatype t) { return PMPI_Unpack(packed, size, position, buf, n, t, comm); });
+}
 
 
 MPI_Datatype HeldTypes::hold(MPI_Datatype t) {

@@ -3,8 +3,12 @@
 // MPI's handles are pointers, MPICH's are ints; either fits in a word, in the same register.
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "persistent.hpp"
 #include "plan.hpp"
@@ -22,11 +26,26 @@ Handle handle(Word w) {
     return static_cast<Handle>(static_cast<std::uint32_t>(w));
 }
 
-// Open MPI's Fortran MPI_IN_PLACE is the address of one of these common blocks.
-const void* fortran_buffer(const void* buf) {
-  for (const char* name : {"mpi_fortran_in_place_", "mpi_fortran_in_place", "mpi_fortran_in_place__", "MPI_FORTRAN_IN_PLACE"})
-    if (void* sentinel = dlsym(RTLD_DEFAULT, name); sentinel != nullptr && sentinel == buf) return MPI_IN_PLACE;
-  return buf;
+// Open MPI's Fortran MPI_BOTTOM and MPI_IN_PLACE are the addresses of common blocks: those
+// named `stem`, with each compiler's decorations (Open MPI defines them all).
+std::vector<const void*> common_blocks(const std::string& stem) {
+  std::string upper = stem;
+  for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  std::vector<const void*> found;
+  for (const std::string& name : {stem + "_", stem, stem + "__", upper})
+    if (void* block = dlsym(RTLD_DEFAULT, name.c_str()); block != nullptr) found.push_back(block);
+  return found;
+}
+
+// `buf` as C has it: MPI_BOTTOM, MPI_IN_PLACE where it may stand (`send`: a send buffer), or
+// itself. Looked up at the first Fortran call, when the Fortran library is loaded.
+void* fortran_buffer(const void* buf, bool send) {
+  static const std::vector<const void*> bottom = common_blocks("mpi_fortran_bottom");
+  static const std::vector<const void*> in_place = common_blocks("mpi_fortran_in_place");
+  auto among = [buf](const std::vector<const void*>& v) { return buf != nullptr && std::find(v.begin(), v.end(), buf) != v.end(); };
+  if (among(bottom)) return MPI_BOTTOM;
+  if (send && among(in_place)) return MPI_IN_PLACE;
+  return const_cast<void*>(buf);
 }
 
 }  // namespace
@@ -137,17 +156,19 @@ __attribute__((visibility("default"))) int aapc_mpi_request_get_status(Word req,
 // duplication of `comm` in flight is waited for with Open MPI (plan.hpp, settle_duplicate).
 __attribute__((visibility("default"))) void aapc_mpi_before_collective(Word comm) { aapc::mpi::settle_duplicate(handle<MPI_Comm>(comm)); }
 
-// Fortran, for Open MPI (dispatch.cpp): handles converted, its MPI_IN_PLACE recognised.
+// Fortran, for Open MPI (dispatch.cpp): handles converted, its MPI_IN_PLACE and MPI_BOTTOM
+// recognised.
 __attribute__((visibility("default"))) void aapc_mpi_f_alltoall(const void* sbuf, const MPI_Fint* scount, const MPI_Fint* stype, void* rbuf,
                                                                 const MPI_Fint* rcount, const MPI_Fint* rtype, const MPI_Fint* comm, MPI_Fint* ierr) {
-  *ierr = aapc::mpi::alltoall(fortran_buffer(sbuf), *scount, PMPI_Type_f2c(*stype), rbuf, *rcount, PMPI_Type_f2c(*rtype), PMPI_Comm_f2c(*comm));
+  *ierr = aapc::mpi::alltoall(fortran_buffer(sbuf, true), *scount, PMPI_Type_f2c(*stype), fortran_buffer(rbuf, false), *rcount,
+                              PMPI_Type_f2c(*rtype), PMPI_Comm_f2c(*comm));
 }
 
 __attribute__((visibility("default"))) void aapc_mpi_f_alltoallv(const void* sbuf, const MPI_Fint* scounts, const MPI_Fint* sdispls,
                                                                  const MPI_Fint* stype, void* rbuf, const MPI_Fint* rcounts, const MPI_Fint* rdispls,
                                                                  const MPI_Fint* rtype, const MPI_Fint* comm, MPI_Fint* ierr) {
-  *ierr = aapc::mpi::alltoallv(fortran_buffer(sbuf), scounts, sdispls, PMPI_Type_f2c(*stype), rbuf, rcounts, rdispls, PMPI_Type_f2c(*rtype),
-                               PMPI_Comm_f2c(*comm));
+  *ierr = aapc::mpi::alltoallv(fortran_buffer(sbuf, true), scounts, sdispls, PMPI_Type_f2c(*stype), fortran_buffer(rbuf, false), rcounts,
+                               rdispls, PMPI_Type_f2c(*rtype), PMPI_Comm_f2c(*comm));
 }
 
 }  // extern "C"

@@ -172,6 +172,10 @@ bool too_small_v(const Plan& p, std::uint64_t most_to_a_machine);
 Blocks blocks_of(const Side& side, int n, MPI_Comm comm, std::vector<std::uint8_t>& packed, bool pack);
 // The received blocks `b` unpacked into `side`'s buffer.
 void unpack(const Side& side, MPI_Comm comm, const Blocks& b);
+// MPI_Pack from, and MPI_Unpack into, `count` `type`s at the program's `user`, which may be
+// MPI_BOTTOM (MPICH 4.0's own calls refuse that).
+int pack_from(const void* user, int count, MPI_Datatype type, void* packed, int size, int* position, MPI_Comm comm);
+int unpack_into(const void* packed, int size, int* position, void* user, int count, MPI_Datatype type, MPI_Comm comm);
 
 // --- progress.cpp
 

@@ -429,7 +429,10 @@ TEST_CASE("an erroneous MPI_Ialltoall (one rank calls MPI_Ialltoallv) fails on e
 
 TEST_CASE("unmodified Fortran programs (use mpi, use mpi_f08) through aapc, ppn 2", "[mpi]") {
   // Open MPI's Fortran bindings pass by the C interposer: `use mpi` through mpi_alltoall_,
-  // `use mpi_f08` through ompi_alltoall_f. MPICH's mpi_f08 calls the C MPI_Alltoall.
+  // `use mpi_f08` through ompi_alltoall_f. MPICH's mpi_f08 calls the C MPI_Alltoall. An
+  // MPI_ALLTOALL from MPI_BOTTOM with types of absolute addresses failed with each: Open MPI's
+  // Fortran MPI_BOTTOM (a common block's address) went on as a buffer, and MPICH's MPI_Pack
+  // refused the null buffer that the C MPI_BOTTOM is (entry.cpp, datatypes.cpp at_user).
   for (const auto& [program, mpi] : {std::pair{"mpi-check-fortran", "openmpi"}, {"mpi-check-f08", "openmpi"}, {"mpi-check-f08-mpich", "mpich"}}) {
     INFO(program);
     REQUIRE(fs::exists(std::string(AAPC_TESTS_DIR) + "/" + program));

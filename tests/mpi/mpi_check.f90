@@ -1,6 +1,6 @@
 ! mpi-check-fortran: an ordinary Fortran MPI program (use mpi; use mpi_f08 when preprocessed
-! with -DUSE_MPI_F08) that calls MPI_ALLTOALL, with and without MPI_IN_PLACE, and
-! MPI_ALLTOALLV, and checks every value. Prints "mpi-check-fortran: all cases ok" on rank 0
+! with -DUSE_MPI_F08) that calls MPI_ALLTOALL, with and without MPI_IN_PLACE, and with
+! MPI_BOTTOM and types of absolute addresses, and MPI_ALLTOALLV, and checks every value. Prints "mpi-check-fortran: all cases ok" on rank 0
 ! when they all are.
 program mpi_check_fortran
 #ifdef USE_MPI_F08
@@ -12,6 +12,13 @@ program mpi_check_fortran
   integer :: ierr, me, n, d, s, k, ok, all_ok
   integer, allocatable :: sbuf(:), rbuf(:), counts(:), displs(:)
   integer, parameter :: per = 100
+  integer :: blocklen(1)
+  integer(kind=MPI_ADDRESS_KIND) :: disp(1)
+#ifdef USE_MPI_F08
+  type(MPI_Datatype) :: stype, rtype
+#else
+  integer :: stype, rtype
+#endif
 
   call MPI_INIT(ierr)
   call MPI_COMM_RANK(MPI_COMM_WORLD, me, ierr)
@@ -51,6 +58,26 @@ program mpi_check_fortran
     end do
     if (rbuf(s * per + per / 2 + 1) /= 0) ok = 0
   end do
+
+  ! MPI_BOTTOM on both sides, with types whose one block lies at the buffers' addresses.
+  blocklen(1) = per
+  call MPI_GET_ADDRESS(sbuf, disp(1), ierr)
+  call MPI_TYPE_CREATE_HINDEXED(1, blocklen, disp, MPI_INTEGER, stype, ierr)
+  call MPI_GET_ADDRESS(rbuf, disp(1), ierr)
+  call MPI_TYPE_CREATE_HINDEXED(1, blocklen, disp, MPI_INTEGER, rtype, ierr)
+  call MPI_TYPE_COMMIT(stype, ierr)
+  call MPI_TYPE_COMMIT(rtype, ierr)
+  rbuf = 0
+  call MPI_ALLTOALL(MPI_BOTTOM, 1, stype, MPI_BOTTOM, 1, rtype, MPI_COMM_WORLD, ierr)
+  call MPI_F_SYNC_REG(rbuf)
+  if (ierr /= MPI_SUCCESS) ok = 0
+  do s = 0, n - 1
+    do k = 1, per
+      if (rbuf(s * per + k) /= s * 100000 + me * 1000 + k) ok = 0
+    end do
+  end do
+  call MPI_TYPE_FREE(stype, ierr)
+  call MPI_TYPE_FREE(rtype, ierr)
 
   call MPI_ALLREDUCE(ok, all_ok, 1, MPI_INTEGER, MPI_MIN, MPI_COMM_WORLD, ierr)
   if (me == 0) then
