@@ -23,6 +23,16 @@ struct TypeInfo {
 
 bool in_order(MPI_Datatype t, int depth);
 
+// Whether `t` is predefined: named, or a parameterized Fortran type (MPI_Type_create_f90_*,
+// whose combiner is its own). MPI_Type_get_contents hands such a type back as it is, and it
+// may not be freed (MPI 4.0, 5.1.13); a derived one it hands back as a new handle.
+bool predefined(MPI_Datatype t) {
+  int ni = 0, na = 0, nd = 0, combiner = MPI_COMBINER_NAMED;
+  PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner);
+  return combiner == MPI_COMBINER_NAMED || combiner == MPI_COMBINER_F90_REAL || combiner == MPI_COMBINER_F90_COMPLEX ||
+         combiner == MPI_COMBINER_F90_INTEGER;
+}
+
 // Whether `t` covers its extent without gaps, from 0, with its bytes in the order of its type
 // map: then packing it copies its bytes as they lie. Extent and size alone do not say so: a
 // block transposed by its datatype (a vector of one element per row, resized to one element,
@@ -44,9 +54,9 @@ TypeInfo type_info(MPI_Datatype t, int depth = 0) {
 // one made of such a type, gapless, by dup, contiguous, resized, or a vector whose stride is its
 // block. Others are taken as out of order (they are packed, which is always right).
 bool in_order(MPI_Datatype t, int depth) {
+  if (predefined(t)) return true;
   int ni = 0, na = 0, nd = 0, combiner = MPI_COMBINER_NAMED;
   PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner);
-  if (combiner == MPI_COMBINER_NAMED) return true;
   const bool layered = combiner == MPI_COMBINER_DUP || combiner == MPI_COMBINER_CONTIGUOUS || combiner == MPI_COMBINER_RESIZED ||
                        combiner == MPI_COMBINER_VECTOR || combiner == MPI_COMBINER_HVECTOR;
   if (!layered || nd != 1 || depth > 32) return false;
@@ -58,9 +68,7 @@ bool in_order(MPI_Datatype t, int depth) {
   bool ok = in.contiguous;
   if (combiner == MPI_COMBINER_VECTOR) ok = ok && (ints[0] <= 1 || ints[1] == ints[2]);  // count, blocklength, stride (elements)
   if (combiner == MPI_COMBINER_HVECTOR) ok = ok && (ints[0] <= 1 || static_cast<MPI_Aint>(ints[1]) * in.extent == addrs[0]);  // ... stride in bytes
-  int inner_ni = 0, inner_na = 0, inner_nd = 0, inner_combiner = MPI_COMBINER_NAMED;
-  PMPI_Type_get_envelope(inner, &inner_ni, &inner_na, &inner_nd, &inner_combiner);
-  if (inner_combiner != MPI_COMBINER_NAMED) PMPI_Type_free(&inner);  // get_contents gave a new handle
+  if (!predefined(inner)) PMPI_Type_free(&inner);  // get_contents gave a new handle
   return ok;
 }
 
@@ -135,9 +143,7 @@ int unpack_into(const void* packed, int size, int* position, void* user, int cou
 
 
 MPI_Datatype HeldTypes::hold(MPI_Datatype t) {
-  int ni = 0, na = 0, nd = 0, combiner = MPI_COMBINER_NAMED;
-  PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner);
-  if (combiner == MPI_COMBINER_NAMED) return t;
+  if (predefined(t)) return t;
   MPI_Datatype d = MPI_DATATYPE_NULL;
   PMPI_Type_dup(t, &d);
   dups_.push_back(d);

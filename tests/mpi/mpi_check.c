@@ -266,6 +266,30 @@ static void derived(MPI_Comm comm) {
   free(s), free(r);
 }
 
+/* A contiguous type made of a parameterized predefined type (MPI_Type_create_f90_real, as
+ * Fortran's REAL(KIND=...) gives): the library must not free what MPI_Type_get_contents
+ * returns for it, a predefined type whose combiner is not MPI_COMBINER_NAMED. */
+static void f90_based(MPI_Comm comm) {
+  int n = 0, me = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  MPI_Datatype real8, four;
+  MPI_Type_create_f90_real(15, MPI_UNDEFINED, &real8);
+  MPI_Type_contiguous(4, real8, &four);
+  MPI_Type_commit(&four);
+  double* s = malloc(sizeof(double) * 4 * (size_t)n);
+  double* r = calloc(4 * (size_t)n, sizeof(double));
+  for (int d = 0; d < n; ++d)
+    for (int k = 0; k < 4; ++k) s[4 * d + k] = me * 100.0 + d + k * 0.25;
+  MPI_Alltoall(s, 1, four, r, 1, four, comm);
+  int ok = 1;
+  for (int src = 0; src < n; ++src)
+    for (int k = 0; k < 4; ++k) ok &= r[4 * src + k] == src * 100.0 + me + k * 0.25;
+  expect("derived datatype of an f90 real", ok, comm);
+  MPI_Type_free(&four);
+  free(s), free(r);
+}
+
 /* MPI_Ialltoall with derived datatypes that the program frees at once, before MPI_Wait, and
  * then makes other datatypes (which may take the freed ones' handles): legal, as a pending
  * call keeps what it uses (MPI 4.0, 5.1.5). On a communicator whose first call it is (the
@@ -477,6 +501,7 @@ int main(int argc, char** argv) {
   progress_while_computing(block);
   in_place(MPI_COMM_WORLD);
   derived(MPI_COMM_WORLD);
+  f90_based(MPI_COMM_WORLD);
   derived_freed_early(MPI_COMM_WORLD, "derived datatypes freed at once");
   MPI_Comm fresh;
   MPI_Comm_dup(MPI_COMM_WORLD, &fresh);
