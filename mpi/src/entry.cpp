@@ -152,6 +152,26 @@ __attribute__((visibility("default"))) int aapc_mpi_request_get_status(Word req,
   return aapc::mpi::request_get_status(handle<MPI_Request>(req), flag, status);
 }
 
+// The blocking point-to-point calls (requests.cpp): the MPI's own unless an all-to-all needs
+// them to move it.
+__attribute__((visibility("default"))) int aapc_mpi_recv(void* buf, int count, Word type, int source, int tag, Word comm, MPI_Status* status) {
+  return aapc::mpi::recv(buf, count, handle<MPI_Datatype>(type), source, tag, handle<MPI_Comm>(comm), status);
+}
+__attribute__((visibility("default"))) int aapc_mpi_send(const void* buf, int count, Word type, int dest, int tag, Word comm) {
+  return aapc::mpi::send(buf, count, handle<MPI_Datatype>(type), dest, tag, handle<MPI_Comm>(comm), false);
+}
+__attribute__((visibility("default"))) int aapc_mpi_ssend(const void* buf, int count, Word type, int dest, int tag, Word comm) {
+  return aapc::mpi::send(buf, count, handle<MPI_Datatype>(type), dest, tag, handle<MPI_Comm>(comm), true);
+}
+__attribute__((visibility("default"))) int aapc_mpi_sendrecv(const void* sbuf, int scount, Word stype, int dest, int stag, void* rbuf, int rcount,
+                                                             Word rtype, int source, int rtag, Word comm, MPI_Status* status) {
+  return aapc::mpi::sendrecv(sbuf, scount, handle<MPI_Datatype>(stype), dest, stag, rbuf, rcount, handle<MPI_Datatype>(rtype), source, rtag,
+                             handle<MPI_Comm>(comm), status);
+}
+__attribute__((visibility("default"))) int aapc_mpi_probe(int source, int tag, Word comm, MPI_Status* status) {
+  return aapc::mpi::probe(source, tag, handle<MPI_Comm>(comm), status);
+}
+
 // Before the program's other collectives on `comm` (dispatch.cpp's guarded calls): a plan's
 // duplication of `comm` in flight is waited for with Open MPI (plan.hpp, settle_duplicate).
 __attribute__((visibility("default"))) void aapc_mpi_before_collective(Word comm) { aapc::mpi::settle_duplicate(handle<MPI_Comm>(comm)); }

@@ -139,6 +139,14 @@ struct Op {
     if (stage == Stage::kPlan || stage == Stage::kAgree || stage == Stage::kMpi) return false;
     return plan->single_copy || stage == Stage::kExchange || stage == Stage::kStatus;
   }
+  // Whether its next step is an MPI call that only the process's calls into the library make:
+  // it waits for its plan or its agreement, a member's post of its description, or any step
+  // of hand-overs through the MPI. Not the MPI's own all-to-all (kMpi), which the MPI moves,
+  // nor a single-copy op's other steps, which the progress thread and the daemons move.
+  bool waits_for_calls() const {
+    if (stage == Stage::kDone || stage == Stage::kMpi) return false;
+    return stage == Stage::kPlan || stage == Stage::kAgree || stage == Stage::kPost || !plan->single_copy;
+  }
   // Whether the progress thread may take it a step on: a detached single-copy op of a leader,
   // in a stage that needs no MPI call (single_copy.hpp).
   bool for_mover() const {

@@ -6,6 +6,7 @@
 // error on its communicator, as a blocking call does, when the program collects the request.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -149,7 +150,62 @@ int progress_hook() {
 }
 #endif
 
+// Whether the program's blocking point-to-point calls must move the process's ops (recv()
+// and the rest, requests.hpp).
+bool p2p_must_move() {
+#ifdef OPEN_MPI
+  return false;
+#else
+  Process& pr = process();
+  std::lock_guard<std::recursive_mutex> hold(pr.mutex);
+  return !pr.making.empty() || std::any_of(pr.in_flight.begin(), pr.in_flight.end(), [](const Op* o) { return o->waits_for_calls(); });
+#endif
+}
+
 }  // namespace
+
+int recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* status) {
+  if (!p2p_must_move()) return PMPI_Recv(buf, count, type, source, tag, comm, status);
+  MPI_Request r = MPI_REQUEST_NULL;
+  if (const int rc = PMPI_Irecv(buf, count, type, source, tag, comm, &r); rc != MPI_SUCCESS) return rc;
+  return wait(&r, status);
+}
+
+int send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool synchronous) {
+  if (!p2p_must_move())
+    return synchronous ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
+  MPI_Request r = MPI_REQUEST_NULL;
+  const int rc = synchronous ? PMPI_Issend(buf, count, type, dest, tag, comm, &r) : PMPI_Isend(buf, count, type, dest, tag, comm, &r);
+  return rc != MPI_SUCCESS ? rc : wait(&r, MPI_STATUS_IGNORE);
+}
+
+int sendrecv(const void* sbuf, int scount, MPI_Datatype stype, int dest, int stag, void* rbuf, int rcount, MPI_Datatype rtype, int source,
+             int rtag, MPI_Comm comm, MPI_Status* status) {
+  if (!p2p_must_move()) return PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, source, rtag, comm, status);
+  MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  if (const int rc = PMPI_Irecv(rbuf, rcount, rtype, source, rtag, comm, &r[0]); rc != MPI_SUCCESS) return rc;
+  if (const int rc = PMPI_Isend(sbuf, scount, stype, dest, stag, comm, &r[1]); rc != MPI_SUCCESS) {
+    PMPI_Cancel(&r[0]);
+    PMPI_Request_free(&r[0]);
+    return rc;
+  }
+  MPI_Status both[2];
+  const int rc = waitall(2, r, both);
+  if (status != MPI_STATUS_IGNORE) *status = both[0];
+  if (rc != MPI_ERR_IN_STATUS) return rc;
+  return both[0].MPI_ERROR != MPI_SUCCESS ? both[0].MPI_ERROR : both[1].MPI_ERROR;  // MPI_Sendrecv's own code, not MPI_ERR_IN_STATUS
+}
+
+int probe(int source, int tag, MPI_Comm comm, MPI_Status* status) {
+  if (!p2p_must_move()) return PMPI_Probe(source, tag, comm, status);
+  int rc = MPI_SUCCESS;
+  drive_until(comm, [&] {
+    int flag = 0;
+    rc = PMPI_Iprobe(source, tag, comm, &flag, status);
+    return rc != MPI_SUCCESS || flag != 0;
+  });
+  return rc;
+}
 
 void hook_progress() {
 #ifdef OPEN_MPI

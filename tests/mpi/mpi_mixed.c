@@ -17,6 +17,8 @@
  *                MPI_Alltoall and a small MPI_Alltoallv;
  *   odd rounds:  a large MPI_Ialltoall (through aapc), then a small MPI_Alltoall and a large
  *                MPI_Alltoallv.
+ * and in every round a nonblocking all-to-all that ranks blocked in point-to-point calls must
+ * move (blocked_in_p2p()).
  * Every value is checked. A rank that waits longer than the watchdog (WATCHDOG_S, default 60)
  * says where it hangs and exits with status 3.
  *
@@ -119,6 +121,55 @@ static long one_round(int large, int round) {
   return wrong;
 }
 
+/* A nonblocking all-to-all, then ranks that block in a point-to-point call whose partner sends
+ * only once its own wait for the all-to-all returned: rank 0 in MPI_Recv from rank 1 (which
+ * sends by MPI_Send), rank 2 in MPI_Probe and MPI_Recv from rank 3 (MPI_Ssend), rank 4 in
+ * MPI_Sendrecv with rank 5 (MPI_Sendrecv). The blocked ranks' all-to-all must move while they
+ * wait in the MPI (MPI 4.0, 6.12): with MPICH, which has no progress hook, one that waited for
+ * its plan (a fresh communicator) or its agreement (a small alltoallv) did not, and the job
+ * hung. */
+static long blocked_in_p2p(int large, int round) {
+  MPI_Comm comm = MPI_COMM_WORLD;
+  const int fresh = round % 2 != 0;
+  if (fresh) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    MPI_Comm_set_name(comm, "mixed-p2p");
+  }
+  int me = 0, n = 0;
+  MPI_Comm_rank(comm, &me);
+  MPI_Comm_size(comm, &n);
+  struct call c;
+  prepare(&c, 1000 + round, fresh ? large / (int)sizeof(int) : kSmall, !fresh, me, n);
+  MPI_Request req;
+  step_now = "the nonblocking all-to-all before the point-to-point calls";
+  run(&c, comm, &req);
+  const int pair = me / 2, partner = me ^ 1, blocked = me % 2 == 0;
+  int got = -1, sent = me * 10 + round;
+  MPI_Status st;
+  long wrong = 0;
+  if (pair <= 2 && partner < n) {
+    if (!blocked) {
+      step_now = "MPI_Wait before the point-to-point call";
+      MPI_Wait(&req, MPI_STATUS_IGNORE);
+    }
+    step_now = "the point-to-point call";
+    if (pair == 0 && blocked) MPI_Recv(&got, 1, MPI_INT, partner, 9, MPI_COMM_WORLD, &st);
+    if (pair == 0 && !blocked) MPI_Send(&sent, 1, MPI_INT, partner, 9, MPI_COMM_WORLD);
+    if (pair == 1 && blocked) {
+      MPI_Probe(partner, 9, MPI_COMM_WORLD, &st);
+      MPI_Recv(&got, 1, MPI_INT, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    if (pair == 1 && !blocked) MPI_Ssend(&sent, 1, MPI_INT, partner, 9, MPI_COMM_WORLD);
+    if (pair == 2) MPI_Sendrecv(&sent, 1, MPI_INT, partner, 9, &got, 1, MPI_INT, partner, 9, MPI_COMM_WORLD, &st);
+    if (blocked || pair == 2) wrong += got != partner * 10 + round || st.MPI_SOURCE != partner;
+  }
+  step_now = "MPI_Wait after the point-to-point calls";
+  if (req != MPI_REQUEST_NULL) MPI_Wait(&req, MPI_STATUS_IGNORE);
+  wrong += checked(&c, me, n);
+  if (fresh) MPI_Comm_free(&comm);
+  return wrong;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int me = 0, n = 0;
@@ -136,6 +187,7 @@ int main(int argc, char** argv) {
   for (int round = 0; round < rounds; ++round) {
     round_now = round;
     wrong += one_round(large, round);
+    wrong += blocked_in_p2p(large, round);
   }
   alarm(0);
   long all = 0;
