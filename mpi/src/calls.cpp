@@ -114,10 +114,10 @@ bool settled(const Plan& p) {
 // op, nonblocking, and the job hung (tests/mpi/mpi_mixed.c). Moving them here is what the
 // blocking call's op would have done first anyway.
 int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
-  if (request == nullptr && !settled(p)) drive_until(comm, [&] { return p.ready() && p.waiting == 0; });
-  // A blocking call with nothing before it agrees at once, blocking: an 8 B call took 1.68 ms
-  // with the nonblocking agreement and 1.31 ms with this (Open MPI, ppn 1, docs/mpi.md).
-  if (request == nullptr && c.needs_agreement(p) && settled(p)) {
+  if (request == nullptr && !settled(p)) drive_until(comm, [&] { return settled(p); });
+  // A blocking call (settled now) agrees at once, blocking: an 8 B call took 1.68 ms with the
+  // nonblocking agreement and 1.31 ms with this (Open MPI, ppn 1, docs/mpi.md).
+  if (request == nullptr && c.needs_agreement(p)) {
     c.make_sides(c);
     std::uint64_t mine = most_to_a_machine(p, c), most = 0;
     if (const int rc = PMPI_Allreduce(&mine, &most, 1, MPI_UINT64_T, MPI_MAX, p.own(comm)); rc != MPI_SUCCESS) {
