@@ -405,7 +405,9 @@ TEST_CASE("a rank that starts an exchange late spans it from the first frame of 
   const engine::ExchangeReport& r = *o.reports[2];
   REQUIRE(r.state == engine::ExchangeState::kDone);
   INFO("duration " << r.duration_ns << " ns, span " << r.span_ns << " ns");
-  CHECK(r.span_ns >= 150'000'000);
+  // The early frames are taken in (and timed) by polls during those 150 ms, up to a poll's
+  // delay after they start: on a busy box that delay exceeded the late rank's own 30 us.
+  CHECK(r.span_ns >= 140'000'000);
   CHECK(r.duration_ns < r.span_ns - 100'000'000);
   // A rank that started first spans what it took.
   CHECK(o.reports[0]->span_ns == o.reports[0]->duration_ns);
