@@ -68,11 +68,16 @@ AlltoallwArgs::AlltoallwArgs(int n, bool in_place, const int* sc, const int* sd,
 
 int alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes, void* rbuf, const int* rcounts,
               const int* rdispls, const MPI_Datatype* rtypes, MPI_Comm comm, MPI_Request* request) {
-  int inter = 0, n = 0;
-  PMPI_Comm_test_inter(comm, &inter);
-  if (inter != 0)
+  auto mpis_own_here = [&] {  // on the communicator itself
     return request != nullptr ? PMPI_Ialltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm, request)
                               : PMPI_Alltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm);
+  };
+  Arguments given(comm, sbuf, rbuf);
+  given.add(true, scounts, stypes), given.add(false, rcounts, rtypes);
+  if (auto over = given.verdict(request != nullptr ? "MPI_Ialltoallw" : "MPI_Alltoallw", mpis_own_here)) return *over;
+  int inter = 0, n = 0;
+  PMPI_Comm_test_inter(comm, &inter);
+  if (inter != 0) return mpis_own_here();
   PMPI_Comm_size(comm, &n);
   // With MPI_IN_PLACE the receive side is sent: everything is packed before anything lands.
   const bool in_place = sbuf == MPI_IN_PLACE;

@@ -162,6 +162,15 @@ int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
 int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts, const int* rdispls,
               MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request, const std::shared_ptr<std::optional<std::uint64_t>>& agreed,
               const StandsFor* stands_for) {
+  if (stands_for == nullptr) {  // an MPI_Alltoallw's packed bytes were judged as its own arguments
+    Arguments a(comm, sbuf, rbuf);
+    a.add(true, scounts, stype), a.add(false, rcounts, rtype);
+    if (auto over = a.verdict(request != nullptr ? "MPI_Ialltoallv" : "MPI_Alltoallv", [&] {
+          return request != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, request)
+                                    : PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
+        }))
+      return *over;
+  }
   Plan& p = plan_of(comm);
   Call c;
   c.sbuf = sbuf, c.stype = stype, c.rtype = rtype;
@@ -188,15 +197,21 @@ int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Data
 }
 
 int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request) {
+  auto mpis_own = [&] {  // on the communicator itself
+    return request != nullptr ? PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, request)
+                              : PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+  };
+  Arguments a(comm, sbuf, rbuf);
+  a.add(true, scount, stype), a.add(false, rcount, rtype);
+  if (auto over = a.verdict(request != nullptr ? "MPI_Ialltoall" : "MPI_Alltoall", mpis_own)) return *over;
   MPI_Count type_size = 0;  // the size alone: type_info() would also walk the type's layers
   PMPI_Type_size_x(rtype, &type_size);
   const std::uint64_t block = static_cast<std::uint64_t>(rcount) * static_cast<std::uint64_t>(type_size);
   // A zero block is the same on every rank (the call's contract): nothing to carry, and no
   // plan needed.
   if (block == 0) {
-    settle_duplicate(comm);  // the MPI's own on the communicator itself
-    return request != nullptr ? PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, request)
-                              : PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+    settle_duplicate(comm);
+    return mpis_own();
   }
   Plan& p = plan_of(comm);
   Call c;

@@ -73,10 +73,7 @@ int alltoall_init(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, 
 
 int alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts,
                    const int* rdispls, MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request) {
-  int n = 0, inter = 0;
-  PMPI_Comm_test_inter(comm, &inter);
-  if (inter != 0) PMPI_Comm_remote_size(comm, &n);
-  else PMPI_Comm_size(comm, &n);
+  const int n = peers_of(comm);
   // The arrays are the program's to change once the call returns: kept here.
   auto keep = [n](const int* v) { return std::make_shared<std::vector<int>>(v, v + n); };
   const bool in_place = sbuf == MPI_IN_PLACE;
@@ -91,10 +88,7 @@ int alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, MPI
 
 int alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes, void* rbuf, const int* rcounts,
                    const int* rdispls, const MPI_Datatype* rtypes, MPI_Comm comm, MPI_Request* request) {
-  int n = 0, inter = 0;
-  PMPI_Comm_test_inter(comm, &inter);
-  if (inter != 0) PMPI_Comm_remote_size(comm, &n);
-  else PMPI_Comm_size(comm, &n);
+  const int n = peers_of(comm);
   // The arrays are the program's to change, and its types to free, once the call returns:
   // kept here, derived types duplicated, until MPI_Request_free.
   auto k = std::make_shared<AlltoallwArgs>(n, sbuf == MPI_IN_PLACE, scounts, sdispls, stypes, rcounts, rdispls, rtypes, true);

@@ -140,6 +140,39 @@ bool test_all(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>& statuses,
 // hands it to the communicator's error handler.
 int raise(MPI_Comm comm, const std::string& message);
 
+// The ranks at the other end of `comm`'s all-to-alls: its size, an intercommunicator's remote
+// group's.
+int peers_of(MPI_Comm comm);
+
+// An all-to-all's arguments, judged on the calling rank before anything is planned or sent
+// (arguments.cpp): each peer's counts and datatypes are added, then verdict() says whether the
+// call goes on. Arguments that MPI calls erroneous and both MPIs check on the calling rank
+// (a null communicator, a negative count, a null datatype that moves data, MPI_IN_PLACE as the
+// receive buffer) go to the MPI's own, which reports them as it always does.
+class Arguments {
+ public:
+  Arguments(MPI_Comm comm, const void* sbuf, const void* rbuf);
+  // One side's blocks, to every peer alike (MPI_Alltoall's), or one count for each peer with
+  // one datatype for all or one each (`types`). The send side is skipped in place: its
+  // arguments may be anything then.
+  void add(bool send, int count, MPI_Datatype type);
+  void add(bool send, const int* counts, MPI_Datatype type);
+  void add(bool send, const int* counts, const MPI_Datatype* types);
+  // Nothing where the call goes on; else what it returns: `mpis_own()` for the arguments above,
+  // MPI_ERR_BUFFER (through the communicator's error handler) for send and receive buffers at
+  // one address.
+  std::optional<int> verdict(const char* call, const std::function<int()>& mpis_own) const;
+
+ private:
+  void block(bool send, int count, MPI_Datatype type);
+  void blocks(bool send, const int* counts, MPI_Datatype type, const MPI_Datatype* types);
+  MPI_Comm comm_;
+  const void* sbuf_;
+  const void* rbuf_;
+  bool for_the_mpi_;
+  std::uint64_t sent_ = 0, received_ = 0;
+};
+
 // MPI_Alltoall and MPI_Alltoallv: through aapc where the plan says so, else PMPI_*. With a
 // `request`, MPI_Ialltoall and MPI_Ialltoallv.
 int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm,

@@ -427,6 +427,26 @@ TEST_CASE("an erroneous MPI_Ialltoall (one rank calls MPI_Ialltoallv) fails on e
   CHECK(r.text.find("hand-over between the ranks of machine 0 failed: rank 1 described its blocks in") != std::string::npos);
 }
 
+TEST_CASE("all-to-alls with erroneous arguments return MPI's error class on every rank, and the job goes on", "[mpi]") {
+  // As MPICH's errors/coll tests call them, with MPI_ERRORS_RETURN: one buffer for sending and
+  // receiving, negative counts, a null datatype, MPI_IN_PLACE to receive into. The library
+  // carried the aliased calls and returned success, and crashed both MPIs' jobs on a negative
+  // count (arguments.cpp).
+  for (const std::string mpi : {"openmpi", "mpich"}) {
+    INFO(mpi);
+    REQUIRE(have(mpi));
+    Sh r = mpirun("--mpi " + mpi + " --ppn 2", std::string(AAPC_TESTS_DIR) + "/mpi-arguments-" + mpi);
+    INFO(r.text);
+    CHECK(r.status == 0);
+    for (const char* call : {"MPI_Alltoall with one buffer for both", "MPI_Ialltoall with one buffer for both", "MPI_Alltoallv with one buffer for both",
+                             "MPI_Alltoallw with one buffer for both", "MPI_Alltoall with a negative count", "MPI_Alltoallv with a negative count",
+                             "MPI_Alltoall of MPI_DATATYPE_NULL", "MPI_Alltoall into MPI_IN_PLACE"})
+      CHECK(r.text.find(std::string(call) + ": every rank got the error") != std::string::npos);
+    CHECK(r.text.find("pass MPI_IN_PLACE as the send buffer instead") != std::string::npos);  // the library's words, on stderr
+    CHECK(r.text.find("after the errors, an MPI_Alltoall: every rank got its blocks") != std::string::npos);
+  }
+}
+
 TEST_CASE("unmodified Fortran programs (use mpi, use mpi_f08) through aapc, ppn 2", "[mpi]") {
   // Open MPI's Fortran bindings pass by the C interposer: `use mpi` through mpi_alltoall_,
   // `use mpi_f08` through ompi_alltoall_f. MPICH's mpi_f08 calls the C MPI_Alltoall. An

@@ -1,0 +1,63 @@
+// An all-to-all's arguments, judged on the calling rank before anything is planned or sent
+// (plan.hpp, Arguments). Others' test suites pass erroneous calls on purpose, with
+// MPI_ERRORS_RETURN, and expect the MPI's error back (MPICH's errors/coll tests).
+#include <cstdio>
+
+#include "plan.hpp"
+
+namespace aapc::mpi {
+
+int peers_of(MPI_Comm comm) {
+  int inter = 0, n = 0;
+  PMPI_Comm_test_inter(comm, &inter);
+  if (inter != 0) PMPI_Comm_remote_size(comm, &n);
+  else PMPI_Comm_size(comm, &n);
+  return n;
+}
+
+Arguments::Arguments(MPI_Comm comm, const void* sbuf, const void* rbuf)
+    : comm_(comm), sbuf_(sbuf), rbuf_(rbuf), for_the_mpi_(comm == MPI_COMM_NULL || rbuf == MPI_IN_PLACE) {}
+
+void Arguments::block(bool send, int count, MPI_Datatype type) {
+  if (count < 0 || (count > 0 && type == MPI_DATATYPE_NULL)) for_the_mpi_ = true;
+  if (for_the_mpi_ || count == 0) return;
+  MPI_Count size = 0;
+  PMPI_Type_size_x(type, &size);
+  (send ? sent_ : received_) += static_cast<std::uint64_t>(count) * static_cast<std::uint64_t>(size);
+}
+
+void Arguments::add(bool send, int count, MPI_Datatype type) {
+  if (!(send && sbuf_ == MPI_IN_PLACE)) block(send, count, type);
+}
+
+void Arguments::add(bool send, const int* counts, MPI_Datatype type) { blocks(send, counts, type, nullptr); }
+void Arguments::add(bool send, const int* counts, const MPI_Datatype* types) {
+  if (types == nullptr && !(send && sbuf_ == MPI_IN_PLACE)) for_the_mpi_ = true;
+  blocks(send, counts, MPI_DATATYPE_NULL, types);
+}
+
+void Arguments::blocks(bool send, const int* counts, MPI_Datatype type, const MPI_Datatype* types) {
+  if ((send && sbuf_ == MPI_IN_PLACE) || for_the_mpi_) return;  // a null communicator has no peers to count
+  if (counts == nullptr) {
+    for_the_mpi_ = true;
+    return;
+  }
+  const int n = peers_of(comm_);
+  for (int p = 0; p < n; ++p) block(send, counts[p], types != nullptr ? types[p] : type);
+}
+
+std::optional<int> Arguments::verdict(const char* call, const std::function<int()>& mpis_own) const {
+  if (for_the_mpi_) return mpis_own();
+  // MPI 4.0, 2.6.1: no OUT argument may alias another. A rank whose bytes would leave and land
+  // at one address has its call refused here, as MPICH refuses it (MPI_ERR_BUFFER); neither
+  // aapc nor Open MPI's own would say so, and would overwrite blocks before sending them.
+  // MPI_BOTTOM (types of absolute addresses) and buffers where nothing moves are not aliases.
+  if (sbuf_ == rbuf_ && sbuf_ != MPI_BOTTOM && sent_ > 0 && received_ > 0) {
+    std::fprintf(stderr, "aapc-mpi: %s: the send and receive buffers are one address; pass MPI_IN_PLACE as the send buffer instead\n", call);
+    PMPI_Comm_call_errhandler(comm_, MPI_ERR_BUFFER);
+    return MPI_ERR_BUFFER;
+  }
+  return std::nullopt;
+}
+
+}  // namespace aapc::mpi
