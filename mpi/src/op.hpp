@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -116,6 +117,9 @@ struct Op {
   std::vector<char> described;  // single copy, the leader's: whose description it has read, by local rank
   double t0 = 0, t1 = 0, t2 = 0;  // AAPC_MPI_TIMING, seconds (seconds_now())
   MPI_Request user = MPI_REQUEST_NULL;  // MPI_Ialltoall(v)'s generalized request
+  // Set once the MPI freed `user` (requests.cpp, free_op): the handle may name another request
+  // from then on, and the op is deleted by the next thread that holds the process's lock.
+  std::atomic<bool> freed{false};
   // A nonblocking call's, once returned to the program: nobody drives it but the completion
   // calls and, on a single-copy leader, the progress thread (mover()).
   bool detached = false;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,14 +35,43 @@ int query(void*, MPI_Status* status) {
   return MPI_SUCCESS;
 }
 
+// The ops whose requests the MPI freed, not yet deleted.
+struct Freed {
+  std::mutex mutex;  // taken with nothing else held, or inside the process's lock
+  std::vector<Op*> ops;
+};
+
+Freed& freed() {
+  static auto* f = new Freed;  // never destroyed, as process()
+  return *f;
+}
+
+// The MPI calls it inside its own call that freed the request, and MPICH holds its lock
+// there: waiting for the process's lock, which progress() holds while it calls the MPI, two
+// threads of an MPI_THREAD_MULTIPLE program could each wait for the other's lock for ever
+// (tests/mpi/mpi_threads.c, nonblocking). So the op is only marked here, and deleted by
+// drop_freed().
 int free_op(void* extra) {
   auto* op = static_cast<Op*>(extra);
-  {
-    std::lock_guard<std::recursive_mutex> hold(process().mutex);
-    std::erase(requests(), op);
-  }
-  delete op;
+  Freed& f = freed();
+  std::lock_guard<std::mutex> hold(f.mutex);
+  op->freed.store(true, std::memory_order_release);
+  f.ops.push_back(op);
   return MPI_SUCCESS;
+}
+
+// With the process's lock held: the ops that free_op marked leave requests() and are deleted.
+void drop_freed() {
+  std::vector<Op*> gone;
+  {
+    Freed& f = freed();
+    std::lock_guard<std::mutex> hold(f.mutex);
+    gone.swap(f.ops);
+  }
+  for (Op* op : gone) {
+    std::erase(requests(), op);
+    delete op;
+  }
 }
 
 // Cancelling a collective is erroneous (MPI 4.0, 3.8.4); the request completes as it would.
@@ -49,6 +79,7 @@ int cancel_op(void*, int) { return MPI_SUCCESS; }
 
 bool none_outstanding() {
   std::lock_guard<std::recursive_mutex> hold(process().mutex);
+  drop_freed();
   return requests().empty() && process().in_flight.empty();
 }
 
@@ -61,9 +92,10 @@ struct Failure {
 
 std::vector<Failure> failures(int count, const MPI_Request* reqs) {
   std::lock_guard<std::recursive_mutex> hold(process().mutex);
+  drop_freed();
   std::vector<Failure> f;
   for (const Op* op : requests())
-    if (op->done() && !op->error.empty())
+    if (!op->freed.load(std::memory_order_acquire) && op->done() && !op->error.empty())
       for (int i = 0; i < count; ++i)
         if (reqs[i] == op->user) f.push_back({i, op->comm, op->error});
   return f;
@@ -221,7 +253,8 @@ int carry(std::unique_ptr<Op> op, MPI_Request* request) {
     return error.empty() ? MPI_SUCCESS : raise(op->comm, error);
   }
   std::lock_guard<std::recursive_mutex> hold(process().mutex);
-  Op* raw = op.release();  // freed by free_op, once the program has collected the request
+  drop_freed();
+  Op* raw = op.release();  // deleted once the program has collected the request (free_op)
   PMPI_Grequest_start(query, free_op, cancel_op, raw, request);
   raw->user = *request;
   requests().push_back(raw);

@@ -6,12 +6,16 @@
  * lock and its connection to the daemon, so the thread that should start the peers' other
  * exchange could not: every call failed at the daemons' deadline.
  *
- *   mpi-threads [BLOCK_BYTES] [ROUNDS]    rank 0 prints "mpi-threads: N ranks, all calls ok"
+ * With `nonblocking`, each call is an MPI_Ialltoall and its MPI_Wait.
+ *
+ *   mpi-threads [BLOCK_BYTES] [ROUNDS] [nonblocking]
+ *                                        rank 0 prints "mpi-threads: N ranks, all calls ok"
  */
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 struct call {
@@ -19,6 +23,8 @@ struct call {
   size_t block;
   int delay_ms, rounds, ok;
 };
+
+static int nonblocking = 0; /* MPI_Ialltoall and MPI_Wait in place of MPI_Alltoall */
 
 static unsigned char value(int s, int d, size_t k, int salt) { return (unsigned char)(s * 131 + d * 31 + k * 7 + salt * 17 + 1); }
 
@@ -35,7 +41,14 @@ static void* run(void* arg) {
   for (int round = 0; round < c->rounds; ++round) {
     for (int d = 0; d < n; ++d)
       for (size_t k = 0; k < c->block; ++k) s[(size_t)d * c->block + k] = value(me, d, k, round);
-    if (MPI_Alltoall(s, (int)c->block, MPI_BYTE, r, (int)c->block, MPI_BYTE, c->comm) != MPI_SUCCESS) c->ok = 0;
+    if (nonblocking) {
+      MPI_Request req;
+      if (MPI_Ialltoall(s, (int)c->block, MPI_BYTE, r, (int)c->block, MPI_BYTE, c->comm, &req) != MPI_SUCCESS ||
+          MPI_Wait(&req, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        c->ok = 0;
+    } else if (MPI_Alltoall(s, (int)c->block, MPI_BYTE, r, (int)c->block, MPI_BYTE, c->comm) != MPI_SUCCESS) {
+      c->ok = 0;
+    }
     for (int src = 0; src < n; ++src)
       for (size_t k = 0; k < c->block; ++k) c->ok &= r[(size_t)src * c->block + k] == value(src, me, k, round);
   }
@@ -57,6 +70,7 @@ int main(int argc, char** argv) {
   }
   const size_t block = argc > 1 ? (size_t)atol(argv[1]) : 65536;
   const int rounds = argc > 2 ? atoi(argv[2]) : 2;
+  nonblocking = argc > 3 && strcmp(argv[3], "nonblocking") == 0;
   MPI_Comm a, b;
   MPI_Comm_dup(MPI_COMM_WORLD, &a);
   MPI_Comm_dup(MPI_COMM_WORLD, &b);
