@@ -258,6 +258,12 @@ int carry(std::unique_ptr<Op> op, MPI_Request* request) {
   PMPI_Grequest_start(query, free_op, cancel_op, raw, request);
   raw->user = *request;
   requests().push_back(raw);
+  // With MPI_THREAD_MULTIPLE another thread's progress pass may have finished the op since its
+  // start (run() lets go of the lock before this), when it had no request to complete: an
+  // MPI_Wait for it then waited for ever, and the peers' next exchanges ran out their deadline
+  // (tests/mpi/mpi_threads.c, nonblocking, Open MPI).
+  const auto& flying = process().in_flight;
+  if (raw->done() && std::find(flying.begin(), flying.end(), raw) == flying.end()) PMPI_Grequest_complete(raw->user);
   progress();  // a done op is completed at once
   raw->detached = true;
   if (raw->for_mover()) wake_mover();
