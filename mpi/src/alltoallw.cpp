@@ -73,7 +73,7 @@ int alltoallw(const void* sbuf, const int* scounts, const int* sdispls, const MP
                               : PMPI_Alltoallw(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm);
   };
   Arguments given(comm, sbuf, rbuf);
-  given.add(true, scounts, stypes), given.add(false, rcounts, rtypes);
+  given.add(true, scounts, sdispls, stypes), given.add(false, rcounts, rdispls, rtypes);
   if (auto over = given.verdict(request != nullptr ? "MPI_Ialltoallw" : "MPI_Alltoallw", mpis_own_here)) return *over;
   int inter = 0, n = 0;
   PMPI_Comm_test_inter(comm, &inter);

@@ -18,45 +18,52 @@ int peers_of(MPI_Comm comm) {
 Arguments::Arguments(MPI_Comm comm, const void* sbuf, const void* rbuf)
     : comm_(comm), sbuf_(sbuf), rbuf_(rbuf), for_the_mpi_(comm == MPI_COMM_NULL || rbuf == MPI_IN_PLACE) {}
 
-void Arguments::block(bool send, int count, MPI_Datatype type) {
+Arguments::Block Arguments::block(int count, MPI_Datatype type, int displ, bool in_extents) {
   if (count < 0 || (count > 0 && type == MPI_DATATYPE_NULL)) for_the_mpi_ = true;
-  if (for_the_mpi_ || count == 0) return;
+  if (for_the_mpi_ || count == 0) return {};
   MPI_Count size = 0;
+  MPI_Aint lb = 0, extent = 0;
   PMPI_Type_size_x(type, &size);
-  (send ? sent_ : received_) += static_cast<std::uint64_t>(count) * static_cast<std::uint64_t>(size);
+  PMPI_Type_get_extent(type, &lb, &extent);
+  return {static_cast<std::uint64_t>(count) * static_cast<std::uint64_t>(size), static_cast<std::int64_t>(displ) * (in_extents ? extent : 1) + lb};
 }
 
 void Arguments::add(bool send, int count, MPI_Datatype type) {
-  if (!(send && sbuf_ == MPI_IN_PLACE)) block(send, count, type);
+  if (!(send && sbuf_ == MPI_IN_PLACE)) (send ? sends_ : recvs_).push_back(block(count, type, 0, false));
 }
 
-void Arguments::add(bool send, const int* counts, MPI_Datatype type) { blocks(send, counts, type, nullptr); }
-void Arguments::add(bool send, const int* counts, const MPI_Datatype* types) {
+void Arguments::add(bool send, const int* counts, const int* displs, MPI_Datatype type) { blocks(send, counts, displs, type, nullptr); }
+void Arguments::add(bool send, const int* counts, const int* displs, const MPI_Datatype* types) {
   if (types == nullptr && !(send && sbuf_ == MPI_IN_PLACE)) for_the_mpi_ = true;
-  blocks(send, counts, MPI_DATATYPE_NULL, types);
+  blocks(send, counts, displs, MPI_DATATYPE_NULL, types);
 }
 
-void Arguments::blocks(bool send, const int* counts, MPI_Datatype type, const MPI_Datatype* types) {
+void Arguments::blocks(bool send, const int* counts, const int* displs, MPI_Datatype type, const MPI_Datatype* types) {
   if ((send && sbuf_ == MPI_IN_PLACE) || for_the_mpi_) return;  // a null communicator has no peers to count
-  if (counts == nullptr) {
+  if (counts == nullptr || displs == nullptr) {
     for_the_mpi_ = true;
     return;
   }
   const int n = peers_of(comm_);
-  for (int p = 0; p < n; ++p) block(send, counts[p], types != nullptr ? types[p] : type);
+  auto& side = send ? sends_ : recvs_;
+  for (int p = 0; p < n && !for_the_mpi_; ++p)
+    side.push_back(types != nullptr ? block(counts[p], types[p], displs[p], false) : block(counts[p], type, displs[p], true));
 }
 
 std::optional<int> Arguments::verdict(const char* call, const std::function<int()>& mpis_own) const {
   if (for_the_mpi_) return mpis_own();
-  // MPI 4.0, 2.6.1: no OUT argument may alias another. A rank whose bytes would leave and land
-  // at one address has its call refused here, as MPICH refuses it (MPI_ERR_BUFFER); neither
-  // aapc nor Open MPI's own would say so, and would overwrite blocks before sending them.
-  // MPI_BOTTOM (types of absolute addresses) and buffers where nothing moves are not aliases.
-  if (sbuf_ == rbuf_ && sbuf_ != MPI_BOTTOM && sent_ > 0 && received_ > 0) {
-    std::fprintf(stderr, "aapc-mpi: %s: the send and receive buffers are one address; pass MPI_IN_PLACE as the send buffer instead\n", call);
-    PMPI_Comm_call_errhandler(comm_, MPI_ERR_BUFFER);
-    return MPI_ERR_BUFFER;
-  }
+  // MPI 4.0, 2.6.1: no OUT argument may alias another. A rank whose bytes to a peer and from it
+  // would start at one address has its call refused here, as MPICH refuses it (MPI_ERR_BUFFER);
+  // neither aapc nor Open MPI's own would say so, and would overwrite blocks before sending
+  // them. One buffer whose send and receive blocks lie apart goes on, as both MPIs let it.
+  // MPI_BOTTOM (types of absolute addresses) is no alias.
+  if (sbuf_ != rbuf_ || sbuf_ == MPI_BOTTOM) return std::nullopt;
+  for (std::size_t p = 0; p < sends_.size() && p < recvs_.size(); ++p)
+    if (sends_[p].bytes > 0 && recvs_[p].bytes > 0 && sends_[p].at == recvs_[p].at) {
+      std::fprintf(stderr, "aapc-mpi: %s: the send and receive buffers are one address; pass MPI_IN_PLACE as the send buffer instead\n", call);
+      PMPI_Comm_call_errhandler(comm_, MPI_ERR_BUFFER);
+      return MPI_ERR_BUFFER;
+    }
   return std::nullopt;
 }
 

@@ -164,7 +164,7 @@ int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Data
               const StandsFor* stands_for) {
   if (stands_for == nullptr) {  // an MPI_Alltoallw's packed bytes were judged as its own arguments
     Arguments a(comm, sbuf, rbuf);
-    a.add(true, scounts, stype), a.add(false, rcounts, rtype);
+    a.add(true, scounts, sdispls, stype), a.add(false, rcounts, rdispls, rtype);
     if (auto over = a.verdict(request != nullptr ? "MPI_Ialltoallv" : "MPI_Alltoallv", [&] {
           return request != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, request)
                                     : PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);

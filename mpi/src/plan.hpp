@@ -152,26 +152,33 @@ int peers_of(MPI_Comm comm);
 class Arguments {
  public:
   Arguments(MPI_Comm comm, const void* sbuf, const void* rbuf);
-  // One side's blocks, to every peer alike (MPI_Alltoall's), or one count for each peer with
-  // one datatype for all or one each (`types`). The send side is skipped in place: its
-  // arguments may be anything then.
+  // One side's blocks: every peer's alike (MPI_Alltoall's), or a count and a displacement for
+  // each peer with one datatype for all (displacements in its extents) or one each
+  // (`types`, displacements in bytes). The send side is skipped in place: its arguments may be
+  // anything then.
   void add(bool send, int count, MPI_Datatype type);
-  void add(bool send, const int* counts, MPI_Datatype type);
-  void add(bool send, const int* counts, const MPI_Datatype* types);
+  void add(bool send, const int* counts, const int* displs, MPI_Datatype type);
+  void add(bool send, const int* counts, const int* displs, const MPI_Datatype* types);
   // Nothing where the call goes on; else what it returns: `mpis_own()` for the arguments above,
-  // MPI_ERR_BUFFER (through the communicator's error handler) for send and receive buffers at
-  // one address.
+  // MPI_ERR_BUFFER (through the communicator's error handler) where a peer's send and receive
+  // blocks have bytes and start at one address.
   std::optional<int> verdict(const char* call, const std::function<int()>& mpis_own) const;
 
  private:
-  void block(bool send, int count, MPI_Datatype type);
-  void blocks(bool send, const int* counts, MPI_Datatype type, const MPI_Datatype* types);
+  struct Block {
+    std::uint64_t bytes = 0;
+    std::int64_t at = 0;  // from the buffer, in bytes
+  };
+  // `count` of `type` at `displ` (in its extents, or bytes), where its first byte lies.
+  Block block(int count, MPI_Datatype type, int displ, bool in_extents);
+  void blocks(bool send, const int* counts, const int* displs, MPI_Datatype type, const MPI_Datatype* types);
   MPI_Comm comm_;
   const void* sbuf_;
   const void* rbuf_;
   bool for_the_mpi_;
-  std::uint64_t sent_ = 0, received_ = 0;
+  std::vector<Block> sends_, recvs_;  // by peer; MPI_Alltoall's: peer 0's, at 0
 };
+
 
 // MPI_Alltoall and MPI_Alltoallv: through aapc where the plan says so, else PMPI_*. With a
 // `request`, MPI_Ialltoall and MPI_Ialltoallv.
