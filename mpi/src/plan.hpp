@@ -179,7 +179,6 @@ class Arguments {
   std::vector<Block> sends_, recvs_;  // by peer; MPI_Alltoall's: peer 0's, at 0
 };
 
-
 // MPI_Alltoall and MPI_Alltoallv: through aapc where the plan says so, else PMPI_*. With a
 // `request`, MPI_Ialltoall and MPI_Ialltoallv.
 int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm,
