@@ -18,18 +18,24 @@ int peers_of(MPI_Comm comm) {
 Arguments::Arguments(MPI_Comm comm, const void* sbuf, const void* rbuf)
     : comm_(comm), sbuf_(sbuf), rbuf_(rbuf), for_the_mpi_(comm == MPI_COMM_NULL || rbuf == MPI_IN_PLACE) {}
 
-Arguments::Block Arguments::block(int count, MPI_Datatype type, int displ, bool in_extents) {
+Arguments::Shape Arguments::shape(MPI_Datatype type) {
+  Shape s;
+  if (type == MPI_DATATYPE_NULL) return s;
+  MPI_Count size = 0;
+  PMPI_Type_size_x(type, &size);
+  PMPI_Type_get_extent(type, &s.lb, &s.extent);
+  s.size = static_cast<std::uint64_t>(size);
+  return s;
+}
+
+Arguments::Block Arguments::block(int count, MPI_Datatype type, const Shape& of, std::int64_t at) {
   if (count < 0 || (count > 0 && type == MPI_DATATYPE_NULL)) for_the_mpi_ = true;
   if (for_the_mpi_ || count == 0) return {};
-  MPI_Count size = 0;
-  MPI_Aint lb = 0, extent = 0;
-  PMPI_Type_size_x(type, &size);
-  PMPI_Type_get_extent(type, &lb, &extent);
-  return {static_cast<std::uint64_t>(count) * static_cast<std::uint64_t>(size), static_cast<std::int64_t>(displ) * (in_extents ? extent : 1) + lb};
+  return {static_cast<std::uint64_t>(count) * of.size, at + of.lb};
 }
 
 void Arguments::add(bool send, int count, MPI_Datatype type) {
-  if (!(send && sbuf_ == MPI_IN_PLACE)) (send ? sends_ : recvs_).push_back(block(count, type, 0, false));
+  if (!(send && sbuf_ == MPI_IN_PLACE)) (send ? sends_ : recvs_).push_back(block(count, type, shape(type), 0));
 }
 
 void Arguments::add(bool send, const int* counts, const int* displs, MPI_Datatype type) { blocks(send, counts, displs, type, nullptr); }
@@ -46,8 +52,11 @@ void Arguments::blocks(bool send, const int* counts, const int* displs, MPI_Data
   }
   const int n = peers_of(comm_);
   auto& side = send ? sends_ : recvs_;
-  for (int p = 0; p < n && !for_the_mpi_; ++p)
-    side.push_back(types != nullptr ? block(counts[p], types[p], displs[p], false) : block(counts[p], type, displs[p], true));
+  const Shape all = types == nullptr ? shape(type) : Shape{};  // one datatype: displacements in its extents
+  for (int p = 0; p < n && !for_the_mpi_; ++p) {
+    if (types == nullptr) side.push_back(block(counts[p], type, all, static_cast<std::int64_t>(displs[p]) * all.extent));
+    else side.push_back(block(counts[p], types[p], shape(types[p]), displs[p]));
+  }
 }
 
 std::optional<int> Arguments::verdict(const char* call, const std::function<int()>& mpis_own) const {

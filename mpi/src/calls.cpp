@@ -162,13 +162,14 @@ int run(Plan& p, MPI_Comm comm, Call c, MPI_Request* request) {
 int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts, const int* rdispls,
               MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request, const std::shared_ptr<std::optional<std::uint64_t>>& agreed,
               const StandsFor* stands_for) {
+  auto mpis_own = [=](MPI_Comm on, MPI_Datatype st, MPI_Datatype rt, MPI_Request* r) {
+    return r != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on, r)
+                        : PMPI_Alltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on);
+  };
   if (stands_for == nullptr) {  // an MPI_Alltoallw's packed bytes were judged as its own arguments
     Arguments a(comm, sbuf, rbuf);
     a.add(true, scounts, sdispls, stype), a.add(false, rcounts, rdispls, rtype);
-    if (auto over = a.verdict(request != nullptr ? "MPI_Ialltoallv" : "MPI_Alltoallv", [&] {
-          return request != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, request)
-                                    : PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
-        }))
+    if (auto over = a.verdict(request != nullptr ? "MPI_Ialltoallv" : "MPI_Alltoallv", [&] { return mpis_own(comm, stype, rtype, request); }))
       return *over;
   }
   Plan& p = plan_of(comm);
@@ -179,10 +180,7 @@ int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Data
     c.mpi = [mpi = stands_for->mpi](MPI_Comm on, MPI_Datatype, MPI_Datatype, MPI_Request* r) { return mpi(on, r); };
     c.after = stands_for->after;
   } else {
-    c.mpi = [=](MPI_Comm on, MPI_Datatype st, MPI_Datatype rt, MPI_Request* r) {
-      return r != nullptr ? PMPI_Ialltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on, r)
-                          : PMPI_Alltoallv(sbuf, scounts, sdispls, st, rbuf, rcounts, rdispls, rt, on);
-    };
+    c.mpi = mpis_own;
   }
   c.make_sides = [=](Call& self) {
     int n = 0;
@@ -197,13 +195,13 @@ int alltoallv(const void* sbuf, const int* scounts, const int* sdispls, MPI_Data
 }
 
 int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Request* request) {
-  auto mpis_own = [&] {  // on the communicator itself
-    return request != nullptr ? PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, request)
-                              : PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+  auto mpis_own = [=](MPI_Comm on, MPI_Datatype st, MPI_Datatype rt, MPI_Request* r) {
+    return r != nullptr ? PMPI_Ialltoall(sbuf, scount, st, rbuf, rcount, rt, on, r) : PMPI_Alltoall(sbuf, scount, st, rbuf, rcount, rt, on);
   };
+  auto here = [&] { return mpis_own(comm, stype, rtype, request); };  // on the communicator itself
   Arguments a(comm, sbuf, rbuf);
   a.add(true, scount, stype), a.add(false, rcount, rtype);
-  if (auto over = a.verdict(request != nullptr ? "MPI_Ialltoall" : "MPI_Alltoall", mpis_own)) return *over;
+  if (auto over = a.verdict(request != nullptr ? "MPI_Ialltoall" : "MPI_Alltoall", here)) return *over;
   MPI_Count type_size = 0;  // the size alone: type_info() would also walk the type's layers
   PMPI_Type_size_x(rtype, &type_size);
   const std::uint64_t block = static_cast<std::uint64_t>(rcount) * static_cast<std::uint64_t>(type_size);
@@ -211,14 +209,12 @@ int alltoall(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, int r
   // plan needed.
   if (block == 0) {
     settle_duplicate(comm);
-    return mpis_own();
+    return here();
   }
   Plan& p = plan_of(comm);
   Call c;
   c.sbuf = sbuf, c.stype = stype, c.rtype = rtype, c.alltoall = true, c.block = block;
-  c.mpi = [=](MPI_Comm on, MPI_Datatype st, MPI_Datatype rt, MPI_Request* r) {
-    return r != nullptr ? PMPI_Ialltoall(sbuf, scount, st, rbuf, rcount, rt, on, r) : PMPI_Alltoall(sbuf, scount, st, rbuf, rcount, rt, on);
-  };
+  c.mpi = mpis_own;
   c.make_sides = [=](Call& self) {
     int n = 0;
     PMPI_Comm_size(comm, &n);

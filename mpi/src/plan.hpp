@@ -169,8 +169,13 @@ class Arguments {
     std::uint64_t bytes = 0;
     std::int64_t at = 0;  // from the buffer, in bytes
   };
-  // `count` of `type` at `displ` (in its extents, or bytes), where its first byte lies.
-  Block block(int count, MPI_Datatype type, int displ, bool in_extents);
+  struct Shape {
+    std::uint64_t size = 0;
+    MPI_Aint lb = 0, extent = 0;
+  };
+  static Shape shape(MPI_Datatype type);
+  // `count` of `type` (of shape `of`) from `at` bytes into the buffer, where its first byte lies.
+  Block block(int count, MPI_Datatype type, const Shape& of, std::int64_t at);
   void blocks(bool send, const int* counts, const int* displs, MPI_Datatype type, const MPI_Datatype* types);
   MPI_Comm comm_;
   const void* sbuf_;
