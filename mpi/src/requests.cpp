@@ -101,12 +101,45 @@ std::vector<Failure> failures(int count, const MPI_Request* reqs) {
   return f;
 }
 
-// `rc` of the MPI's call, or the error of a failed op whose request it collected (raised on
-// the op's communicator: its error handler runs, MPI_Error_string gives aapc's words).
-int outcome(int rc, const std::vector<Failure>& f, const MPI_Request* reqs) {
-  for (const Failure& x : f)
-    if (reqs[x.index] == MPI_REQUEST_NULL) rc = raise(x.comm, x.error);
-  return rc;
+// Where a completion call of many requests (MPI_Waitall, MPI_Testsome, ...) leaves each
+// completed request's status: one per request (all), or one per completion, in the order of
+// `indices` (some).
+struct Statuses {
+  MPI_Status* statuses;          // MPI_STATUSES_IGNORE, or the program's array
+  int count;                      // the requests
+  const int* outcount = nullptr;  // some: how many completed (MPI_UNDEFINED: none active)
+  const int* indices = nullptr;   // some: which request each completion is
+
+  int completed() const { return outcount == nullptr ? count : std::max(*outcount, 0); }
+  MPI_Status* of(int request) const {
+    if (statuses == MPI_STATUSES_IGNORE) return nullptr;
+    if (indices == nullptr) return &statuses[request];
+    for (int k = 0; k < completed(); ++k)
+      if (indices[k] == request) return &statuses[k];
+    return nullptr;
+  }
+};
+
+// `rc` of the MPI's call, or the error of a failed op whose request it collected, raised on
+// the op's communicator: its error handler runs, MPI_Error_string gives aapc's words. A call
+// of one request (`many` nullptr) returns that error; a call of many returns
+// MPI_ERR_IN_STATUS with the error in the request's status, and MPI_SUCCESS in the others'
+// (MPI 4.0, 3.7.5), as the MPI does for its own requests.
+int outcome(int rc, const std::vector<Failure>& f, const MPI_Request* reqs, const Statuses* many = nullptr) {
+  bool failed = false;
+  for (const Failure& x : f) {
+    if (reqs[x.index] != MPI_REQUEST_NULL) continue;
+    const int code = raise(x.comm, x.error);
+    if (many == nullptr) {
+      rc = code;
+      continue;
+    }
+    if (!failed && rc != MPI_ERR_IN_STATUS && many->statuses != MPI_STATUSES_IGNORE)
+      for (int k = 0; k < many->completed(); ++k) many->statuses[k].MPI_ERROR = MPI_SUCCESS;  // set only with MPI_ERR_IN_STATUS
+    failed = true;
+    if (MPI_Status* s = many->of(x.index); s != nullptr) s->MPI_ERROR = code;
+  }
+  return failed ? MPI_ERR_IN_STATUS : rc;
 }
 
 // Set while a completion call of ours is in the MPI's: the ops must not complete there
@@ -144,15 +177,15 @@ Op* only_op_waited(int count, const MPI_Request* reqs) {
 // one op alone, it waits in its daemon between two tests (a persistent all-to-all's
 // MPI_Start and MPI_Wait then cost what the blocking call does).
 template <typename Test, typename Wait>
-int wait_driving(int count, MPI_Request* reqs, Test test, Wait wait) {
+int wait_driving(int count, MPI_Request* reqs, Test test, Wait wait, const Statuses* many = nullptr) {
   Idle idle;
   for (;;) {
     const bool moved = progress();
     const std::vector<Failure> f = failures(count, reqs);
-    if (!any_in_flight()) return outcome(collect(wait), f, reqs);
+    if (!any_in_flight()) return outcome(collect(wait), f, reqs, many);
     bool done = false;
     const int rc = collect([&] { return test(done); });
-    if (done) return outcome(rc, f, reqs);
+    if (done) return outcome(rc, f, reqs, many);
     if (Op* op = only_op_waited(count, reqs); op != nullptr && await_exchange(*op)) continue;
     idle.rest(moved);
   }
@@ -160,10 +193,10 @@ int wait_driving(int count, MPI_Request* reqs, Test test, Wait wait) {
 
 // A completion call that does not wait.
 template <typename Test>
-int test_driving(int count, MPI_Request* reqs, Test test) {
+int test_driving(int count, MPI_Request* reqs, Test test, const Statuses* many = nullptr) {
   progress();
   const std::vector<Failure> f = failures(count, reqs);
-  return outcome(collect(test), f, reqs);
+  return outcome(collect(test), f, reqs, many);
 }
 
 #ifdef OPEN_MPI
@@ -287,6 +320,7 @@ int wait(MPI_Request* req, MPI_Status* status) {
 int waitall(int count, MPI_Request* reqs, MPI_Status* statuses) {
   const StandIns started(count, reqs);
   if (none_outstanding()) return PMPI_Waitall(count, reqs, statuses);
+  const Statuses many{statuses, count};
   return wait_driving(
       count, reqs,
       [&](bool& done) {
@@ -295,7 +329,7 @@ int waitall(int count, MPI_Request* reqs, MPI_Status* statuses) {
         done = flag != 0;
         return rc;
       },
-      [&] { return PMPI_Waitall(count, reqs, statuses); });
+      [&] { return PMPI_Waitall(count, reqs, statuses); }, &many);
 }
 
 int waitany(int count, MPI_Request* reqs, int* index, MPI_Status* status) {
@@ -315,6 +349,7 @@ int waitany(int count, MPI_Request* reqs, int* index, MPI_Status* status) {
 int waitsome(int count, MPI_Request* reqs, int* outcount, int* indices, MPI_Status* statuses) {
   const StandIns started(count, reqs);
   if (none_outstanding()) return PMPI_Waitsome(count, reqs, outcount, indices, statuses);
+  const Statuses many{statuses, count, outcount, indices};
   return wait_driving(
       count, reqs,
       [&](bool& done) {
@@ -322,7 +357,7 @@ int waitsome(int count, MPI_Request* reqs, int* outcount, int* indices, MPI_Stat
         done = *outcount != 0;  // MPI_UNDEFINED when none is active
         return rc;
       },
-      [&] { return PMPI_Waitsome(count, reqs, outcount, indices, statuses); });
+      [&] { return PMPI_Waitsome(count, reqs, outcount, indices, statuses); }, &many);
 }
 
 int test(MPI_Request* req, int* flag, MPI_Status* status) {
@@ -334,7 +369,8 @@ int test(MPI_Request* req, int* flag, MPI_Status* status) {
 int testall(int count, MPI_Request* reqs, int* flag, MPI_Status* statuses) {
   const StandIns started(count, reqs);
   if (none_outstanding()) return PMPI_Testall(count, reqs, flag, statuses);
-  return test_driving(count, reqs, [&] { return PMPI_Testall(count, reqs, flag, statuses); });
+  const Statuses many{statuses, count};
+  return test_driving(count, reqs, [&] { return PMPI_Testall(count, reqs, flag, statuses); }, &many);
 }
 
 int testany(int count, MPI_Request* reqs, int* index, int* flag, MPI_Status* status) {
@@ -346,7 +382,8 @@ int testany(int count, MPI_Request* reqs, int* index, int* flag, MPI_Status* sta
 int testsome(int count, MPI_Request* reqs, int* outcount, int* indices, MPI_Status* statuses) {
   const StandIns started(count, reqs);
   if (none_outstanding()) return PMPI_Testsome(count, reqs, outcount, indices, statuses);
-  return test_driving(count, reqs, [&] { return PMPI_Testsome(count, reqs, outcount, indices, statuses); });
+  const Statuses many{statuses, count, outcount, indices};
+  return test_driving(count, reqs, [&] { return PMPI_Testsome(count, reqs, outcount, indices, statuses); }, &many);
 }
 
 // A program may poll with this alone: the ops must move (MPICH has no progress hook).

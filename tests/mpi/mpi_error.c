@@ -1,5 +1,6 @@
 /* mpi-error: an ordinary MPI program that asks for errors to be returned (MPI_ERRORS_RETURN)
- * and reports what MPI_Alltoall, and MPI_Wait of an MPI_Ialltoall, returned on every rank.
+ * and reports what MPI_Alltoall, MPI_Wait of an MPI_Ialltoall, and MPI_Waitall of another
+ * with a receive returned on every rank.
  * Run with a libaapc-mpi setting that makes the exchange fail
  * (AAPC_MPI_SCHEDULE=no-such-schedule), every rank must get an MPI error whose
  * MPI_Error_string is aapc's message, and none may hang. `mpi-error mismatch` is an erroneous
@@ -34,24 +35,47 @@ int main(int argc, char** argv) {
   int* s = calloc((size_t)n, sizeof(int) * 128);
   int* r = calloc((size_t)n, sizeof(int) * 128);
   int all = 1;
-  for (int nonblocking = erroneous; nonblocking < 2; ++nonblocking) {
-    const char* call = nonblocking ? "MPI_Wait of MPI_Ialltoall" : "MPI_Alltoall";
-    int rc = MPI_SUCCESS;
-    if (nonblocking) {
-      MPI_Request req;
+  /* 0: MPI_Alltoall; 1: MPI_Wait of an MPI_Ialltoall; 2: MPI_Waitall of a receive and one,
+   * 3: MPI_Waitsome of them until both are in. Those two must return MPI_ERR_IN_STATUS with
+   * the error in the all-to-all's status and MPI_SUCCESS in the receive's (MPI 4.0, 3.7.5). */
+  const char* calls[] = {"MPI_Alltoall", "MPI_Wait of MPI_Ialltoall", "MPI_Waitall of MPI_Ialltoall and a receive",
+                         "MPI_Waitsome of MPI_Ialltoall and a receive"};
+  for (int how = erroneous; how < (erroneous ? 2 : 4); ++how) {
+    const char* call = calls[how];
+    int rc = MPI_SUCCESS, in_status = how < 2;
+    if (how > 0) {
+      MPI_Request req[2];
       if (erroneous && me == 2) sleep(1);
       if (mixed && me == 1)
-        rc = MPI_Ialltoallv(s, counts, displs, MPI_INT, r, counts, displs, MPI_INT, MPI_COMM_WORLD, &req);
+        rc = MPI_Ialltoallv(s, counts, displs, MPI_INT, r, counts, displs, MPI_INT, MPI_COMM_WORLD, &req[0]);
       else
-        rc = MPI_Ialltoall(s, count, MPI_INT, r, count, MPI_INT, MPI_COMM_WORLD, &req);
-      if (rc == MPI_SUCCESS) rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+        rc = MPI_Ialltoall(s, count, MPI_INT, r, count, MPI_INT, MPI_COMM_WORLD, &req[0]);
+      if (rc == MPI_SUCCESS && how == 1) rc = MPI_Wait(&req[0], MPI_STATUS_IGNORE);
+      int none = 0;
+      if (rc == MPI_SUCCESS && how >= 2) rc = MPI_Irecv(&none, 0, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &req[1]);
+      if (rc == MPI_SUCCESS && how >= 2) {
+        MPI_Status st[2];
+        int failed = MPI_SUCCESS, received = 0, out = 0, at[2];
+        for (int left = 2, calls = 0; left > 0 && calls < 2; ++calls) { /* Waitall: one call */
+          rc = how == 2 ? MPI_Waitall(2, req, st) : MPI_Waitsome(2, req, &out, at, st);
+          if (how == 2) out = 2, at[0] = 0, at[1] = 1;
+          if (rc != MPI_ERR_IN_STATUS && rc != MPI_SUCCESS) break;
+          for (int k = 0; k < out; ++k, --left) {
+            const int e = rc == MPI_ERR_IN_STATUS ? st[k].MPI_ERROR : MPI_SUCCESS;
+            if (at[k] == 0) failed = e;
+            else received = e == MPI_SUCCESS;
+          }
+        }
+        if (failed != MPI_SUCCESS) in_status = received, rc = failed;
+        else printf("mpi-error: rank %d: %s returned %d, not MPI_ERR_IN_STATUS\n", me, how == 2 ? "MPI_Waitall" : "MPI_Waitsome", rc);
+      }
     } else {
       rc = MPI_Alltoall(s, 64, MPI_INT, r, 64, MPI_INT, MPI_COMM_WORLD);
     }
     char text[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
     if (rc != MPI_SUCCESS) MPI_Error_string(rc, text, &len);
-    int mine = rc != MPI_SUCCESS && strstr(text, "aapc") != NULL, every = 0;
+    int mine = in_status && rc != MPI_SUCCESS && strstr(text, "aapc") != NULL, every = 0;
     /* The error handler left MPI usable: the other ranks can still be asked. */
     MPI_Allreduce(&mine, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     printf("mpi-error: rank %d: %s returned %d: %s\n", me, call, rc, rc == MPI_SUCCESS ? "success" : text);
