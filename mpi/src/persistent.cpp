@@ -3,11 +3,11 @@
 //
 // The init call starts the communicator's plan (plan.cpp), once for every start after it, and
 // keeps the call's arguments. The program's handle is a request of the MPI's own that stands
-// for it: an inactive persistent receive from MPI_PROC_NULL, which the MPI completes at once
-// and keeps after completion, as a persistent request is kept. MPI_Start and MPI_Startall run
-// the exchange as an MPI_Ialltoall(v,w) of the library (op.cpp: through aapc where the
-// plan says so, with the plan's group and its staging buffers, else the MPI's own on the
-// plan's duplicate), whose request the completion calls (requests.cpp) put in the handle's
+// for it: an inactive persistent receive from MPI_PROC_NULL on the call's communicator, which
+// the MPI completes at once and keeps after completion, as a persistent request is kept.
+// MPI_Start and MPI_Startall run the exchange as an MPI_Ialltoall(v,w) of the library
+// (op.cpp: through aapc where the plan says so, with the plan's group and its staging buffers,
+// else the MPI's own on the plan's duplicate), whose request the completion calls (requests.cpp) put in the handle's
 // place while they wait or test, and take out again after: a completed start leaves the
 // handle inactive, not MPI_REQUEST_NULL. MPI_Request_free frees it.
 #include "persistent.hpp"
@@ -43,10 +43,15 @@ Persistent* find(MPI_Request handle) {
   return nullptr;
 }
 
-int make(std::function<int(MPI_Request*)> start, MPI_Request* request) {
+// The stand-in is a request on the call's communicator, so that the MPI keeps the communicator,
+// and with it the plan (its attribute), for every start until MPI_Request_free, as it keeps it
+// for its own persistent requests: the program may free the communicator once the init
+// returned (MPI 4.0, 6.4.3: freed when no request uses it). On MPI_COMM_SELF, MPICH destroyed
+// the communicator at MPI_Comm_free and the next start failed: "Invalid communicator".
+int make(std::function<int(MPI_Request*)> start, MPI_Comm comm, MPI_Request* request) {
   auto p = std::make_unique<Persistent>();
   p->start = std::move(start);
-  if (const int rc = PMPI_Recv_init(nullptr, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, &p->handle); rc != MPI_SUCCESS) return rc;
+  if (const int rc = PMPI_Recv_init(nullptr, 0, MPI_BYTE, MPI_PROC_NULL, 0, comm, &p->handle); rc != MPI_SUCCESS) return rc;
   *request = p->handle;
   std::lock_guard<std::recursive_mutex> hold(process().mutex);
   all().push_back(std::move(p));
@@ -68,7 +73,7 @@ int alltoall_init(const void* sbuf, int scount, MPI_Datatype stype, void* rbuf, 
                   MPI_Request* request) {
   plan_of(comm);  // made once, for every start
   auto t = std::make_shared<Types>(sbuf, stype, rtype);
-  return make([=](MPI_Request* r) { return alltoall(sbuf, scount, t->send, rbuf, rcount, t->recv, comm, r); }, request);
+  return make([=](MPI_Request* r) { return alltoall(sbuf, scount, t->send, rbuf, rcount, t->recv, comm, r); }, comm, request);
 }
 
 int alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, MPI_Datatype stype, void* rbuf, const int* rcounts,
@@ -83,7 +88,7 @@ int alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, MPI
   auto t = std::make_shared<Types>(sbuf, stype, rtype);
   return make(
       [=](MPI_Request* r) { return alltoallv(sbuf, sc->data(), sd->data(), t->send, rbuf, rc->data(), rd->data(), t->recv, comm, r, agreed); },
-      request);
+      comm, request);
 }
 
 int alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls, const MPI_Datatype* stypes, void* rbuf, const int* rcounts,
@@ -98,7 +103,7 @@ int alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls, con
         return alltoallw(sbuf, k->scounts.data(), k->sdispls.data(), k->stypes.data(), rbuf, k->rcounts.data(), k->rdispls.data(),
                          k->rtypes.data(), comm, r);
       },
-      request);
+      comm, request);
 }
 
 int start(MPI_Request* request) {
