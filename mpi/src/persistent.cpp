@@ -7,9 +7,10 @@
 // the MPI completes at once and keeps after completion, as a persistent request is kept.
 // MPI_Start and MPI_Startall run the exchange as an MPI_Ialltoall(v,w) of the library
 // (op.cpp: through aapc where the plan says so, with the plan's group and its staging buffers,
-// else the MPI's own on the plan's duplicate), whose request the completion calls (requests.cpp) put in the handle's
-// place while they wait or test, and take out again after: a completed start leaves the
-// handle inactive, not MPI_REQUEST_NULL. MPI_Request_free frees it.
+// else the MPI's own on the plan's duplicate), whose request the completion calls
+// (requests.cpp) put in the handle's place while they wait or test, and take out again after:
+// a completed start leaves the handle inactive, not MPI_REQUEST_NULL. MPI_Request_free frees
+// it.
 #include "persistent.hpp"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 /* mpi-error: an ordinary MPI program that asks for errors to be returned (MPI_ERRORS_RETURN)
- * and reports what MPI_Alltoall, MPI_Wait of an MPI_Ialltoall, and MPI_Waitall of another
- * with a receive returned on every rank.
+ * and reports what MPI_Alltoall, MPI_Wait of an MPI_Ialltoall, and MPI_Waitall and
+ * MPI_Waitsome of another with a receive returned on every rank.
  * Run with a libaapc-mpi setting that makes the exchange fail
  * (AAPC_MPI_SCHEDULE=no-such-schedule), every rank must get an MPI error whose
  * MPI_Error_string is aapc's message, and none may hang. `mpi-error mismatch` is an erroneous
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       if (rc == MPI_SUCCESS && how >= 2) {
         MPI_Status st[2];
         int failed = MPI_SUCCESS, received = 0, out = 0, at[2];
-        for (int left = 2, calls = 0; left > 0 && calls < 2; ++calls) { /* Waitall: one call */
+        for (int left = 2, tries = 0; left > 0 && tries < 2; ++tries) { /* Waitall: one call */
           rc = how == 2 ? MPI_Waitall(2, req, st) : MPI_Waitsome(2, req, &out, at, st);
           if (how == 2) out = 2, at[0] = 0, at[1] = 1;
           if (rc != MPI_ERR_IN_STATUS && rc != MPI_SUCCESS) break;
