@@ -42,6 +42,10 @@ struct Target {
   AlltoallInit alltoall_init = nullptr;
   AlltoallvInit alltoallv_init = nullptr;
   AlltoallwInit alltoallw_init = nullptr;
+  // The MPI's own, for the inits of its Fortran bindings (from_fortran_bindings).
+  AlltoallInit own_alltoall_init = nullptr;
+  AlltoallvInit own_alltoallv_init = nullptr;
+  AlltoallwInit own_alltoallw_init = nullptr;
   FAlltoall f_alltoall = nullptr;
   FAlltoallv f_alltoallv = nullptr;
   // Open MPI's mpi_f08 bindings call these (libmpi_mpifh's), past mpi_alltoall_ too.
@@ -57,10 +61,12 @@ struct Loaded {
   std::string path;
 };
 
+std::string file_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
 int find_mpi(dl_phdr_info* info, std::size_t, void* data) {
   auto* found = static_cast<Loaded*>(data);
   const std::string path = info->dlpi_name != nullptr ? info->dlpi_name : "";
-  const std::string base = path.substr(path.rfind('/') + 1);
+  const std::string base = file_name(path);
   if (base.rfind("libmpi.so", 0) == 0) *found = {"openmpi", path};
   if (base.rfind("libmpich.so", 0) == 0) *found = {"mpich", path};
   return found->flavour != nullptr ? 1 : 0;
@@ -122,15 +128,34 @@ bool bind_c(Target& t, void* lib, bool ours) {
     bind(t.alltoall_init, "aapc_mpi_alltoall_init", "");
     bind(t.alltoallv_init, "aapc_mpi_alltoallv_init", "");
     bind(t.alltoallw_init, "aapc_mpi_alltoallw_init", "");
-  } else {  // MPICH 4's, or Open MPI's extension's; neither in older MPIs
-    t.alltoall_init = symbol<AlltoallInit>(lib, "PMPI_Alltoall_init");
-    if (t.alltoall_init == nullptr) t.alltoall_init = symbol<AlltoallInit>(lib, "PMPIX_Alltoall_init");
-    t.alltoallv_init = symbol<AlltoallvInit>(lib, "PMPI_Alltoallv_init");
-    if (t.alltoallv_init == nullptr) t.alltoallv_init = symbol<AlltoallvInit>(lib, "PMPIX_Alltoallv_init");
-    t.alltoallw_init = symbol<AlltoallwInit>(lib, "PMPI_Alltoallw_init");
-    if (t.alltoallw_init == nullptr) t.alltoallw_init = symbol<AlltoallwInit>(lib, "PMPIX_Alltoallw_init");
+  } else {
+    t.alltoall_init = t.own_alltoall_init;
+    t.alltoallv_init = t.own_alltoallv_init;
+    t.alltoallw_init = t.own_alltoallw_init;
   }
   return all;
+}
+
+// The MPI's own persistent inits: MPICH 4's, or Open MPI's extension's; neither in older MPIs.
+void own_inits(Target& t) {
+  auto either = [&]<typename F>(F& slot, const std::string& name) {
+    slot = symbol<F>(t.mpi, ("PMPI_" + name).c_str());
+    if (slot == nullptr) slot = symbol<F>(t.mpi, ("PMPIX_" + name).c_str());
+  };
+  either(t.own_alltoall_init, "Alltoall_init");
+  either(t.own_alltoallv_init, "Alltoallv_init");
+  either(t.own_alltoallw_init, "Alltoallw_init");
+}
+
+// Whether `caller`, a return address, lies in MPICH's Fortran bindings (libmpichfort). Its
+// mpi_f08 bindings start and complete requests by PMPI_Start, PMPI_Wait and the like, past
+// the library: a persistent all-to-all that the library made for their init never ran, since
+// MPICH's own start ran the library's stand-in (persistent.cpp), which completes at once, and
+// the program read its receive buffer unchanged. So the inits of those bindings, and of
+// mpif.h's beside them, are the MPI's own. Open MPI's Fortran bindings call its PMPI_* inits.
+bool from_fortran_bindings(const void* caller) {
+  Dl_info info{};
+  return dladdr(caller, &info) != 0 && info.dli_fname != nullptr && file_name(info.dli_fname).rfind("libmpichfort.so", 0) == 0;
 }
 
 Target load() {
@@ -146,6 +171,7 @@ Target load() {
   }
   if (!found.path.empty())
     if (void* h = dlopen(found.path.c_str(), RTLD_NOW | RTLD_NOLOAD)) t.mpi = h;
+  own_inits(t);
   if (lib != nullptr && bind_c(t, lib, true)) {
     t.before_collective = symbol<void (*)(Word)>(lib, "aapc_mpi_before_collective");
   } else {
@@ -166,6 +192,14 @@ const Target& target() {
   return t;
 }
 
+// The persistent init that a call from `caller` runs: the library's, or the MPI's own for
+// the MPI's Fortran bindings (from_fortran_bindings).
+template <typename F>
+F init_of(F Target::*ours, F Target::*own, const void* caller) {
+  const Target& t = target();
+  return t.*own != nullptr && from_fortran_bindings(caller) ? t.*own : t.*ours;
+}
+
 }  // namespace
 
 extern "C" {
@@ -181,29 +215,35 @@ extern "C" {
 // An MPI without them never has its programs call them.
 __attribute__((visibility("default"))) int MPI_Alltoall_init(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype, Word comm,
                                                              Word info, void* request) {
-  return target().alltoall_init(sbuf, scount, stype, rbuf, rcount, rtype, comm, info, request);
+  const auto init = init_of(&Target::alltoall_init, &Target::own_alltoall_init, __builtin_return_address(0));
+  return init(sbuf, scount, stype, rbuf, rcount, rtype, comm, info, request);
 }
 __attribute__((visibility("default"))) int MPI_Alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
                                                               const int* rcounts, const int* rdispls, Word rtype, Word comm, Word info, void* request) {
-  return target().alltoallv_init(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, info, request);
+  const auto init = init_of(&Target::alltoallv_init, &Target::own_alltoallv_init, __builtin_return_address(0));
+  return init(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, info, request);
 }
 __attribute__((visibility("default"))) int MPIX_Alltoall_init(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype, Word comm,
                                                               Word info, void* request) {
-  return target().alltoall_init(sbuf, scount, stype, rbuf, rcount, rtype, comm, info, request);
+  const auto init = init_of(&Target::alltoall_init, &Target::own_alltoall_init, __builtin_return_address(0));
+  return init(sbuf, scount, stype, rbuf, rcount, rtype, comm, info, request);
 }
 __attribute__((visibility("default"))) int MPIX_Alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
                                                                const int* rcounts, const int* rdispls, Word rtype, Word comm, Word info, void* request) {
-  return target().alltoallv_init(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, info, request);
+  const auto init = init_of(&Target::alltoallv_init, &Target::own_alltoallv_init, __builtin_return_address(0));
+  return init(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, info, request);
 }
 __attribute__((visibility("default"))) int MPI_Alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls, const void* stypes,
                                                               void* rbuf, const int* rcounts, const int* rdispls, const void* rtypes, Word comm,
                                                               Word info, void* request) {
-  return target().alltoallw_init(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm, info, request);
+  const auto init = init_of(&Target::alltoallw_init, &Target::own_alltoallw_init, __builtin_return_address(0));
+  return init(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm, info, request);
 }
 __attribute__((visibility("default"))) int MPIX_Alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls, const void* stypes,
                                                                void* rbuf, const int* rcounts, const int* rdispls, const void* rtypes, Word comm,
                                                                Word info, void* request) {
-  return target().alltoallw_init(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm, info, request);
+  const auto init = init_of(&Target::alltoallw_init, &Target::own_alltoallw_init, __builtin_return_address(0));
+  return init(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm, info, request);
 }
 
 // interposed.def's guarded calls: the library's hook on the communicator first, then the

@@ -27,11 +27,24 @@ std::vector<Op*>& requests() {
   return *r;
 }
 
-int query(void*, MPI_Status* status) {
+// Set while a completion call of ours is in the MPI's: the ops must not complete there
+// (through Open MPI's progress hook), after failures() looked at them and before the MPI
+// collects their requests, or a failure would pass as a success.
+thread_local bool collecting = false;
+
+int query([[maybe_unused]] void* extra, MPI_Status* status) {
   PMPI_Status_set_elements(status, MPI_BYTE, 0);
   PMPI_Status_set_cancelled(status, 0);
   status->MPI_SOURCE = MPI_UNDEFINED;
   status->MPI_TAG = MPI_UNDEFINED;
+#ifndef OPEN_MPI
+  // Collected by MPICH's own completion call, not the library's (poll_op, below): a failed op
+  // is raised here, as the library's calls raise it (outcome()), not passed as a success.
+  // MPICH calls this as it collects the request. (Open MPI's Fortran bindings run its own
+  // nonblocking all-to-alls, so only the library's calls collect the library's requests.)
+  if (const auto* op = static_cast<const Op*>(extra); !collecting && op->done() && !op->error.empty())
+    return status->MPI_ERROR = raise(op->comm, op->error);
+#endif
   return MPI_SUCCESS;
 }
 
@@ -142,11 +155,6 @@ int outcome(int rc, const std::vector<Failure>& f, const MPI_Request* reqs, cons
   return failed ? MPI_ERR_IN_STATUS : rc;
 }
 
-// Set while a completion call of ours is in the MPI's: the ops must not complete there
-// (through Open MPI's progress hook), after failures() looked at them and before the MPI
-// collects their requests, or a failure would pass as a success.
-thread_local bool collecting = false;
-
 // The MPI's completion call `f`, with `collecting` set.
 template <typename F>
 int collect(F f) {
@@ -198,6 +206,25 @@ int test_driving(int count, MPI_Request* reqs, Test test, const Statuses* many =
   const std::vector<Failure> f = failures(count, reqs);
   return outcome(collect(test), f, reqs, many);
 }
+
+#ifndef OPEN_MPI
+// MPICH's own completion calls move an op whose request they wait for or test (MPICH's
+// extended generalized request, carry()): poll_op in MPI_Wait, MPI_Test and the any/some
+// calls, wait_op in MPI_Waitall, each called again until the request is complete, outside
+// MPICH's lock. The program's completion call is then not the library's: MPICH's mpi_f08
+// bindings (mpi_wait_f08_ and the rest) call PMPI_Wait and the like, past it, and waited for
+// ever on an MPI_Ialltoall that the library carried (MPICH's f08/coll/nonblockingf08).
+// Inside the library's own completion calls (`collecting`) they do nothing: those move the
+// ops themselves, and look at their failures before the MPI collects the requests.
+int poll_op(void*, MPI_Status*) {
+  if (collecting) return MPI_SUCCESS;
+  static thread_local Idle idle;
+  idle.rest(progress());
+  return MPI_SUCCESS;
+}
+
+int wait_op(int, void**, double, MPI_Status* status) { return poll_op(nullptr, status); }
+#endif
 
 #ifdef OPEN_MPI
 // Open MPI calls this from its progress loop, in every call that waits (MPI_Recv,
@@ -288,7 +315,11 @@ int carry(std::unique_ptr<Op> op, MPI_Request* request) {
   std::lock_guard<std::recursive_mutex> hold(process().mutex);
   drop_freed();
   Op* raw = op.release();  // deleted once the program has collected the request (free_op)
+#ifdef OPEN_MPI
   PMPI_Grequest_start(query, free_op, cancel_op, raw, request);
+#else
+  PMPIX_Grequest_start(query, free_op, cancel_op, poll_op, wait_op, raw, request);
+#endif
   raw->user = *request;
   requests().push_back(raw);
   // With MPI_THREAD_MULTIPLE another thread's progress pass may have finished the op since its
@@ -391,7 +422,7 @@ int request_get_status(MPI_Request req, int* flag, MPI_Status* status) {
   const StandIns started(1, &req);  // a started persistent all-to-all: its running start's
   if (none_outstanding()) return PMPI_Request_get_status(req, flag, status);
   progress();
-  return PMPI_Request_get_status(req, flag, status);
+  return collect([&] { return PMPI_Request_get_status(req, flag, status); });  // a failure is raised where the request is collected
 }
 
 }  // namespace aapc::mpi
