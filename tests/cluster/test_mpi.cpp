@@ -495,6 +495,21 @@ TEST_CASE("unmodified Fortran programs (use mpi, use mpi_f08) through aapc, bloc
   }
 }
 
+TEST_CASE("a failed MPI_IALLTOALL reaches an mpi_f08 program's MPI_WAIT, which MPICH runs past the library, on every rank", "[mpi]") {
+  // The wait is MPICH's own PMPI_Wait: the library's poll function moves the op and its query
+  // raises the failure as MPICH collects the request (requests.cpp). Before, the wait never
+  // returned.
+  const std::string program = std::string(AAPC_TESTS_DIR) + "/mpi-error-f08-mpich";
+  REQUIRE(fs::exists(program));
+  Sh r = mpirun("--mpi mpich --ppn 2", program);
+  INFO(r.text);
+  CHECK(r.status == 0);
+  std::size_t errors = 0;
+  for (auto at = r.text.find("MPI_WAIT returned an error"); at != std::string::npos; at = r.text.find("MPI_WAIT returned an error", at + 1)) ++errors;
+  CHECK(errors == 8);  // 4 machines, 2 ranks each
+  CHECK(r.text.find("MPI_WAIT returned MPI_SUCCESS") == std::string::npos);
+}
+
 TEST_CASE("FFTW's MPI interface runs unmodified with the library and gives serial FFTW's result, ppn 2", "[mpi]") {
   REQUIRE(fs::exists(std::string(AAPC_TESTS_DIR) + "/fftw-check"));  // libfftw3-mpi-dev (tools/setup)
   Sh r = mpirun("--ppn 2 --env AAPC_MPI_VERBOSE=1", std::string(AAPC_TESTS_DIR) + "/fftw-check 256");
