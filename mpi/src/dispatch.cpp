@@ -211,40 +211,31 @@ extern "C" {
 #undef AAPC_GUARDED
 #undef AAPC_FORWARDED
 
-// MPI-4's persistent all-to-alls (MPICH 4), and Open MPI 4.1's (its pcollreq extension).
-// An MPI without them never has its programs call them.
-__attribute__((visibility("default"))) int MPI_Alltoall_init(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype, Word comm,
-                                                             Word info, void* request) {
-  const auto init = init_of(&Target::alltoall_init, &Target::own_alltoall_init, __builtin_return_address(0));
-  return init(sbuf, scount, stype, rbuf, rcount, rtype, comm, info, request);
-}
-__attribute__((visibility("default"))) int MPI_Alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
-                                                              const int* rcounts, const int* rdispls, Word rtype, Word comm, Word info, void* request) {
-  const auto init = init_of(&Target::alltoallv_init, &Target::own_alltoallv_init, __builtin_return_address(0));
-  return init(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, info, request);
-}
-__attribute__((visibility("default"))) int MPIX_Alltoall_init(const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype, Word comm,
-                                                              Word info, void* request) {
-  const auto init = init_of(&Target::alltoall_init, &Target::own_alltoall_init, __builtin_return_address(0));
-  return init(sbuf, scount, stype, rbuf, rcount, rtype, comm, info, request);
-}
-__attribute__((visibility("default"))) int MPIX_Alltoallv_init(const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf,
-                                                               const int* rcounts, const int* rdispls, Word rtype, Word comm, Word info, void* request) {
-  const auto init = init_of(&Target::alltoallv_init, &Target::own_alltoallv_init, __builtin_return_address(0));
-  return init(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, info, request);
-}
-__attribute__((visibility("default"))) int MPI_Alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls, const void* stypes,
-                                                              void* rbuf, const int* rcounts, const int* rdispls, const void* rtypes, Word comm,
-                                                              Word info, void* request) {
-  const auto init = init_of(&Target::alltoallw_init, &Target::own_alltoallw_init, __builtin_return_address(0));
-  return init(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm, info, request);
-}
-__attribute__((visibility("default"))) int MPIX_Alltoallw_init(const void* sbuf, const int* scounts, const int* sdispls, const void* stypes,
-                                                               void* rbuf, const int* rcounts, const int* rdispls, const void* rtypes, Word comm,
-                                                               Word info, void* request) {
-  const auto init = init_of(&Target::alltoallw_init, &Target::own_alltoallw_init, __builtin_return_address(0));
-  return init(sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm, info, request);
-}
+// MPI-4's persistent all-to-alls (MPICH 4), and Open MPI 4.1's (its pcollreq extension), each
+// under both names: MPI_<kind>_init and MPIX_<kind>_init. An MPI without them never has its
+// programs call them. The caller's return address is read here, in the function the program
+// (or its Fortran bindings) called (init_of).
+#define AAPC_PERSISTENT_NAMED(name, slot, params, args)                                                   \
+  __attribute__((visibility("default"))) int name params {                                                \
+    return init_of(&Target::slot, &Target::own_##slot, __builtin_return_address(0)) args;                  \
+  }
+#define AAPC_PERSISTENT(kind, slot, params, args)            \
+  AAPC_PERSISTENT_NAMED(MPI_##kind##_init, slot, params, args) \
+  AAPC_PERSISTENT_NAMED(MPIX_##kind##_init, slot, params, args)
+
+AAPC_PERSISTENT(Alltoall, alltoall_init,
+                (const void* sbuf, int scount, Word stype, void* rbuf, int rcount, Word rtype, Word comm, Word info, void* request),
+                (sbuf, scount, stype, rbuf, rcount, rtype, comm, info, request))
+AAPC_PERSISTENT(Alltoallv, alltoallv_init,
+                (const void* sbuf, const int* scounts, const int* sdispls, Word stype, void* rbuf, const int* rcounts, const int* rdispls,
+                 Word rtype, Word comm, Word info, void* request),
+                (sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm, info, request))
+AAPC_PERSISTENT(Alltoallw, alltoallw_init,
+                (const void* sbuf, const int* scounts, const int* sdispls, const void* stypes, void* rbuf, const int* rcounts,
+                 const int* rdispls, const void* rtypes, Word comm, Word info, void* request),
+                (sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm, info, request))
+#undef AAPC_PERSISTENT
+#undef AAPC_PERSISTENT_NAMED
 
 // interposed.def's guarded calls: the library's hook on the communicator first, then the
 // MPI's own.

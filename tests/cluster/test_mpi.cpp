@@ -54,6 +54,13 @@ Sh mpirun(const std::string& args, const std::string& program, const std::string
 
 std::string check_program(const std::string& mpi) { return std::string(AAPC_TESTS_DIR) + "/mpi-check-" + mpi; }
 
+// How many times `line` is in `text`.
+std::size_t occurrences(const std::string& text, const std::string& line) {
+  std::size_t n = 0;
+  for (std::size_t at = 0; (at = text.find(line, at)) != std::string::npos; at += line.size()) ++n;
+  return n;
+}
+
 bool have(const std::string& mpi) { return fs::exists(check_program(mpi)) && !aapc::tools::MpiCluster::launcher(mpi).empty(); }
 
 // mpi_check.c's figure: how long the other ranks waited for an MPI_Ialltoall while rank 0
@@ -125,23 +132,18 @@ TEST_CASE("MPICH's ranks yield when idle: every rank of an MPICH job has the yie
   // Every rank (a shell, which the wrapper starts as it starts MPI programs) says which of the
   // two libraries it has mapped.
   const std::string which = "/bin/sh -c 'for l in libaapc-mpich-yield.so libaapc-mpi.so; do grep -q $l /proc/$$/maps && echo has $l; done; true'";
-  auto count = [](const std::string& text, const std::string& line) {
-    std::size_t n = 0;
-    for (std::size_t at = 0; (at = text.find(line, at)) != std::string::npos; at += line.size()) ++n;
-    return n;
-  };
   for (const char* preload : {"", " --no-preload"}) {
     Sh r = mpirun("--mpi mpich --ppn 2,1,1,1" + std::string(preload), which);
     INFO(r.text);
     REQUIRE(r.status == 0);
-    CHECK(count(r.text, "has libaapc-mpich-yield.so") == 5);
-    CHECK(count(r.text, "has libaapc-mpi.so") == (std::string(preload).empty() ? 5U : 0U));
+    CHECK(occurrences(r.text, "has libaapc-mpich-yield.so") == 5);
+    CHECK(occurrences(r.text, "has libaapc-mpi.so") == (std::string(preload).empty() ? 5U : 0U));
   }
   Sh ompi = mpirun("--ppn 2", which);
   INFO(ompi.text);
   CHECK(ompi.status == 0);
-  CHECK(count(ompi.text, "has libaapc-mpi.so") == 8);
-  CHECK(count(ompi.text, "has libaapc-mpich-yield.so") == 0);
+  CHECK(occurrences(ompi.text, "has libaapc-mpi.so") == 8);
+  CHECK(occurrences(ompi.text, "has libaapc-mpich-yield.so") == 0);
 }
 
 // Debian's MPICH 4.0 hung in MPI_Finalize in most jobs here, with the library and without: a
@@ -504,9 +506,7 @@ TEST_CASE("a failed MPI_IALLTOALL reaches an mpi_f08 program's MPI_WAIT, which M
   Sh r = mpirun("--mpi mpich --ppn 2", program);
   INFO(r.text);
   CHECK(r.status == 0);
-  std::size_t errors = 0;
-  for (auto at = r.text.find("MPI_WAIT returned an error"); at != std::string::npos; at = r.text.find("MPI_WAIT returned an error", at + 1)) ++errors;
-  CHECK(errors == 8);  // 4 machines, 2 ranks each
+  CHECK(occurrences(r.text, "MPI_WAIT returned an error") == 8);  // 4 machines, 2 ranks each
   CHECK(r.text.find("MPI_WAIT returned MPI_SUCCESS") == std::string::npos);
 }
 
