@@ -169,8 +169,14 @@ Target load() {
     path = own_directory() + "libaapc-mpi-" + mpi + ".so";
     lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   }
+  // An MPI found by its name alone was loaded where RTLD_DEFAULT does not look: with
+  // RTLD_LOCAL, as Python loads mpi4py's MPI module and the MPI with it. Debian's MPICH 4.0.2
+  // (UCX) loaded that way hangs in its first exchange between machines, with or without this
+  // library (tests/mpi/mpi_plugin.c). So the MPI and what it links are made global here, before
+  // the program's MPI_Init reaches them, as mpi4py itself does for Open MPI. This library
+  // stays ahead of them in the global scope: the program's calls still come here.
   if (!found.path.empty())
-    if (void* h = dlopen(found.path.c_str(), RTLD_NOW | RTLD_NOLOAD)) t.mpi = h;
+    if (void* h = dlopen(found.path.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL)) t.mpi = h;
   own_inits(t);
   if (lib != nullptr && bind_c(t, lib, true)) {
     t.before_collective = symbol<void (*)(Word)>(lib, "aapc_mpi_before_collective");
