@@ -15,14 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "pattern.h"
 #include "watchdog.h"
-
-static unsigned char value(int s, int d, size_t k, int salt) { return (unsigned char)(s * 131 + d * 31 + k * 7 + salt * 17 + 1); }
 
 /* One all-to-all of `block` bytes per pair, blocking or not; the wrong bytes received. */
 static long exchange(int me, int n, size_t block, int nonblocking, unsigned char* s, unsigned char* r) {
   for (int d = 0; d < n; ++d)
-    for (size_t k = 0; k < block; ++k) s[(size_t)d * block + k] = value(me, d, k, nonblocking);
+    for (size_t k = 0; k < block; ++k) s[(size_t)d * block + k] = aapc_pattern(me, d, nonblocking, k);
   if (nonblocking) {
     MPI_Request req;
     MPI_Ialltoall(s, (int)block, MPI_BYTE, r, (int)block, MPI_BYTE, MPI_COMM_WORLD, &req);
@@ -32,7 +31,7 @@ static long exchange(int me, int n, size_t block, int nonblocking, unsigned char
   }
   long wrong = 0;
   for (int src = 0; src < n; ++src)
-    for (size_t k = 0; k < block; ++k) wrong += r[(size_t)src * block + k] != value(src, me, k, nonblocking);
+    for (size_t k = 0; k < block; ++k) wrong += r[(size_t)src * block + k] != aapc_pattern(src, me, nonblocking, k);
   return wrong;
 }
 
